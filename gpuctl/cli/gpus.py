@@ -1,0 +1,34 @@
+"""`gpuctl gpus`: the GPU catalog."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import typer
+
+from gpuctl.catalog import GPUS
+from gpuctl.cli.settings import settings
+from gpuctl.output import emit
+
+COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_per_node",
+           "ec2", "openstack_flavor")
+
+
+def gpus(ctx: typer.Context) -> None:
+    """List the GPU models gpuctl knows, with MIG capability and cloud shapes."""
+    fmt = settings(ctx).output
+    if fmt == "table":
+        rows = [{
+            "name": m.name,
+            "product": m.product,
+            "memory_mib": m.memory_mib,
+            "family": m.family,
+            "compute": ".".join(map(str, m.compute_capability)),
+            "mig": f"yes ({len(m.mig.profiles)} profiles)" if m.mig else "no",
+            "gpus_per_node": m.default_gpus_per_node,
+            "ec2": m.default_instance_type.name if m.default_instance_type else None,
+            "openstack_flavor": m.openstack_flavor,
+        } for m in GPUS.values()]
+        emit(rows, fmt, COLUMNS)
+    else:
+        emit([{**asdict(m), "mig_capable": m.mig_capable} for m in GPUS.values()], fmt)

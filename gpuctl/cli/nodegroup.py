@@ -1,0 +1,85 @@
+"""`gpuctl nodegroup add|scale|delete|list`: the same verbs and flags for every provider."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from gpuctl.cli.options import Cloud, ClusterName, Gpu, GpusPerNode, Nodes, Yes
+from gpuctl.cli.settings import confirm_or_refuse, settings
+from gpuctl.output import emit, info
+
+app = typer.Typer(help="Add, scale, delete and list GPU node groups.", no_args_is_help=True)
+
+Name = Annotated[str, typer.Option("--name", help="Node group name.")]
+
+
+def _checked(cloud: str, cluster: str) -> None:
+    from gpuctl.naming import check_name
+    from gpuctl.providers import check_cloud
+
+    check_cloud(cloud)
+    check_name(cluster, "--cluster")
+
+
+@app.command()
+def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: Nodes = 1,
+        gpus_per_node: GpusPerNode = None, cloud: Cloud = "sim") -> None:
+    """Add a GPU node group (or converge an existing one to these values)."""
+    from gpuctl import api
+    from gpuctl.spec import node_group_from_flags
+
+    _checked(cloud, cluster)
+    spec = node_group_from_flags(name, gpu, nodes, gpus_per_node)
+    change = api.add_node_group(cloud, cluster, spec)
+    info(f"node group {name!r}: {change.value}")
+    _show(ctx, cloud, cluster, name)
+
+
+@app.command()
+def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cloud: Cloud = "sim") -> None:
+    """Change the number of nodes of a node group."""
+    from gpuctl import api
+    from gpuctl.naming import check_count, check_name
+
+    _checked(cloud, cluster)
+    check_name(name, "--name")
+    check_count(nodes, "--nodes")
+    change = api.scale_node_group(cloud, cluster, name, nodes)
+    info(f"node group {name!r}: {change.value}")
+    _show(ctx, cloud, cluster, name)
+
+
+@app.command()
+def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = "sim", yes: Yes = False) -> None:
+    """Delete a node group and its nodes."""
+    from gpuctl import api
+    from gpuctl.naming import check_name
+
+    _checked(cloud, cluster)
+    check_name(name, "--name")
+    confirm_or_refuse(yes, f"Delete node group {name!r} of cluster {cluster!r}?")
+    change = api.delete_node_group(cloud, cluster, name)
+    info(f"node group {name!r}: {change.value}")
+
+
+@app.command("list")
+def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim") -> None:
+    """List the GPU node groups of a cluster."""
+    from gpuctl import api
+
+    _checked(cloud, cluster)
+    rows = [asdict(g) for g in api.list_node_groups(cloud, cluster)]
+    emit(rows, settings(ctx).output, COLUMNS)
+
+
+COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
+
+
+def _show(ctx: typer.Context, cloud: str, cluster: str, name: str) -> None:
+    from gpuctl import api
+
+    group = api.get_node_group(cloud, cluster, name)
+    emit([asdict(group)] if group else [], settings(ctx).output, COLUMNS)

@@ -1,0 +1,43 @@
+"""Global options, parsed once by the root callback and read by every command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from gpuctl.errors import UsageError
+from gpuctl.output import FORMATS
+
+
+@dataclass(frozen=True)
+class Settings:
+    kubeconfig: Path | None
+    context: str | None
+    output: str
+    verbose: int
+    debug: bool
+
+
+def make_settings(kubeconfig: Path | None, context: str | None, output: str, verbose: int,
+                  debug: bool) -> Settings:
+    if output not in FORMATS:
+        raise UsageError("-o/--output", f"unknown format {output!r}", f"use one of: {', '.join(FORMATS)}")
+    return Settings(kubeconfig, context, output, verbose, debug)
+
+
+def settings(ctx: typer.Context) -> Settings:
+    return ctx.find_root().obj
+
+
+def confirm_or_refuse(yes: bool, question: str) -> None:
+    """Go on with `--yes` or an interactive 'y'; refuse (exit 2) on a script without --yes."""
+    import sys
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError("--yes", "this deletes resources and needs confirmation", "pass --yes to go ahead")
+    if not typer.confirm(question, default=False, err=True):
+        raise typer.Exit(1)

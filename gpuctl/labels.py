@@ -1,0 +1,24 @@
+"""Label keys and resource names gpuctl reads or writes, in one place."""
+
+from __future__ import annotations
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "gpuctl"
+NODEGROUP = "gpuctl.dev/nodegroup"
+GPU_MODEL = "gpuctl.dev/gpu"  # catalog name, e.g. a100-40gb
+
+# Written by NVIDIA GPU Feature Discovery / the GPU Operator on real nodes.
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_MEMORY = "nvidia.com/gpu.memory"
+GPU_COUNT = "nvidia.com/gpu.count"
+GPU_FAMILY = "nvidia.com/gpu.family"
+COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
+COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
+DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
+DRIVER_MAJOR = "nvidia.com/cuda.driver-version.major"
+MIG_CAPABLE = "nvidia.com/mig.capable"
+MPS_CAPABLE = "nvidia.com/mps.capable"
+# Written by Node Feature Discovery for NVIDIA's PCI vendor id.
+NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
+
+GPU_RESOURCE = "nvidia.com/gpu"

@@ -1,0 +1,47 @@
+"""stdout carries data (table, json, yaml); progress and logs go to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FORMATS = ("table", "json", "yaml")
+
+
+def info(message: str) -> None:
+    """A progress line for humans, on stderr so stdout stays parseable."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    header = [c.upper() for c in columns]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "-"
+    return str(value)
+
+
+def emit(data: Any, fmt: str, columns: Sequence[str] | None = None) -> None:
+    """Print `data` (a list of rows or one mapping) as a table, JSON or YAML on stdout."""
+    if fmt == "json":
+        print(json.dumps(data, indent=2, default=str))
+    elif fmt == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+    else:
+        rows = data if isinstance(data, list) else [data]
+        print(_table(rows, columns or (list(rows[0]) if rows else [])))

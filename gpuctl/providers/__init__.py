@@ -1,0 +1,29 @@
+"""Providers behind one Protocol; each is imported only when chosen (cloud SDKs are heavy)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from gpuctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpuctl.providers.base import Provider
+
+# cloud name -> "module:class"; only clouds that work are listed.
+PROVIDERS: dict[str, str] = {
+    "sim": "gpuctl.providers.sim.provider:SimProvider",
+}
+
+
+def check_cloud(cloud: str, field: str = "--cloud") -> str:
+    """Return `cloud` if a provider exists for it, else raise a UsageError naming `field`."""
+    if cloud not in PROVIDERS:
+        raise UsageError(field, f"unknown cloud {cloud!r}", f"use one of: {', '.join(PROVIDERS)}")
+    return cloud
+
+
+def get_provider(cloud: str, field: str = "--cloud") -> Provider:
+    """Instantiate the provider for `cloud` (importing its SDK only now)."""
+    module, cls = PROVIDERS[check_cloud(cloud, field)].split(":")
+    return getattr(import_module(module), cls)()

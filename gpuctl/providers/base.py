@@ -1,0 +1,64 @@
+"""The small typed surface every provider (sim, openstack, eks) implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from gpuctl.spec import NodeGroupSpec
+
+
+class Change(str, Enum):
+    """What a step did; shown to the user and in JSON output."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    STARTED = "started"
+    DELETED = "deleted"
+    NO_CHANGE = "no change"
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    cloud: str
+    status: str
+    endpoint: str | None
+    kubernetes_version: str
+
+
+@dataclass(frozen=True)
+class NodeGroupInfo:
+    name: str
+    cluster: str
+    gpu: str
+    nodes: int
+    ready_nodes: int
+    gpus_per_node: int
+
+
+class Provider(Protocol):
+    cloud: str
+
+    def ensure_cluster(self, name: str) -> Change: ...
+
+    def get_cluster(self, name: str) -> ClusterInfo | None: ...
+
+    def list_clusters(self) -> list[ClusterInfo]: ...
+
+    def delete_cluster(self, name: str) -> Change: ...
+
+    def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change: ...
+
+    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change: ...
+
+    def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None: ...
+
+    def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]: ...
+
+    def delete_node_group(self, cluster: str, name: str) -> Change: ...
+
+    def kubeconfig(self, cluster: str) -> dict[str, Any]:
+        """A self-contained kubeconfig document for the cluster (credentials embedded)."""
+        ...

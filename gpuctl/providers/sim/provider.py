@@ -1,0 +1,231 @@
+"""SimProvider: clusters are kwokctl control planes, node groups are sets of kwok GPU nodes.
+
+The cluster itself is the record: a node group is the nodes labelled gpuctl.dev/nodegroup=<name>,
+so nothing can drift between a state file and what the API server holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpuctl import labels as L
+from gpuctl.catalog import get_gpu
+from gpuctl.errors import ClusterError, NotFound, UsageError, WaitTimeout
+from gpuctl.kube.client import api_client, api_error, core, wait_for_api
+from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
+from gpuctl.providers.sim.nodes import node_name, render_node
+from gpuctl.spec import NodeGroupSpec
+from gpuctl.tools.pins import KUBERNETES_VERSION
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api, V1Node
+
+API_TIMEOUT_S = 120.0
+NODES_READY_TIMEOUT_S = 120.0
+
+
+def context_name(cluster: str) -> str:
+    return f"gpuctl-sim-{cluster}"
+
+
+def _ready(node: V1Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def _embed(section: dict[str, Any], key: str) -> None:
+    """Replace a file reference (`key`) by its base64 `key-data`: the kubeconfig must stand alone."""
+    if key in section:
+        section[f"{key}-data"] = base64.b64encode(Path(section.pop(key)).read_bytes()).decode()
+
+
+class SimProvider:
+    cloud = "sim"
+
+    # -- clusters -------------------------------------------------------------------------
+
+    def ensure_cluster(self, name: str) -> Change:
+        kwok = KwokCluster(name)
+        if kwok.exists and kwok.running():
+            self._wait_for_api(kwok)
+            return Change.NO_CHANGE
+        if kwok.exists:
+            kwok.start()
+            self._wait_for_api(kwok)
+            return Change.STARTED
+        try:
+            kwok.create()
+            self._wait_for_api(kwok)
+        except BaseException:
+            kwok.delete()  # no half-made cluster left behind
+            raise
+        return Change.CREATED
+
+    def _wait_for_api(self, kwok: KwokCluster) -> None:
+        try:
+            wait_for_api(api_client(kwok.kubeconfig_path), API_TIMEOUT_S)
+        except WaitTimeout as exc:
+            raise ClusterError(f"sim cluster {kwok.name!r} did not come up: {exc.message}",
+                               f"kube-apiserver log: {kwok.log_tail() or kwok.dir / 'logs'}") from None
+
+    def get_cluster(self, name: str) -> ClusterInfo | None:
+        kwok = KwokCluster(name)
+        if not kwok.exists:
+            return None
+        status = "running" if kwok.running() else "stopped"
+        return ClusterInfo(name, self.cloud, status, kwok.endpoint(), KUBERNETES_VERSION)
+
+    def list_clusters(self) -> list[ClusterInfo]:
+        return [info for n in cluster_names() if (info := self.get_cluster(n)) is not None]
+
+    def delete_cluster(self, name: str) -> Change:
+        self._existing(name).delete()
+        return Change.DELETED
+
+    def kubeconfig(self, cluster: str) -> dict[str, Any]:
+        doc = yaml.safe_load(self._existing(cluster).kubeconfig_path.read_text())
+        cluster_entry = doc["clusters"][0]["cluster"]
+        user_entry = doc["users"][0]["user"]
+        _embed(cluster_entry, "certificate-authority")
+        _embed(user_entry, "client-certificate")
+        _embed(user_entry, "client-key")
+        name = context_name(cluster)
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": cluster_entry}],
+            "users": [{"name": name, "user": user_entry}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
+        }
+
+    def _existing(self, name: str) -> KwokCluster:
+        kwok = KwokCluster(name)
+        if not kwok.exists:
+            raise NotFound(f"sim cluster {name!r} not found", "see 'gpuctl cluster list --cloud sim'")
+        return kwok
+
+    def _core(self, cluster: str) -> CoreV1Api:
+        kwok = self._existing(cluster)
+        if not kwok.running():
+            raise ClusterError(f"sim cluster {cluster!r} is stopped",
+                               f"start it with 'gpuctl cluster create --cloud sim --name {cluster}'")
+        return core(api_client(kwok.kubeconfig_path))
+
+    # -- node groups ----------------------------------------------------------------------
+
+    def _group_nodes(self, v1: CoreV1Api, group: str) -> dict[str, V1Node]:
+        try:
+            items = v1.list_node(label_selector=f"{L.NODEGROUP}={group}").items
+        except Exception as exc:  # noqa: BLE001 - translated at the provider boundary
+            raise api_error(exc, f"listing nodes of node group {group!r}") from None
+        return {n.metadata.name: n for n in items}
+
+    def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
+        v1 = self._core(cluster)
+        existing = self._group_nodes(v1, spec.name)
+        if existing:
+            current = self._describe(cluster, spec.name, list(existing.values()))
+            if current.gpu != spec.gpu.name:
+                raise UsageError("--gpu", f"node group {spec.name!r} already has {current.gpu} GPUs, not "
+                                 f"{spec.gpu.name}", "a node group's GPU cannot change: add a node group "
+                                 "with another name")
+            if current.gpus_per_node != spec.gpus_per_node:
+                raise UsageError("--gpus-per-node", f"node group {spec.name!r} has {current.gpus_per_node} "
+                                 f"GPUs per node, not {spec.gpus_per_node}", "add a node group with another name")
+        return self._converge(v1, spec, existing)
+
+    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
+        v1 = self._core(cluster)
+        existing = self._group_nodes(v1, name)
+        if not existing:
+            raise NotFound(f"node group {name!r} not found in sim cluster {cluster!r}",
+                           f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
+        current = self._describe(cluster, name, list(existing.values()))
+        spec = NodeGroupSpec(name, get_gpu(current.gpu), nodes, current.gpus_per_node)
+        return self._converge(v1, spec, existing)
+
+    def _converge(self, v1: CoreV1Api, spec: NodeGroupSpec, existing: dict[str, V1Node]) -> Change:
+        """Create missing nodes, fix drifted labels or capacity, delete surplus; write only differences."""
+        desired = {node_name(spec.name, i): render_node(spec, i) for i in range(spec.nodes)}
+        writes = 0
+        try:
+            for name, body in desired.items():
+                node = existing.get(name)
+                if node is None:
+                    v1.create_node(body)
+                    writes += 1
+                    continue
+                want_labels = body["metadata"]["labels"]
+                if any((node.metadata.labels or {}).get(k) != v for k, v in want_labels.items()):
+                    v1.patch_node(name, {"metadata": {"labels": want_labels}})
+                    writes += 1
+                if (node.status.capacity or {}) != body["status"]["capacity"] or \
+                        (node.status.allocatable or {}) != body["status"]["allocatable"]:
+                    v1.patch_node_status(name, {"status": body["status"]})
+                    writes += 1
+            for name in sorted(set(existing) - set(desired)):
+                v1.delete_node(name)
+                writes += 1
+        except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
+            raise api_error(exc, f"converging node group {spec.name!r}") from None
+        self._wait_ready(v1, spec.name, set(desired))
+        if not existing:
+            return Change.CREATED
+        return Change.UPDATED if writes else Change.NO_CHANGE
+
+    def _wait_ready(self, v1: CoreV1Api, group: str, names: set[str]) -> None:
+        deadline = time.monotonic() + NODES_READY_TIMEOUT_S
+        while True:
+            nodes = self._group_nodes(v1, group)
+            not_ready = sorted(n for n in names if n not in nodes or not _ready(nodes[n]))
+            if not not_ready:
+                return
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"nodes not Ready after {NODES_READY_TIMEOUT_S:.0f}s: {', '.join(not_ready)}",
+                                  "check the kwok-controller log of the sim cluster")
+            time.sleep(0.25)
+
+    def _describe(self, cluster: str, group: str, nodes: list[V1Node]) -> NodeGroupInfo:
+        labels = nodes[0].metadata.labels or {}
+        return NodeGroupInfo(
+            name=group,
+            cluster=cluster,
+            gpu=labels.get(L.GPU_MODEL, "?"),
+            nodes=len(nodes),
+            ready_nodes=sum(_ready(n) for n in nodes),
+            gpus_per_node=int((nodes[0].status.capacity or {}).get(L.GPU_RESOURCE, 0)),
+        )
+
+    def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:
+        nodes = self._group_nodes(self._core(cluster), name)
+        return self._describe(cluster, name, list(nodes.values())) if nodes else None
+
+    def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]:
+        v1 = self._core(cluster)
+        try:
+            items = v1.list_node(label_selector=L.NODEGROUP).items
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, "listing nodes") from None
+        groups: dict[str, list[V1Node]] = {}
+        for node in items:
+            groups.setdefault(node.metadata.labels[L.NODEGROUP], []).append(node)
+        return [self._describe(cluster, g, nodes) for g, nodes in sorted(groups.items())]
+
+    def delete_node_group(self, cluster: str, name: str) -> Change:
+        v1 = self._core(cluster)
+        nodes = self._group_nodes(v1, name)
+        if not nodes:
+            raise NotFound(f"node group {name!r} not found in sim cluster {cluster!r}",
+                           f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
+        try:
+            for node in nodes:
+                v1.delete_node(node)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"deleting node group {name!r}") from None
+        return Change.DELETED

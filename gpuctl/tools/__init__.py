@@ -1,0 +1,1 @@
+"""The pinned external programs gpuctl drives, and their installer."""

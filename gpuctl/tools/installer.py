@@ -1,0 +1,167 @@
+"""Install the pinned tools into a per-user cache keyed by version.
+
+Order for each tool: already cached -> on PATH at the pinned version (linked into the cache)
+-> official release download -> build from the Go module proxy. Safe to run concurrently
+(a file lock serialises installers) and idempotent.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuctl.errors import ToolError
+from gpuctl.paths import cache_dir
+from gpuctl.tools import gobuild
+from gpuctl.tools.download import download
+from gpuctl.tools.pins import TOOLS, Tool
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class InstalledTool:
+    name: str
+    version: str
+    path: Path
+    source: str  # cached | PATH | download | go build
+
+
+def tools_dir() -> Path:
+    return cache_dir() / "tools"
+
+
+def cached_path(tool: Tool) -> Path:
+    return tools_dir() / tool.name / tool.version / tool.name
+
+
+def reports_version(binary: Path | str, tool: Tool) -> bool:
+    """True if `binary` runs and prints the pinned version (etcd prints it without the 'v')."""
+    try:
+        proc = subprocess.run([str(binary), *tool.version_args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    pattern = rf"(?<![\w.])v?{re.escape(tool.version.lstrip('v'))}(?![\w.])"
+    return proc.returncode == 0 and re.search(pattern, proc.stdout + proc.stderr) is not None
+
+
+@contextmanager
+def _install_lock() -> Iterator[None]:
+    tools_dir().mkdir(parents=True, exist_ok=True)
+    with (tools_dir() / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _link_from_path(tool: Tool) -> Path | None:
+    found = shutil.which(tool.name)
+    if found is None or not reports_version(found, tool):
+        return None
+    dest = cached_path(tool)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    dest.symlink_to(Path(found).resolve())
+    return dest
+
+
+def _download(tool: Tool) -> str | None:
+    dest = cached_path(tool)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_suffix(".partial")
+    reason = download(tool, partial)
+    if reason is None:
+        partial.replace(dest)
+    else:
+        partial.unlink(missing_ok=True)
+    return reason
+
+
+def _build(tools: list[Tool], go: str, progress: Progress) -> None:
+    recipe = tools[0].recipe
+    names = ", ".join(t.name for t in tools)
+    workdir = cache_dir() / "build" / f"{recipe}-{tools[0].version}"
+    out = workdir / "out"
+    log = workdir / "build.log"
+    workdir.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    progress(f"building {names} {tools[0].version} from the Go module proxy "
+             f"(first run only, can take 30 min on 2 cores; log: {log})")
+    started = time.monotonic()
+    gobuild.build(go, recipe, tools, workdir, out, log)
+    for tool in tools:
+        built = out / tool.name
+        if not reports_version(built, tool):
+            raise ToolError(f"the {tool.name} built from source does not report {tool.version}",
+                            f"see {log}")
+        dest = cached_path(tool)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(built), dest)
+    shutil.rmtree(out, ignore_errors=True)
+    progress(f"built {names} in {time.monotonic() - started:.0f}s")
+
+
+def find_tool(name: str) -> Path | None:
+    """The cached binary for `name` at its pinned version, or None (never installs)."""
+    path = cached_path(TOOLS[name])
+    return path if path.exists() else None
+
+
+def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> list[InstalledTool]:
+    """Make every named tool available at its pinned version; raise ToolError saying what is missing."""
+    wanted = [TOOLS[n] for n in names]
+    result: dict[str, InstalledTool] = {}
+    with _install_lock():
+        missing: list[Tool] = []
+        for tool in wanted:
+            if cached_path(tool).exists():
+                result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "cached")
+            elif (linked := _link_from_path(tool)) is not None:
+                result[tool.name] = InstalledTool(tool.name, tool.version, linked, "PATH")
+                progress(f"{tool.name} {tool.version}: using {linked.resolve()} from PATH")
+            else:
+                missing.append(tool)
+
+        failures: dict[str, str] = {}
+        for tool in missing:
+            reason = _download(tool)
+            if reason is None:
+                result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "download")
+                progress(f"{tool.name} {tool.version}: downloaded")
+            else:
+                failures[tool.name] = reason
+
+        to_build = [t for t in missing if t.name in failures]
+        if to_build:
+            go, go_reason = gobuild.go_toolchain()
+            if go is None:
+                detail = "; ".join(f"{t.name} {t.version} ({failures[t.name]})" for t in to_build)
+                raise ToolError(
+                    f"cannot install {detail}, and cannot build them: {go_reason}",
+                    f"install Go {gobuild.MIN_GO[0]}.{gobuild.MIN_GO[1]}+ and rerun 'gpuctl sim install', "
+                    f"or put these versions on PATH",
+                )
+            for recipe in dict.fromkeys(t.recipe for t in to_build):
+                group = [t for t in to_build if t.recipe == recipe]
+                _build(group, go, progress)
+                for tool in group:
+                    result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "go build")
+    return [result[t.name] for t in wanted]
+
+
+def require_tools(names: Iterable[str]) -> dict[str, Path]:
+    """Paths of already-installed tools; raise ToolError naming the missing ones."""
+    paths = {n: find_tool(n) for n in names}
+    missing = [f"{n} {TOOLS[n].version}" for n, p in paths.items() if p is None]
+    if missing:
+        raise ToolError(f"missing tools: {', '.join(missing)}", "run 'gpuctl sim install'")
+    return {n: p for n, p in paths.items() if p is not None}

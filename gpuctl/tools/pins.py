@@ -1,0 +1,59 @@
+"""Pinned versions of the external programs the sim provider and the GPU stack need."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+KUBERNETES_VERSION = "v1.36.3"
+HELM_VERSION = "v3.21.4"
+KWOK_VERSION = "v0.8.0"
+ETCD_VERSION = "v3.6.16"
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    version: str
+    version_args: tuple[str, ...]  # prints a line containing the version
+    recipe: str  # which Go build produces it: see gpuctl/tools/gobuild.py
+    url: str  # official release download
+    member: str | None = None  # path inside the .tar.gz at `url`; None for a bare binary
+    checksum_url: str | None = None  # sha256 published beside the download
+
+
+def _platform() -> tuple[str, str]:
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
+    return platform.system().lower(), arch
+
+
+def _kube_tool(name: str, version_args: tuple[str, ...]) -> Tool:
+    os_name, arch = _platform()
+    url = f"https://dl.k8s.io/release/{KUBERNETES_VERSION}/bin/{os_name}/{arch}/{name}"
+    return Tool(name, KUBERNETES_VERSION, version_args, "kubernetes", url, checksum_url=url + ".sha256")
+
+
+def _tools() -> dict[str, Tool]:
+    os_name, arch = _platform()
+    kwok = f"https://github.com/kubernetes-sigs/kwok/releases/download/{KWOK_VERSION}"
+    helm = f"https://get.helm.sh/helm-{HELM_VERSION}-{os_name}-{arch}.tar.gz"
+    etcd_dir = f"etcd-{ETCD_VERSION}-{os_name}-{arch}"
+    etcd = f"https://github.com/etcd-io/etcd/releases/download/{ETCD_VERSION}"
+    tools = [
+        Tool("helm", HELM_VERSION, ("version", "--short"), "helm", helm,
+             member=f"{os_name}-{arch}/helm", checksum_url=helm + ".sha256sum"),
+        Tool("kwok", KWOK_VERSION, ("--version",), "kwok", f"{kwok}/kwok-{os_name}-{arch}"),
+        Tool("kwokctl", KWOK_VERSION, ("--version",), "kwok", f"{kwok}/kwokctl-{os_name}-{arch}"),
+        Tool("etcd", ETCD_VERSION, ("--version",), "etcd", f"{etcd}/{etcd_dir}.tar.gz",
+             member=f"{etcd_dir}/etcd", checksum_url=f"{etcd}/SHA256SUMS"),
+        _kube_tool("kube-apiserver", ("--version",)),
+        _kube_tool("kube-controller-manager", ("--version",)),
+        _kube_tool("kube-scheduler", ("--version",)),
+        _kube_tool("kubectl", ("version", "--client")),
+    ]
+    return {t.name: t for t in tools}
+
+
+TOOLS: dict[str, Tool] = _tools()
+SIM_TOOLS: tuple[str, ...] = tuple(TOOLS)  # the sim cluster and its tests need every one

@@ -1,0 +1,34 @@
+"""`gpuctl --help` and `--version` must not pay for the cloud SDKs or the Kubernetes client."""
+
+import subprocess
+import sys
+
+HEAVY = ("boto3", "botocore", "openstack", "kubernetes", "pyhelm3")
+
+PROBE = """
+import sys
+from gpuctl.cli.main import run
+code = run({args!r})
+heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))
+print("HEAVY=" + ",".join(heavy), file=sys.stderr)
+"""
+
+
+def _heavy_after(args: list[str]) -> str:
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_import_of_cli_is_light() -> None:
+    proc = subprocess.run([sys.executable, "-c", "import sys, gpuctl.cli.main; "
+                           f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_help_and_version_are_light() -> None:
+    for args in (["--help"], ["--version"], ["cluster", "--help"], ["cluster", "create", "--help"],
+                 ["nodegroup", "add", "--help"], ["gpus"]):
+        assert _heavy_after(args) == "HEAVY=", args
