@@ -8,6 +8,7 @@ Order for each tool: already cached -> on PATH at the pinned version (linked int
 from __future__ import annotations
 
 import fcntl
+import logging
 import re
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ from gpuctl.paths import cache_dir
 from gpuctl.tools import gobuild
 from gpuctl.tools.download import download
 from gpuctl.tools.pins import TOOLS, Tool
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
@@ -123,6 +126,7 @@ def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> l
     with _install_lock():
         missing: list[Tool] = []
         for tool in wanted:
+            log.debug("%s %s: looking in %s", tool.name, tool.version, cached_path(tool))
             if cached_path(tool).exists():
                 result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "cached")
             elif (linked := _link_from_path(tool)) is not None:
@@ -138,6 +142,7 @@ def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> l
                 result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "download")
                 progress(f"{tool.name} {tool.version}: downloaded")
             else:
+                log.info("%s %s: %s", tool.name, tool.version, reason)
                 failures[tool.name] = reason
 
         to_build = [t for t in missing if t.name in failures]
@@ -157,11 +162,3 @@ def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> l
                     result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "go build")
     return [result[t.name] for t in wanted]
 
-
-def require_tools(names: Iterable[str]) -> dict[str, Path]:
-    """Paths of already-installed tools; raise ToolError naming the missing ones."""
-    paths = {n: find_tool(n) for n in names}
-    missing = [f"{n} {TOOLS[n].version}" for n, p in paths.items() if p is None]
-    if missing:
-        raise ToolError(f"missing tools: {', '.join(missing)}", "run 'gpuctl sim install'")
-    return {n: p for n, p in paths.items() if p is not None}

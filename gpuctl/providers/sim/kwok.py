@@ -7,6 +7,7 @@ cluster outlives the gpuctl command that created it.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -22,6 +23,8 @@ from gpuctl.paths import state_dir
 from gpuctl.templating import render_template
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION, SIM_TOOLS
+
+log = logging.getLogger(__name__)
 
 _PORTS = ("apiserver", "etcd", "etcd_peer", "kwok_controller", "controller_manager", "scheduler")
 
@@ -108,8 +111,10 @@ class KwokCluster:
                 "sim/kwokctl.yaml.j2", kube_version=KUBERNETES_VERSION, ports=_free_ports(),
                 binaries={n: str(p.resolve()) for n, p in tools.items()}))
             config_args = ["--config", str(config)]
-        proc = subprocess.run([str(tools["kwokctl"]), "--name", self.name, *config_args, *args],
-                              env=env, capture_output=True, text=True)
+        command = [str(tools["kwokctl"]), "--name", self.name, *config_args, *args]
+        log.info("running %s (KWOK_WORKDIR=%s)", " ".join(command), env["KWOK_WORKDIR"])
+        proc = subprocess.run(command, env=env, capture_output=True, text=True)
+        log.debug("kwokctl output: %s", proc.stderr + proc.stdout)
         if proc.returncode != 0:
             lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
             raise ClusterError(f"kwokctl {' '.join(args)} failed: {lines[-1] if lines else proc.returncode}",

@@ -1,0 +1,53 @@
+"""One sim cluster per test session, created and deleted through the real `gpuctl` command."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuctl.tools.installer import ensure_tools
+from gpuctl.tools.pins import SIM_TOOLS
+from tests.conftest import run_gpuctl
+
+CLUSTER = "itest"
+
+
+@dataclass(frozen=True)
+class SimCluster:
+    name: str
+    kubeconfig: Path
+    env: dict[str, str]
+
+    def core(self):  # noqa: ANN201 - kubernetes.client.CoreV1Api
+        from kubernetes import client, config
+
+        return client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+
+
+@pytest.fixture(scope="session")
+def sim_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """gpuctl state and the default kubeconfig in temp dirs; tools from the shared user cache.
+
+    The tools are installed when absent (never skipped): the first run builds them.
+    """
+    ensure_tools(SIM_TOOLS, progress=print)
+    root = tmp_path_factory.mktemp("sim")
+    return dict(os.environ, GPUCTL_STATE_DIR=str(root / "state"), KUBECONFIG=str(root / "kube" / "config"))
+
+
+@pytest.fixture(scope="session")
+def sim_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    kubeconfig = tmp_path_factory.mktemp("kubeconfig") / "itest.yaml"
+    proc = run_gpuctl("--kubeconfig", str(kubeconfig), "-o", "json", "cluster", "create", "--cloud", "sim",
+                      "--name", CLUSTER, "--gpu", "a100-40gb", "--nodes", "3", env=sim_env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [s["outcome"] for s in result["steps"]] == ["created", "created", "updated"]
+    yield SimCluster(CLUSTER, kubeconfig, sim_env)
+    proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=sim_env)
+    assert proc.returncode == 0, proc.stderr

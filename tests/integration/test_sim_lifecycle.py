@@ -1,0 +1,59 @@
+"""A cluster of its own: merged into the default kubeconfig, then deleted without a trace."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from gpuctl.providers.sim.kwok import KwokCluster
+from tests.conftest import run_gpuctl
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return not status.exists() or status.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_create_merges_kubeconfig_and_delete_leaves_nothing(sim_env: dict[str, str]) -> None:
+    default = Path(sim_env["KUBECONFIG"])
+    default.parent.mkdir(parents=True, exist_ok=True)
+    other = {"apiVersion": "v1", "kind": "Config", "current-context": "other",
+             "clusters": [{"name": "other", "cluster": {"server": "https://10.0.0.1"}}],
+             "users": [{"name": "other", "user": {"token": "x"}}],
+             "contexts": [{"name": "other", "context": {"cluster": "other", "user": "other"}}]}
+    default.write_text(yaml.safe_dump(other))
+
+    proc = run_gpuctl("cluster", "create", "--cloud", "sim", "--name", "lifecycle", "--gpu", "t4", env=sim_env)
+    assert proc.returncode == 0, proc.stderr
+    merged = yaml.safe_load(default.read_text())
+    assert merged["current-context"] == "gpuctl-sim-lifecycle"
+    assert {c["name"] for c in merged["contexts"]} == {"other", "gpuctl-sim-lifecycle"}
+    assert stat.S_IMODE(default.stat().st_mode) == 0o600
+
+    # os.environ's state dir is the test's, so KwokCluster reads the same files as the CLI.
+    os.environ["GPUCTL_STATE_DIR"] = sim_env["GPUCTL_STATE_DIR"]
+    try:
+        kwok = KwokCluster("lifecycle")
+        pids = kwok.pids()
+        assert len(pids) == 5 and all(_alive(p) for p in pids.values())
+
+        proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", "lifecycle", "--yes", env=sim_env)
+        assert proc.returncode == 0, proc.stderr
+        assert [p for p in pids.values() if _alive(p)] == []
+        assert not kwok.dir.exists()
+    finally:
+        del os.environ["GPUCTL_STATE_DIR"]
+
+    left = yaml.safe_load(default.read_text())
+    assert [c["name"] for c in left["contexts"]] == ["other"]
+    assert [c["name"] for c in left["clusters"]] == ["other"]
+    assert left["current-context"] == ""
+    listed = run_gpuctl("cluster", "list", "--cloud", "sim", "-o", "json", env=sim_env)
+    assert "lifecycle" not in listed.stdout

@@ -1,0 +1,64 @@
+"""The installer's order of sources, without network or Go: PATH, cache, and the failure report."""
+
+from pathlib import Path
+
+import pytest
+
+from gpuctl.errors import ToolError
+from gpuctl.tools.installer import cached_path, ensure_tools, find_tool, reports_version
+from gpuctl.tools.pins import TOOLS
+
+
+def fake_tool(bindir: Path, name: str, output: str) -> Path:
+    bindir.mkdir(exist_ok=True)
+    path = bindir / name
+    path.write_text(f"#!/bin/sh\necho '{output}'\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Empty cache, only our fake bin dir on PATH (no Go), and downloads refused at once."""
+    monkeypatch.setenv("GPUCTL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    return tmp_path / "bin"
+
+
+def test_version_matching_is_exact() -> None:
+    helm = TOOLS["helm"]
+    etcd = TOOLS["etcd"]
+    assert reports_version("/bin/echo", TOOLS["kubectl"]) is False
+    for output, ok in [("v3.21.4+g1234", True), ("v3.21.40", False), ("v13.21.4", False)]:
+        assert reports_version_of(output, helm) is ok, output
+    assert reports_version_of("etcd Version: 3.6.16\nGit SHA: x", etcd)
+
+
+def reports_version_of(output: str, tool) -> bool:  # noqa: ANN001
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return reports_version(fake_tool(Path(tmp), "t", output), tool)
+
+
+def test_tool_on_path_at_the_pinned_version_is_linked_into_the_cache(offline: Path) -> None:
+    fake = fake_tool(offline, "helm", "v3.21.4+gdeadbeef")
+    [helm] = ensure_tools(["helm"])
+    assert helm.source == "PATH"
+    assert cached_path(TOOLS["helm"]).resolve() == fake.resolve()
+    [again] = ensure_tools(["helm"])
+    assert again.source == "cached"
+    assert find_tool("helm") == cached_path(TOOLS["helm"])
+
+
+def test_nothing_works_says_exactly_what_is_missing(offline: Path) -> None:
+    fake_tool(offline, "helm", "v3.0.0")  # wrong version: not used
+    with pytest.raises(ToolError) as err:
+        ensure_tools(["helm", "kwokctl"])
+    line = err.value.one_line()
+    assert "helm v3.21.4 (download from get.helm.sh failed" in line
+    assert "kwokctl v0.8.0 (download from github.com failed" in line
+    assert "no Go toolchain on PATH" in line and "install Go 1.26+" in line
+    assert not cached_path(TOOLS["helm"]).exists()
+    assert find_tool("helm") is None
