@@ -1,3 +1,3 @@
-from gpuctl.cli.main import main
+from gpuctl.cli.entry import main
 
 main()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
 
+from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
 from gpuctl.cli.options import Cloud, Gpu, GpusPerNode, Nodes, Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.output import emit, info
@@ -46,16 +48,17 @@ def create(
     steps, kubeconfig = api.create_cluster(spec, opts.kubeconfig, report=print_step)
     changed = any(s.outcome is not Change.NO_CHANGE for s in steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {kubeconfig}")
-    emit({"cluster": name, "cloud": cloud, "changed": changed, "kubeconfig": str(kubeconfig),
-          "steps": [s.as_dict() for s in steps]} if opts.output != "table"
-         else [s.as_dict() for s in steps], opts.output, ("step", "outcome", "seconds"))
+    groups = [asdict(g) for g in api.list_node_groups(cloud, name)]
+    if opts.output == "table":
+        emit(groups, opts.output, NODEGROUP_COLUMNS)
+    else:
+        emit({"cluster": name, "cloud": cloud, "changed": changed, "kubeconfig": str(kubeconfig),
+              "steps": [s.as_dict() for s in steps], "nodeGroups": groups}, opts.output)
 
 
 @app.command("list")
 def list_(ctx: typer.Context, cloud: Cloud = "sim") -> None:
     """List clusters of a provider."""
-    from dataclasses import asdict
-
     from gpuctl import api
     from gpuctl.providers import check_cloud
 

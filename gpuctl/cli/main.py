@@ -114,7 +114,3 @@ def run(argv: list[str] | None = None) -> int:
             raise
         return _fail(f"unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback",
                      ExitCode.FAILURE)
-
-
-def main() -> None:
-    sys.exit(run())

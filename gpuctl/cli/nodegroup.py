@@ -14,6 +14,7 @@ from gpuctl.output import emit, info
 app = typer.Typer(help="Add, scale, delete and list GPU node groups.", no_args_is_help=True)
 
 Name = Annotated[str, typer.Option("--name", help="Node group name.")]
+COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
 
 
 def _checked(cloud: str, cluster: str) -> None:
@@ -73,9 +74,6 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim") -> Non
     _checked(cloud, cluster)
     rows = [asdict(g) for g in api.list_node_groups(cloud, cluster)]
     emit(rows, settings(ctx).output, COLUMNS)
-
-
-COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
 
 
 def _show(ctx: typer.Context, cloud: str, cluster: str, name: str) -> None:

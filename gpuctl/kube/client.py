@@ -51,13 +51,13 @@ def api_error(exc: Exception, doing: str) -> ClusterError:
 
 
 def wait_for_api(client: ApiClient, timeout: float) -> None:
-    """Block until /readyz answers ok and the default ServiceAccount exists (pods need it)."""
+    """Block until the API serves reads and the controller-manager has made the default
+    ServiceAccount (pods cannot be created before it exists)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     v1 = core(client)
     while time.monotonic() < deadline:
         try:
-            client.call_api("/readyz", "GET", auth_settings=["BearerToken"], _preload_content=False)
             v1.read_namespaced_service_account("default", "default")
             return
         except Exception as exc:  # noqa: BLE001 - anything here means "not ready yet"

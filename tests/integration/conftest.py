@@ -30,14 +30,16 @@ class SimCluster:
 
 
 @pytest.fixture(scope="session")
-def sim_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """gpuctl state and the default kubeconfig in temp dirs; tools from the shared user cache.
-
-    The tools are installed when absent (never skipped): the first run builds them.
+def sim_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """gpuctl state and the default kubeconfig in temp dirs, for the CLI and this process alike;
+    tools from the shared user cache, installed when absent (never skipped: the first run builds them).
     """
     ensure_tools(SIM_TOOLS, progress=print)
     root = tmp_path_factory.mktemp("sim")
-    return dict(os.environ, GPUCTL_STATE_DIR=str(root / "state"), KUBECONFIG=str(root / "kube" / "config"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUCTL_STATE_DIR", str(root / "state"))
+        patch.setenv("KUBECONFIG", str(root / "kube" / "config"))
+        yield dict(os.environ)
 
 
 @pytest.fixture(scope="session")

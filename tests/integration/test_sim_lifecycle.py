@@ -21,6 +21,18 @@ def _alive(pid: int) -> bool:
     return not status.exists() or status.read_text().split(")")[-1].split()[0] != "Z"
 
 
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and _alive(int(proc.name)):
+            try:
+                if text in (proc / "cmdline").read_text():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
 def test_create_merges_kubeconfig_and_delete_leaves_nothing(sim_env: dict[str, str]) -> None:
     default = Path(sim_env["KUBECONFIG"])
     default.parent.mkdir(parents=True, exist_ok=True)
@@ -37,19 +49,15 @@ def test_create_merges_kubeconfig_and_delete_leaves_nothing(sim_env: dict[str, s
     assert {c["name"] for c in merged["contexts"]} == {"other", "gpuctl-sim-lifecycle"}
     assert stat.S_IMODE(default.stat().st_mode) == 0o600
 
-    # os.environ's state dir is the test's, so KwokCluster reads the same files as the CLI.
-    os.environ["GPUCTL_STATE_DIR"] = sim_env["GPUCTL_STATE_DIR"]
-    try:
-        kwok = KwokCluster("lifecycle")
-        pids = kwok.pids()
-        assert len(pids) == 5 and all(_alive(p) for p in pids.values())
+    kwok = KwokCluster("lifecycle")
+    pids = kwok.pids()
+    assert len(pids) == 5 and all(_alive(p) for p in pids.values())
 
-        proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", "lifecycle", "--yes", env=sim_env)
-        assert proc.returncode == 0, proc.stderr
-        assert [p for p in pids.values() if _alive(p)] == []
-        assert not kwok.dir.exists()
-    finally:
-        del os.environ["GPUCTL_STATE_DIR"]
+    proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", "lifecycle", "--yes", env=sim_env)
+    assert proc.returncode == 0, proc.stderr
+    assert [p for p in pids.values() if _alive(p)] == []
+    assert _processes_mentioning(str(kwok.dir)) == []
+    assert not kwok.dir.exists()
 
     left = yaml.safe_load(default.read_text())
     assert [c["name"] for c in left["contexts"]] == ["other"]
