@@ -55,6 +55,18 @@ def test_second_create_changes_nothing(sim_cluster: SimCluster) -> None:
     assert sim_cluster.kubeconfig.read_bytes() == kubeconfig_before
 
 
+def test_create_repairs_a_drifted_node_group_label(sim_cluster: SimCluster) -> None:
+    v1 = sim_cluster.core()
+    v1.patch_node("gpu-1", {"metadata": {"labels": {"app.kubernetes.io/managed-by": "someone"}}},
+                  _content_type="application/merge-patch+json")
+    proc = run_gpuctl("-o", "json", "--kubeconfig", str(sim_cluster.kubeconfig), "cluster", "create",
+                      "--name", sim_cluster.name, "--gpu", "a100-40gb", "--nodes", "3", env=sim_cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    steps = {s["step"]: s["outcome"] for s in json.loads(proc.stdout)["steps"]}
+    assert steps["ensure-nodegroup/gpu"] == "updated"
+    assert v1.read_node("gpu-1").metadata.labels["app.kubernetes.io/managed-by"] == "gpuctl"
+
+
 def test_kubeconfig_is_private_and_authenticates(sim_cluster: SimCluster) -> None:
     assert stat.S_IMODE(sim_cluster.kubeconfig.stat().st_mode) == 0o600
     kubectl = find_tool("kubectl")

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api, V1Node
 
 API_TIMEOUT_S = 120.0
+MERGE_PATCH = "application/merge-patch+json"
+IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.MANAGED_BY)
 NODES_READY_TIMEOUT_S = 120.0
 
 
@@ -151,23 +153,24 @@ class SimProvider:
         return self._converge(v1, spec, existing)
 
     def _converge(self, v1: CoreV1Api, spec: NodeGroupSpec, existing: dict[str, V1Node]) -> Change:
-        """Create missing nodes, fix drifted labels or capacity, delete surplus; write only differences."""
+        """Create missing nodes and delete surplus ones; write only differences.
+
+        After creation a node's GPU labels and capacity belong to the GPU stack (GFD, the device
+        plugin), as on a real cloud: only the node-group identity labels are kept in line here.
+        """
         desired = {node_name(spec.name, i): render_node(spec, i) for i in range(spec.nodes)}
         writes = 0
         try:
             for name, body in desired.items():
                 node = existing.get(name)
                 if node is None:
-                    v1.create_node(body)
+                    v1.create_node(body, field_manager=L.MANAGER)
                     writes += 1
                     continue
-                want_labels = body["metadata"]["labels"]
-                if any((node.metadata.labels or {}).get(k) != v for k, v in want_labels.items()):
-                    v1.patch_node(name, {"metadata": {"labels": want_labels}})
-                    writes += 1
-                if (node.status.capacity or {}) != body["status"]["capacity"] or \
-                        (node.status.allocatable or {}) != body["status"]["allocatable"]:
-                    v1.patch_node_status(name, {"status": body["status"]})
+                identity = {k: body["metadata"]["labels"][k] for k in IDENTITY_LABELS}
+                if any((node.metadata.labels or {}).get(k) != v for k, v in identity.items()):
+                    v1.patch_node(name, {"metadata": {"labels": identity}}, field_manager=L.MANAGER,
+                                  _content_type=MERGE_PATCH)
                     writes += 1
             for name in sorted(set(existing) - set(desired)):
                 v1.delete_node(name)
