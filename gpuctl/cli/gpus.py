@@ -15,7 +15,9 @@ COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_pe
 
 
 def gpus(ctx: typer.Context) -> None:
-    """List the GPU models gpuctl knows, with MIG capability and cloud shapes."""
+    """List the GPU models gpuctl knows, with MIG capability and cloud shapes (site config applied)."""
+    from gpuctl.site import openstack_flavor
+
     fmt = settings(ctx).output
     if fmt == "table":
         rows = [{
@@ -27,8 +29,9 @@ def gpus(ctx: typer.Context) -> None:
             "mig": f"yes ({len(m.mig.profiles)} profiles)" if m.mig else "no",
             "gpus_per_node": m.default_gpus_per_node,
             "ec2": m.default_instance_type.name if m.default_instance_type else None,
-            "openstack_flavor": m.openstack_flavor,
+            "openstack_flavor": openstack_flavor(m),
         } for m in GPUS.values()]
         emit(rows, fmt, COLUMNS)
     else:
-        emit([{**asdict(m), "mig_capable": m.mig_capable} for m in GPUS.values()], fmt)
+        emit([{**asdict(m), "mig_capable": m.mig_capable, "openstack_flavor": openstack_flavor(m)}
+              for m in GPUS.values()], fmt)

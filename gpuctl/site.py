@@ -1,0 +1,58 @@
+"""Site configuration: what differs between one OpenStack (or AWS) site and another.
+
+Read from $GPUCTL_SITE_CONFIG or ~/.config/gpuctl/site.yaml, e.g.
+
+    openstack:
+      flavors: {t4: g2.5xlarge, a100-40gb: g4.a100.8xlarge}
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.errors import UsageError
+
+_KNOWN = {"openstack": {"flavors"}}
+
+
+def site_config_path() -> Path:
+    if custom := os.environ.get("GPUCTL_SITE_CONFIG"):
+        return Path(custom)
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "gpuctl" / "site.yaml"
+
+
+@lru_cache(maxsize=1)
+def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(str(path), f"not valid YAML ({exc.__class__.__name__})", "fix the file's syntax") from None
+    if not isinstance(doc, dict):
+        raise UsageError(str(path), "must be a mapping", "see the example in gpuctl/site.py")
+    for section, value in doc.items():
+        if section not in _KNOWN:
+            raise UsageError(f"{path}: {section}", "unknown key", f"use one of: {', '.join(_KNOWN)}")
+        for key in value or {}:
+            if key not in _KNOWN[section]:
+                raise UsageError(f"{path}: {section}.{key}", "unknown key",
+                                 f"use one of: {', '.join(sorted(_KNOWN[section]))}")
+    for gpu, flavor in ((doc.get("openstack") or {}).get("flavors") or {}).items():
+        if gpu not in GPUS:
+            raise UsageError(f"{path}: openstack.flavors.{gpu}", "unknown GPU", f"use one of: {', '.join(GPUS)}")
+        if not isinstance(flavor, str) or not flavor:
+            raise UsageError(f"{path}: openstack.flavors.{gpu}", "must be a flavor name", "e.g. g2.5xlarge")
+    return doc
+
+
+def openstack_flavor(model: GpuModel) -> str:
+    """The site's flavor for `model`, else the catalog default."""
+    flavors = (_load(site_config_path()).get("openstack") or {}).get("flavors") or {}
+    return flavors.get(model.name, model.openstack_flavor)
