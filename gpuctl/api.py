@@ -4,34 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuctl.kubeconfig import remove_context, write_kubeconfig
+from gpuctl.kubeconfig import remove_context
+from gpuctl.platform import PlatformResult, PlatformSpec, apply_platform
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
-from gpuctl.spec import ClusterSpec, NodeGroupSpec
-from gpuctl.steps import Reporter, StepResult, run_step
+from gpuctl.spec import NodeGroupSpec
 
-
-def _silent(_: StepResult) -> None:
-    pass
-
-
-def create_cluster(spec: ClusterSpec, kubeconfig: Path | None = None,
-                   report: Reporter = _silent) -> tuple[list[StepResult], Path]:
-    """Converge the cluster, its node groups and the kubeconfig; return the steps and the file."""
-    provider = get_provider(spec.cloud)
-    results = [run_step("ensure-cluster", lambda: provider.ensure_cluster(spec.name), report)]
-    for group in spec.node_groups:
-        results.append(run_step(f"ensure-nodegroup/{group.name}",
-                                lambda g=group: provider.ensure_node_group(spec.name, g), report))
-    written: list[Path] = []
-
-    def kubeconfig_step() -> Change:
-        path, changed = write_kubeconfig(provider.kubeconfig(spec.name), kubeconfig)
-        written.append(path)
-        return Change.UPDATED if changed else Change.NO_CHANGE
-
-    results.append(run_step("write-kubeconfig", kubeconfig_step, report))
-    return results, written[0]
+__all__ = ["PlatformResult", "PlatformSpec", "apply_platform", "delete_cluster", "list_clusters", "add_node_group",
+           "scale_node_group", "delete_node_group", "get_node_group", "list_node_groups"]
 
 
 def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None) -> Change:

@@ -6,6 +6,7 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gpuctl"
 NODEGROUP = "gpuctl.dev/nodegroup"
 GPU_MODEL = "gpuctl.dev/gpu"  # catalog name, e.g. a100-40gb
+GPUS_PER_NODE = "gpuctl.dev/gpus-per-node"  # physical GPUs (capacity changes with sharing and MIG)
 
 # Written by NVIDIA GPU Feature Discovery / the GPU Operator on real nodes.
 GPU_PRODUCT = "nvidia.com/gpu.product"
@@ -16,6 +17,7 @@ COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
 COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
 DRIVER_VERSION = "nvidia.com/cuda.driver-version.full"
 DRIVER_MAJOR = "nvidia.com/cuda.driver-version.major"
+CUDA_RUNTIME = "nvidia.com/cuda.runtime-version.full"
 MIG_CAPABLE = "nvidia.com/mig.capable"
 MPS_CAPABLE = "nvidia.com/mps.capable"
 # Written by Node Feature Discovery for NVIDIA's PCI vendor id.

@@ -12,18 +12,27 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient, CoreV1Api
 
 
+POOL_SIZE = 32  # concurrent node patches share one client
+
+
 def api_client(kubeconfig: Path | None = None, context: str | None = None) -> ApiClient:
     """An ApiClient for `context` in `kubeconfig` (default: $KUBECONFIG or ~/.kube/config)."""
-    from kubernetes import config
+    from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from gpuctl import __version__
+
+    configuration = client.Configuration()
     try:
-        return config.new_client_from_config(
-            config_file=str(kubeconfig) if kubeconfig else None, context=context, persist_config=False
-        )
+        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
+                                client_configuration=configuration, persist_config=False)
     except (ConfigException, OSError) as exc:
         where = kubeconfig or "the default kubeconfig"
         raise ClusterError(f"cannot load {where}: {exc}", "pass --kubeconfig/--context") from None
+    configuration.connection_pool_maxsize = POOL_SIZE
+    api = client.ApiClient(configuration)
+    api.user_agent = f"gpuctl/{__version__}"
+    return api
 
 
 def core(client: ApiClient) -> CoreV1Api:

@@ -17,6 +17,7 @@ class Change(str, Enum):
     STARTED = "started"
     DELETED = "deleted"
     NO_CHANGE = "no change"
+    PASSED = "passed"  # a check, not a change
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class NodeGroupInfo:
 
 class Provider(Protocol):
     cloud: str
+    default_charts: str  # where NFD and GPU Operator charts come from: upstream | bundled
+    ships_driver: bool  # the node image has the NVIDIA driver and toolkit: the operator must not install them
 
     def ensure_cluster(self, name: str) -> Change: ...
 
@@ -58,6 +61,10 @@ class Provider(Protocol):
     def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]: ...
 
     def delete_node_group(self, cluster: str, name: str) -> Change: ...
+
+    def node_selector(self, nodegroup: str) -> str:
+        """The label selector of a node group's nodes in the cluster."""
+        ...
 
     def kubeconfig(self, cluster: str) -> dict[str, Any]:
         """A self-contained kubeconfig document for the cluster (credentials embedded)."""

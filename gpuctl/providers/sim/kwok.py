@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -134,6 +135,25 @@ class KwokCluster:
         for pid in pids.values():  # kwokctl SIGKILLs them; make sure nothing survived
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+    @property
+    def operator_pid_file(self) -> Path:
+        # Beside kwokctl's own pid files, so running() and delete() treat it as one more component.
+        return self.dir / "pids" / "gpuctl-sim-operator.pid"
+
+    def ensure_operator(self) -> bool:
+        """Start the simulated GPU operator unless it runs; return True if it was started."""
+        pid = self.pids().get(self.operator_pid_file.stem)
+        if pid is not None and _alive(pid):
+            return False
+        log_file = (self.dir / "logs" / "gpuctl-sim-operator.log").open("a")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuctl.providers.sim.operator", "--kubeconfig", str(self.kubeconfig_path),
+             "--logs", str(self.dir / "sim-logs")],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        log_file.close()
+        self.operator_pid_file.write_text(str(proc.pid))
+        return True
 
     def log_tail(self, component: str = "kube-apiserver", lines: int = 3) -> str:
         log = self.dir / "logs" / f"{component}.log"

@@ -8,8 +8,10 @@ from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
 from gpuctl.spec import NodeGroupSpec
 
-DRIVER_VERSION = "550.127.05"  # what the simulated node "ships"; any recent datacenter driver
+DRIVER_VERSION = "570.172.08"  # what the simulated node image ships
+CUDA_VERSION = (12, 8)  # the newest CUDA that driver runs; newer CUDA images fail on it
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SYSTEM_NODE = "system-0"
 
 
 def node_name(group: str, index: int) -> str:
@@ -29,6 +31,7 @@ def gpu_labels(model: GpuModel, gpus_per_node: int) -> dict[str, str]:
         L.COMPUTE_MINOR: str(minor),
         L.DRIVER_VERSION: DRIVER_VERSION,
         L.DRIVER_MAJOR: DRIVER_VERSION.split(".")[0],
+        L.CUDA_RUNTIME: ".".join(map(str, CUDA_VERSION)),
         L.MIG_CAPABLE: str(model.mig_capable).lower(),
         L.MPS_CAPABLE: "true",
     }
@@ -44,6 +47,7 @@ def node_labels(group: NodeGroupSpec, name: str) -> dict[str, str]:
         L.MANAGED_BY: L.MANAGER,
         L.NODEGROUP: group.name,
         L.GPU_MODEL: group.gpu.name,
+        L.GPUS_PER_NODE: str(group.gpus_per_node),
         **gpu_labels(group.gpu, group.gpus_per_node),
     }
 
@@ -69,6 +73,24 @@ def render_node(group: NodeGroupSpec, index: int) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "labels": node_labels(group, name),
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def render_system_node() -> dict[str, Any]:
+    """The sim cluster's CPU node for cluster services; no GPU, no taint."""
+    capacity = {"cpu": "16", "memory": "64Gi", "ephemeral-storage": "500Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": SYSTEM_NODE,
+            "labels": {"kubernetes.io/hostname": SYSTEM_NODE, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "type": "kwok", L.MANAGED_BY: L.MANAGER,
+                       "gpuctl.dev/role": "system"},
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
         "spec": {},

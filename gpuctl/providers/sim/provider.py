@@ -19,7 +19,7 @@ from gpuctl.errors import ClusterError, NotFound, UsageError, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core, wait_for_api
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
-from gpuctl.providers.sim.nodes import node_name, render_node
+from gpuctl.providers.sim.nodes import node_name, render_node, render_system_node
 from gpuctl.spec import NodeGroupSpec
 from gpuctl.tools.pins import KUBERNETES_VERSION
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 API_TIMEOUT_S = 120.0
 MERGE_PATCH = "application/merge-patch+json"
-IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.MANAGED_BY)
+IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.GPUS_PER_NODE, L.MANAGED_BY)
 NODES_READY_TIMEOUT_S = 120.0
 
 
@@ -48,6 +48,8 @@ def _embed(section: dict[str, Any], key: str) -> None:
 
 class SimProvider:
     cloud = "sim"
+    default_charts = "bundled"  # the project's stand-in charts: nothing to pull, no real GPUs to drive
+    ships_driver = True
 
     # -- clusters -------------------------------------------------------------------------
 
@@ -59,14 +61,28 @@ class SimProvider:
         if kwok.exists:
             kwok.start()
             self._wait_for_api(kwok)
+            kwok.ensure_operator()
             return Change.STARTED
         try:
             kwok.create()
             self._wait_for_api(kwok)
+            self._ensure_system_node(kwok)
+            kwok.ensure_operator()
         except BaseException:
             kwok.delete()  # no half-made cluster left behind
             raise
         return Change.CREATED
+
+    def _ensure_system_node(self, kwok: KwokCluster) -> None:
+        """An untainted CPU node for cluster services (operator, NFD master), as real clusters have."""
+        v1 = core(api_client(kwok.kubeconfig_path))
+        try:
+            v1.create_node(render_system_node(), field_manager=L.MANAGER)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, "creating the system node") from None
+
+    def node_selector(self, nodegroup: str) -> str:
+        return f"{L.NODEGROUP}={nodegroup}"
 
     def _wait_for_api(self, kwok: KwokCluster) -> None:
         try:
@@ -202,7 +218,7 @@ class SimProvider:
             gpu=labels.get(L.GPU_MODEL, "?"),
             nodes=len(nodes),
             ready_nodes=sum(_ready(n) for n in nodes),
-            gpus_per_node=int((nodes[0].status.capacity or {}).get(L.GPU_RESOURCE, 0)),
+            gpus_per_node=int(labels.get(L.GPUS_PER_NODE, 0)),
         )
 
     def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:

@@ -1,0 +1,68 @@
+"""Labels and taints on many nodes: one list, then one patch per node that differs, in parallel.
+
+kubectl taints and labels node by node and command by command; gpuctl observes all nodes with
+one LIST, computes each node's difference, and sends a single merge patch only where there is one.
+A converged cluster therefore costs one read and zero writes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuctl import labels as L
+from gpuctl.kube.client import api_error
+from gpuctl.kube.objects import MERGE_PATCH
+from gpuctl.taints import Taint
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api, V1Node
+
+WORKERS = 16
+
+
+@dataclass(frozen=True)
+class NodeUpdate:
+    nodes: int  # nodes matched
+    patched: int  # nodes written
+
+
+def node_patch(node: V1Node, labels: dict[str, str | None], taints: tuple[Taint, ...]) -> dict[str, Any] | None:
+    """The merge patch that brings `node` to these labels (None value: absent) and taints, or None."""
+    current = node.metadata.labels or {}
+    label_diff = {k: v for k, v in labels.items() if current.get(k) != v}
+    patch: dict[str, Any] = {}
+    if label_diff:
+        patch["metadata"] = {"labels": label_diff}
+    existing = [{"key": t.key, "value": t.value or "", "effect": t.effect} for t in node.spec.taints or []]
+    wanted = [t.as_dict() | {"value": t.value} for t in taints]
+    # A taint is identified by key and effect; keep everyone else's, replace ours.
+    merged = [t for t in existing if (t["key"], t["effect"]) not in {(w["key"], w["effect"]) for w in wanted}]
+    merged += wanted
+    if sorted(map(_taint_key, merged)) != sorted(map(_taint_key, existing)):
+        patch["spec"] = {"taints": [{k: v for k, v in t.items() if v} for t in merged]}
+    return patch or None
+
+
+def _taint_key(taint: dict[str, str]) -> tuple[str, str, str]:
+    return taint["key"], taint.get("value") or "", taint["effect"]
+
+
+def converge_nodes(v1: CoreV1Api, selector: str, labels: dict[str, str | None],
+                   taints: tuple[Taint, ...] = ()) -> NodeUpdate:
+    try:
+        nodes = v1.list_node(label_selector=selector).items
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"listing nodes {selector}") from None
+    patches = [(n.metadata.name, p) for n in nodes if (p := node_patch(n, labels, taints)) is not None]
+
+    def send(item: tuple[str, dict[str, Any]]) -> None:
+        v1.patch_node(item[0], item[1], field_manager=L.MANAGER, _content_type=MERGE_PATCH)
+
+    try:
+        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            list(pool.map(send, patches))
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"patching nodes {selector}") from None
+    return NodeUpdate(nodes=len(nodes), patched=len(patches))

@@ -1,0 +1,61 @@
+"""Namespaced objects gpuctl owns, observed first and written with server-side apply only on a difference."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuctl import labels as L
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.providers.base import Change
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+MANAGED = {L.MANAGED_BY: L.MANAGER}
+
+
+def ensure_namespace(v1: CoreV1Api, name: str) -> Change:
+    try:
+        v1.read_namespace(name)
+        return Change.NO_CHANGE
+    except Exception as exc:  # noqa: BLE001
+        if not is_not_found(exc):
+            raise api_error(exc, f"reading namespace {name}") from None
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": MANAGED}}
+    try:
+        v1.patch_namespace(name, body, field_manager=L.MANAGER, force=True, _content_type=APPLY_PATCH)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"creating namespace {name}") from None
+    return Change.CREATED
+
+
+def read_config_map_data(v1: CoreV1Api, namespace: str, name: str) -> dict[str, str] | None:
+    try:
+        return v1.read_namespaced_config_map(name, namespace).data or {}
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return None
+        raise api_error(exc, f"reading ConfigMap {namespace}/{name}") from None
+
+
+def ensure_config_map_keys(v1: CoreV1Api, namespace: str, name: str, data: dict[str, str]) -> tuple[Change, set[str]]:
+    """Make these keys hold these values, leaving other keys alone (other configs may be in use).
+
+    Returns the change and the keys whose existing content changed (their consumers must reload).
+    """
+    current = read_config_map_data(v1, namespace, name)
+    differing = {k for k, v in data.items() if (current or {}).get(k) != v}
+    if current is not None and not differing:
+        return Change.NO_CHANGE, set()
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": MANAGED},
+            "data": {k: data[k] for k in sorted(differing)}}
+    try:
+        v1.patch_namespaced_config_map(name, namespace, body, field_manager=L.MANAGER, force=True,
+                                       _content_type=APPLY_PATCH)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"writing ConfigMap {namespace}/{name}") from None
+    changed_existing = {k for k in differing if current and k in current}
+    return (Change.CREATED if current is None else Change.UPDATED), changed_existing

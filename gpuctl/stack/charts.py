@@ -1,0 +1,46 @@
+"""Where the NFD and GPU Operator charts come from.
+
+Default: the upstream Helm repositories at pinned versions. Air-gapped sites point at a local
+directory holding both charts, or at an OCI mirror. The sim provider uses the project's own
+stand-in charts (templates/charts/), which take the same values keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuctl.errors import UsageError
+from gpuctl.resources import data_dir
+
+GPU_OPERATOR = "gpu-operator"
+NFD = "node-feature-discovery"
+
+UPSTREAM = {
+    GPU_OPERATOR: ("https://helm.ngc.nvidia.com/nvidia", "v25.10.1"),
+    NFD: ("https://kubernetes-sigs.github.io/node-feature-discovery/charts", "0.17.3"),
+}
+
+
+@dataclass(frozen=True)
+class ChartRef:
+    ref: str  # chart name (with repo), a directory, or an oci:// reference
+    repo: str | None = None
+    version: str | None = None
+
+
+def chart_ref(chart: str, source: str) -> ChartRef:
+    """Resolve `chart` from `source`: "upstream", "bundled", a directory, or an oci:// prefix."""
+    if source == "upstream":
+        repo, version = UPSTREAM[chart]
+        return ChartRef(chart, repo=repo, version=version)
+    if source == "bundled":
+        return ChartRef(str(data_dir("templates") / "charts" / chart))
+    if source.startswith("oci://"):
+        return ChartRef(f"{source.rstrip('/')}/{chart}", version=UPSTREAM[chart][1])
+    directory = Path(source).expanduser() / chart
+    if not (directory / "Chart.yaml").exists():
+        raise UsageError("--charts", f"no {chart} chart in {source} (expected {directory}/Chart.yaml)",
+                         "pass a directory holding gpu-operator/ and node-feature-discovery/, "
+                         "an oci:// mirror, 'upstream' or 'bundled'")
+    return ChartRef(str(directory))
