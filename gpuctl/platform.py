@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctl import labels as L
 from gpuctl.errors import ValidationFailed, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core
 from gpuctl.kube.nodes import converge_nodes
@@ -20,13 +19,12 @@ from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change
 from gpuctl.sharing import CONFIG_LABEL, Sharing, render_plugin_config
 from gpuctl.spec import ClusterSpec
-from gpuctl.stack.charts import GPU_OPERATOR, NFD, chart_ref
-from gpuctl.stack.helm import HelmTarget, Release, ensure_release
-from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, StackSpec, nfd_values,
-                                 operator_values)
+from gpuctl.stack.helm import HelmTarget, ensure_release
+from gpuctl.stack.releases import nfd_release, operator_release
+from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
+                                 stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
-from gpuctl.validate import (SMOKE_IMAGE, Check, check_capacity, check_device_plugins, expected_resources,
-                             read_configs, run_smoke_test)
+from gpuctl.validate import SMOKE_IMAGE, Check, check_capacity, expected_resources, read_configs, validate_cluster
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -77,19 +75,17 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     for group, selector in selectors.items():
         step(f"configure-nodes/{group}", lambda s=selector: _configure_nodes(v1, s, spec))
     changed_keys: set[str] = set()
-    step("write-gpu-config", lambda: _write_gpu_config(v1, spec.sharing, changed_keys))
+    step("write-gpu-config", lambda: _write_gpu_config(v1, spec, changed_keys))
     helm = HelmTarget(result.kubeconfig, entry["current-context"])
     if spec.stack.nfd == "standalone":
-        step("install-nfd", lambda: ensure_release(helm, Release(
-            "node-feature-discovery", NAMESPACE, chart_ref(NFD, spec.stack.charts), nfd_values(spec.stack))))
-    step("install-gpu-operator", lambda: ensure_release(helm, Release(
-        "gpu-operator", NAMESPACE, chart_ref(GPU_OPERATOR, spec.stack.charts), operator_values(spec.stack))))
+        step("install-nfd", lambda: ensure_release(helm, nfd_release(spec.stack)))
+    step("install-gpu-operator", lambda: ensure_release(helm, operator_release(spec.stack)))
     step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys, spec.sharing))
     for group, selector in selectors.items():
         step(f"wait-capacity/{group}", lambda s=selector: _wait_capacity(client, s, result.checks))
     if spec.validate:
         for group, selector in selectors.items():
-            step(f"validate/{group}", lambda s=selector: _validate(client, s, spec, result.checks))
+            step(f"validate/{group}", lambda g=group: _validate(client, g, spec, result.checks))
     return result
 
 
@@ -98,9 +94,12 @@ def _configure_nodes(v1, selector: str, spec: PlatformSpec) -> Change:  # noqa: 
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
-def _write_gpu_config(v1, sharing: Sharing, changed_keys: set[str]) -> Change:  # noqa: ANN001
-    """The device-plugin config for this sharing, and a mig-parted ConfigMap (all-disabled at least)."""
-    outcomes = [ensure_namespace(v1, NAMESPACE)]
+def _write_gpu_config(v1, spec: PlatformSpec, changed_keys: set[str]) -> Change:  # noqa: ANN001
+    """The device-plugin config for this sharing, a mig-parted ConfigMap (all-disabled at least),
+    and the record of how the stack is installed."""
+    sharing = spec.sharing
+    outcomes = [ensure_namespace(v1, NAMESPACE),
+                ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(spec.stack)})[0]]
     plugin_data = {sharing.config_key: render_plugin_config(sharing)} if sharing.config_key else {}
     outcome, changed = ensure_config_map_keys(v1, NAMESPACE, DEVICE_PLUGIN_CONFIGMAP, plugin_data)
     outcomes.append(outcome)
@@ -141,11 +140,8 @@ def _wait_capacity(client: ApiClient, selector: str, checks: list[Check]) -> Cha
     return Change.PASSED
 
 
-def _validate(client: ApiClient, selector: str, spec: PlatformSpec, checks: list[Check]) -> Change:
-    key, _, value = selector.partition("=")
-    new = [check_device_plugins(client),
-           run_smoke_test(client, spec.smoke_image, L.GPU_RESOURCE, {key: value},
-                          [t.toleration() for t in spec.stack.taints])]
+def _validate(client: ApiClient, group: str, spec: PlatformSpec, checks: list[Check]) -> Change:
+    new = validate_cluster(client, group, spec.smoke_image)
     checks.extend(new)
     failed = [c for c in new if not c.ok]
     if failed:

@@ -164,3 +164,37 @@ def read_configs(client: ApiClient) -> tuple[dict[str, str], dict[str, Any]]:
     mig_text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml", "")
     mig = parse_mig_parted_config(mig_text) if mig_text else {}
     return plugin, mig
+
+
+def smoke_resource(nodes: list[V1Node]) -> str:
+    """A MIG resource when the nodes advertise one (mixed strategy), else nvidia.com/gpu."""
+    from gpuctl.gpu_nodes import gpu_resources
+
+    for node in nodes:
+        mig = sorted(k for k in gpu_resources(node) if k.startswith("nvidia.com/mig-"))
+        if mig:
+            return mig[0]
+    return L.GPU_RESOURCE
+
+
+def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOKE_IMAGE,
+                     timeout: float = SMOKE_TIMEOUT_S) -> list[Check]:
+    """Capacity against configuration, exactly one device plugin, and the CUDA smoke test."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.gpu_nodes import NODEGROUP_LABELS, gpu_nodes
+
+    nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+    if not nodes:
+        return [Check("gpu-nodes", False, "no GPU nodes (label feature.node.kubernetes.io/pci-10de.present=true)")]
+    plugin, mig = read_configs(client)
+    checks = [check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}),
+              check_device_plugins(client)]
+    labels = nodes[0].metadata.labels or {}
+    node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
+    taints = {(t.key, t.value or "", t.effect) for n in nodes for t in n.spec.taints or []}
+    tolerations = [{"key": k, "operator": "Equal", "value": v, "effect": e} if v else
+                   {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(taints)]
+    checks.append(run_smoke_test(client, image, smoke_resource(nodes), dict(list(node_labels.items())[:1]),
+                                 tolerations, timeout))
+    return checks

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl import __version__
-from gpuctl.cli import cluster, gpus, nodegroup, sim
+from gpuctl.cli import cluster, gpus, mig, nodegroup, sim, status, validate
 from gpuctl.cli.settings import make_settings
 from gpuctl.errors import ExitCode, GpuctlError
 
@@ -30,8 +30,11 @@ app = typer.Typer(
 )
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(nodegroup.app, name="nodegroup")
+app.add_typer(mig.app, name="mig")
 app.add_typer(sim.app, name="sim")
 app.command("gpus")(gpus.gpus)
+app.command("status")(status.status)
+app.command("validate")(validate.validate)
 
 
 def _version(value: bool) -> None:

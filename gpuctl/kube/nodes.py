@@ -49,12 +49,9 @@ def _taint_key(taint: dict[str, str]) -> tuple[str, str, str]:
     return taint["key"], taint.get("value") or "", taint["effect"]
 
 
-def converge_nodes(v1: CoreV1Api, selector: str, labels: dict[str, str | None],
-                   taints: tuple[Taint, ...] = ()) -> NodeUpdate:
-    try:
-        nodes = v1.list_node(label_selector=selector).items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"listing nodes {selector}") from None
+def patch_nodes(v1: CoreV1Api, nodes: list[V1Node], labels: dict[str, str | None],
+                taints: tuple[Taint, ...] = ()) -> NodeUpdate:
+    """Bring `nodes` (as observed) to these labels and taints: one merge patch per node that differs."""
     patches = [(n.metadata.name, p) for n in nodes if (p := node_patch(n, labels, taints)) is not None]
 
     def send(item: tuple[str, dict[str, Any]]) -> None:
@@ -64,5 +61,15 @@ def converge_nodes(v1: CoreV1Api, selector: str, labels: dict[str, str | None],
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             list(pool.map(send, patches))
     except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"patching nodes {selector}") from None
+        raise api_error(exc, "patching nodes") from None
     return NodeUpdate(nodes=len(nodes), patched=len(patches))
+
+
+def converge_nodes(v1: CoreV1Api, selector: str, labels: dict[str, str | None],
+                   taints: tuple[Taint, ...] = ()) -> NodeUpdate:
+    """patch_nodes over the nodes matching `selector`, observed with one LIST."""
+    try:
+        nodes = v1.list_node(label_selector=selector).items
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"listing nodes {selector}") from None
+    return patch_nodes(v1, nodes, labels, taints)

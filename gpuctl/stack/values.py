@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuctl.errors import UsageError
@@ -11,6 +12,7 @@ from gpuctl.taints import Taint, tolerations
 NAMESPACE = "gpu-operator"
 DEVICE_PLUGIN_CONFIGMAP = "gpuctl-device-plugin-config"
 MIG_CONFIGMAP = "gpuctl-mig-parted-config"
+STACK_CONFIGMAP = "gpuctl-stack"  # how gpuctl installed the stack, so later commands can upgrade it
 NFD_OWNERS = ("standalone", "operator")
 MIG_STRATEGIES = ("mixed", "single")
 
@@ -48,3 +50,13 @@ def operator_values(spec: StackSpec) -> dict[str, Any]:
 
 def nfd_values(spec: StackSpec) -> dict[str, Any]:
     return {"worker": {"tolerations": tolerations(spec.taints)}}
+
+
+def stack_record(spec: StackSpec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def stack_from_record(text: str) -> StackSpec:
+    doc = json.loads(text)
+    doc["taints"] = tuple(Taint(**t) for t in doc["taints"])
+    return StackSpec(**doc)

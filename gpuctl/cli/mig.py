@@ -1,0 +1,73 @@
+"""`gpuctl mig validate|plan|apply`: MIG layouts checked against each GPU's real geometry."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from gpuctl.cli.options import Gpu
+from gpuctl.cli.settings import settings
+from gpuctl.output import emit
+
+app = typer.Typer(help="Validate, plan and apply MIG layouts.", no_args_is_help=True)
+
+Layout = Annotated[str, typer.Argument(help="Profiles joined by '-' with optional Nx repeats (3g.20gb-2x2g.10gb), "
+                                            "or a named config (all-disabled, all-balanced, all-1g.5gb).")]
+
+
+@app.command("validate")
+def validate_(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
+    """Exit 0 if LAYOUT fits one GPU of this model, exit 2 with the reason otherwise."""
+    from gpuctl.catalog import get_gpu
+    from gpuctl.mig import parse_layout
+
+    model = get_gpu(gpu)
+    parsed = parse_layout(layout, model)
+    fmt = settings(ctx).output
+    if fmt == "table":
+        print(f"{parsed.name} fits on {model.name}")
+    else:
+        emit({"layout": parsed.name, "gpu": model.name, "fits": True, "profiles": list(parsed.profiles)}, fmt)
+
+
+@app.command()
+def plan(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
+    """Show where each MIG instance sits on the GPU's memory slots."""
+    from gpuctl.catalog import get_gpu
+    from gpuctl.mig import parse_layout, plan_rows, render_plan
+
+    model = get_gpu(gpu)
+    parsed = parse_layout(layout, model)
+    fmt = settings(ctx).output
+    if fmt == "table":
+        print(render_plan(parsed, model))
+    else:
+        emit({"layout": parsed.name, "gpu": model.name, "instances": plan_rows(parsed, model)}, fmt)
+
+
+@app.command()
+def apply(
+    ctx: typer.Context,
+    layout: Layout,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Node group to configure.")] = None,
+    selector: Annotated[Optional[str], typer.Option("--selector", "-l", help="Label selector of the nodes.")] = None,
+    strategy: Annotated[Optional[str], typer.Option("--strategy", help="MIG strategy: mixed or single (default: the operator's).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the MIG manager.")] = 300.0,
+) -> None:
+    """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write."""
+    from gpuctl.cli.cluster import print_step
+    from gpuctl.errors import UsageError
+    from gpuctl.kube.client import api_client
+    from gpuctl.mig_apply import apply_mig
+    from gpuctl.stack.helm import HelmTarget
+
+    opts = settings(ctx)
+    if nodegroup is None and selector is None:
+        raise UsageError("--nodegroup", "no nodes targeted", "pass --nodegroup NAME or --selector LABELS")
+    client = api_client(opts.kubeconfig, opts.context)
+    steps, expected = apply_mig(client, HelmTarget(opts.kubeconfig, opts.context), layout, nodegroup, selector,
+                                strategy, timeout, print_step)
+    rows = [{"node": n, "allocatable": r} for n, r in sorted(expected.items())]
+    emit(rows if opts.output == "table" else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
+         opts.output, ("node", "allocatable"))

@@ -1,0 +1,22 @@
+"""`gpuctl status`: the GPU nodes and what they offer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from gpuctl.cli.settings import settings
+from gpuctl.output import emit
+
+
+def status(
+    ctx: typer.Context,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Show this node group only.")] = None,
+) -> None:
+    """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints."""
+    from gpuctl.kube.client import api_client
+    from gpuctl.status import COLUMNS, gpu_status
+
+    opts = settings(ctx)
+    emit(gpu_status(api_client(opts.kubeconfig, opts.context), nodegroup), opts.output, COLUMNS)

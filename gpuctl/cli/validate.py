@@ -1,0 +1,31 @@
+"""`gpuctl validate`: prove the GPU platform works (exit 6 when a check fails)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from gpuctl.cli.settings import settings
+from gpuctl.output import emit
+
+COLUMNS = ("check", "ok", "detail")
+
+
+def validate(
+    ctx: typer.Context,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Validate this node group only.")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="CUDA smoke-test image (default: NVIDIA's vectoradd sample).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the smoke-test pod may take.")] = 120.0,
+) -> None:
+    """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test."""
+    from gpuctl.errors import ValidationFailed
+    from gpuctl.kube.client import api_client
+    from gpuctl.validate import SMOKE_IMAGE, validate_cluster
+
+    opts = settings(ctx)
+    checks = validate_cluster(api_client(opts.kubeconfig, opts.context), nodegroup, image or SMOKE_IMAGE, timeout)
+    emit([c.as_dict() for c in checks], opts.output, COLUMNS)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise ValidationFailed(f"{len(failed)} of {len(checks)} checks failed: {failed[0].name}: {failed[0].detail}")

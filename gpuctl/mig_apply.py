@@ -1,0 +1,159 @@
+"""`gpuctl mig apply`: validate a layout against every targeted node's GPU before any write, then
+write the mig-parted config, label the nodes, wait for the MIG manager, and verify allocatable."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuctl import labels as L
+from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.errors import ClusterError, UsageError, ValidationFailed, WaitTimeout
+from gpuctl.gpu_nodes import gpu_nodes, gpu_resources
+from gpuctl.kube.client import core
+from gpuctl.kube.nodes import patch_nodes
+from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
+from gpuctl.mig import MigLayout, advertised_resources, config_name, mig_parted_config, parse_layout, parse_mig_parted_config
+from gpuctl.output import info
+from gpuctl.providers.base import Change
+from gpuctl.stack.helm import HelmTarget, ensure_release
+from gpuctl.stack.releases import operator_release
+from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack_from_record, stack_record
+from gpuctl.steps import Reporter, StepResult, run_step
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Node
+
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+DEFAULT_TIMEOUT_S = 300.0
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class MigTarget:
+    node: str
+    model: GpuModel
+    gpus: int
+    layout: MigLayout
+
+
+def node_model(node: V1Node) -> GpuModel | None:
+    labels = node.metadata.labels or {}
+    product = labels.get(L.GPU_PRODUCT, "")
+    return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(
+        (m for m in GPUS.values() if product == m.product or product.startswith(m.product + "-")), None)
+
+
+def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarget]:
+    """Parse and place the layout for each node's GPU model; raise UsageError before any write."""
+    targets = []
+    for node in nodes:
+        model = node_model(node)
+        if model is None:
+            raise UsageError("LAYOUT", f"node {node.metadata.name} has an unknown GPU "
+                             f"({(node.metadata.labels or {}).get(L.GPU_PRODUCT, '?')})", "target known GPU nodes")
+        layout = parse_layout(text, model)
+        gpus = int((node.metadata.labels or {}).get(L.GPUS_PER_NODE) or (node.metadata.labels or {}).get(L.GPU_COUNT, "1"))
+        advertised_resources(layout, gpus, strategy)  # single strategy needs one profile: fail now
+        targets.append(MigTarget(node.metadata.name, model, gpus, layout))
+    names = {config_name(t.layout) for t in targets}
+    if len(names) != 1 or len({tuple(t.layout.profiles) for t in targets}) != 1:
+        raise UsageError("LAYOUT", f"{text!r} means different layouts on these GPU models "
+                         f"({', '.join(sorted({t.model.name for t in targets}))})", "target one GPU model at a time")
+    return targets
+
+
+def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | None, selector: str | None,
+              strategy: str | None, timeout: float, report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
+    v1 = core(client)
+    nodes = gpu_nodes(v1, nodegroup, selector)
+    if not nodes:
+        raise UsageError("--selector", f"no GPU nodes match {selector!r}", "check the selector with 'gpuctl status'")
+    record = read_config_map_data(v1, NAMESPACE, STACK_CONFIGMAP) or {}
+    stack = stack_from_record(record["stack.json"]) if "stack.json" in record else None
+    current_strategy = stack.mig_strategy if stack else None
+    if strategy is not None and strategy not in ("mixed", "single"):
+        raise UsageError("--strategy", f"unknown strategy {strategy!r}", "use mixed or single")
+    if strategy and stack is None:
+        raise UsageError("--strategy", "the GPU Operator here was not installed by gpuctl",
+                         "set mig.strategy in its values yourself, then rerun without --strategy")
+    wanted_strategy = strategy or current_strategy or "single"
+    targets = plan_targets(nodes, text, wanted_strategy)  # every check before the first write
+    layout = targets[0].layout
+    name = config_name(layout)
+    steps: list[StepResult] = []
+
+    if stack is not None and wanted_strategy != stack.mig_strategy:
+        from dataclasses import replace
+
+        new_stack = replace(stack, mig_strategy=wanted_strategy)
+        steps.append(run_step("set-mig-strategy", lambda: _set_strategy(v1, helm, new_stack), report))
+    steps.append(run_step("write-mig-config", lambda: _write_config(v1, layout), report))
+    steps.append(run_step("label-nodes", lambda: _label(v1, nodes, name), report))
+    steps.append(run_step("wait-mig-manager", lambda: _wait(v1, [t.node for t in targets], name, timeout), report))
+    expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
+                for t in targets}
+    steps.append(run_step("verify-allocatable", lambda: _verify(v1, expected, timeout), report))
+    return steps, expected
+
+
+def _set_strategy(v1, helm: HelmTarget, stack) -> Change:  # noqa: ANN001
+    change = ensure_release(helm, operator_release(stack))
+    ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})
+    return change
+
+
+def _write_config(v1, layout: MigLayout) -> Change:  # noqa: ANN001
+    text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
+    try:
+        existing = parse_mig_parted_config(text) if text else {}
+    except ValueError as exc:
+        raise ClusterError(f"ConfigMap {NAMESPACE}/{MIG_CONFIGMAP} is not a mig-parted config: {exc}",
+                           "fix or delete it") from None
+    return ensure_config_map_keys(v1, NAMESPACE, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([layout], existing)})[0]
+
+
+def _label(v1, nodes: list[V1Node], name: str) -> Change:  # noqa: ANN001
+    """Point the nodes at the config. Where it changes, clear the old state in the same patch, so the
+    'success' awaited next is the MIG manager's answer to this config, not to the previous one."""
+    moving = [n for n in nodes if (n.metadata.labels or {}).get(MIG_CONFIG) != name]
+    return Change.UPDATED if patch_nodes(v1, moving, {MIG_CONFIG: name, MIG_STATE: None}).patched else Change.NO_CHANGE
+
+
+def _wait(v1, names: list[str], config: str, timeout: float) -> Change:  # noqa: ANN001
+    started = time.monotonic()
+    last_report = started
+    while True:
+        states = {n: (v1.read_node(n).metadata.labels or {}).get(MIG_STATE, "unknown") for n in names}
+        failed = sorted(n for n, s in states.items() if s == "failed")
+        if failed:
+            raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
+                               "see the nvidia-mig-manager pod logs on those nodes")
+        if all(s == "success" for s in states.values()):
+            return Change.PASSED
+        elapsed = time.monotonic() - started
+        if elapsed > timeout:
+            pending = sorted(n for n, s in states.items() if s != "success")
+            raise WaitTimeout(f"MIG config {config} not applied after {timeout:.0f}s on {', '.join(pending)}",
+                              "a node stuck in 'pending' may need its GPU workloads drained")
+        if time.monotonic() - last_report >= PROGRESS_EVERY_S:
+            done = sum(s == "success" for s in states.values())
+            info(f"  waiting for nvidia.com/mig.config.state=success: {done}/{len(names)} nodes ({elapsed:.0f}s)")
+            last_report = time.monotonic()
+        time.sleep(0.5)
+
+
+def _verify(v1, expected: dict[str, dict[str, int]], timeout: float) -> Change:  # noqa: ANN001
+    deadline = time.monotonic() + min(timeout, 60.0)
+    while True:
+        wrong = {n: gpu_resources(v1.read_node(n)) for n in expected}
+        wrong = {n: r for n, r in wrong.items() if r != expected[n]}
+        if not wrong:
+            return Change.PASSED
+        if time.monotonic() > deadline:
+            node, got = next(iter(wrong.items()))
+            raise ValidationFailed(f"allocatable on {node} is {got}, expected {expected[node]}",
+                                   "check the device-plugin pods after the MIG change")
+        time.sleep(0.5)
