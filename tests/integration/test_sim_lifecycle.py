@@ -51,7 +51,7 @@ def test_create_merges_kubeconfig_and_delete_leaves_nothing(sim_env: dict[str, s
 
     kwok = KwokCluster("lifecycle")
     pids = kwok.pids()
-    assert len(pids) == 5 and all(_alive(p) for p in pids.values())
+    assert len(pids) == 6 and all(_alive(p) for p in pids.values())  # 5 control-plane components + sim operator
 
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", "lifecycle", "--yes", env=sim_env)
     assert proc.returncode == 0, proc.stderr
