@@ -118,7 +118,8 @@ def _write_config(v1, layout: MigLayout) -> Change:  # noqa: ANN001
 def _label(v1, nodes: list[V1Node], name: str) -> Change:  # noqa: ANN001
     """Point the nodes at the config. Where it changes, clear the old state in the same patch, so the
     'success' awaited next is the MIG manager's answer to this config, not to the previous one."""
-    moving = [n for n in nodes if (n.metadata.labels or {}).get(MIG_CONFIG) != name]
+    moving = [v1.api_client.sanitize_for_serialization(n) for n in nodes
+              if (n.metadata.labels or {}).get(MIG_CONFIG) != name]
     return Change.UPDATED if patch_nodes(v1, moving, {MIG_CONFIG: name, MIG_STATE: None}).patched else Change.NO_CHANGE
 
 

@@ -24,6 +24,7 @@ from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
+from gpuctl.taints import Taint
 from gpuctl.validate import SMOKE_IMAGE, Check, check_capacity, expected_resources, read_configs, validate_cluster
 
 if TYPE_CHECKING:
@@ -73,9 +74,15 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     selectors = {g.name: provider.node_selector(g.name) for g in spec.cluster.node_groups}
 
     for group, selector in selectors.items():
-        step(f"configure-nodes/{group}", lambda s=selector: _configure_nodes(v1, s, spec))
+        step(f"configure-nodes/{group}", lambda s=selector: configure_nodes(v1, s, spec.sharing, spec.stack.taints))
     changed_keys: set[str] = set()
-    step("write-gpu-config", lambda: _write_gpu_config(v1, spec, changed_keys))
+
+    def gpu_config_step() -> Change:
+        change, changed = write_gpu_config(v1, spec.stack, spec.sharing)
+        changed_keys.update(changed)
+        return change
+
+    step("write-gpu-config", gpu_config_step)
     helm = HelmTarget(result.kubeconfig, entry["current-context"])
     if spec.stack.nfd == "standalone":
         step("install-nfd", lambda: ensure_release(helm, nfd_release(spec.stack)))
@@ -89,24 +96,23 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     return result
 
 
-def _configure_nodes(v1, selector: str, spec: PlatformSpec) -> Change:  # noqa: ANN001
-    update = converge_nodes(v1, selector, {CONFIG_LABEL: spec.sharing.config_key}, spec.stack.taints)
+def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...]) -> Change:  # noqa: ANN001
+    """Taints and the device-plugin config label on a node group: one patch per node that differs."""
+    update = converge_nodes(v1, selector, {CONFIG_LABEL: sharing.config_key}, taints)
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
-def _write_gpu_config(v1, spec: PlatformSpec, changed_keys: set[str]) -> Change:  # noqa: ANN001
-    """The device-plugin config for this sharing, a mig-parted ConfigMap (all-disabled at least),
-    and the record of how the stack is installed."""
-    sharing = spec.sharing
+def write_gpu_config(v1, stack: StackSpec, sharing: Sharing) -> tuple[Change, set[str]]:  # noqa: ANN001
+    """The device-plugin config for this sharing, a mig-parted ConfigMap (all-disabled at least), and
+    the record of how the stack is installed. Also returns the config keys whose content changed."""
     outcomes = [ensure_namespace(v1, NAMESPACE),
-                ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(spec.stack)})[0]]
+                ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})[0]]
     plugin_data = {sharing.config_key: render_plugin_config(sharing)} if sharing.config_key else {}
     outcome, changed = ensure_config_map_keys(v1, NAMESPACE, DEVICE_PLUGIN_CONFIGMAP, plugin_data)
     outcomes.append(outcome)
-    changed_keys.update(changed)
     if read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) is None:
         outcomes.append(ensure_config_map_keys(v1, NAMESPACE, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([])})[0])
-    return Change.NO_CHANGE if all(o is Change.NO_CHANGE for o in outcomes) else Change.UPDATED
+    return (Change.NO_CHANGE if all(o is Change.NO_CHANGE for o in outcomes) else Change.UPDATED), changed
 
 
 def _restart_device_plugin(v1, changed_keys: set[str], sharing: Sharing) -> Change:  # noqa: ANN001

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,8 @@ from gpuctl import labels as L
 from gpuctl.catalog import get_gpu
 from gpuctl.errors import ClusterError, NotFound, UsageError, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core, wait_for_api
+from gpuctl.kube.nodes import WORKERS
+from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
 from gpuctl.providers.sim.nodes import node_name, render_node, render_system_node
@@ -27,7 +31,6 @@ if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api, V1Node
 
 API_TIMEOUT_S = 120.0
-MERGE_PATCH = "application/merge-patch+json"
 IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.GPUS_PER_NODE, L.MANAGED_BY)
 NODES_READY_TIMEOUT_S = 120.0
 
@@ -175,22 +178,20 @@ class SimProvider:
         plugin), as on a real cloud: only the node-group identity labels are kept in line here.
         """
         desired = {node_name(spec.name, i): render_node(spec, i) for i in range(spec.nodes)}
-        writes = 0
+        writes: list[Callable[[], object]] = []
+        for name, body in desired.items():
+            node = existing.get(name)
+            if node is None:
+                writes.append(lambda b=body: v1.create_node(b, field_manager=L.MANAGER))
+                continue
+            identity = {k: body["metadata"]["labels"][k] for k in IDENTITY_LABELS}
+            if any((node.metadata.labels or {}).get(k) != v for k, v in identity.items()):
+                writes.append(lambda n=name, i=identity: v1.patch_node(
+                    n, {"metadata": {"labels": i}}, field_manager=L.MANAGER, _content_type=MERGE_PATCH))
+        writes += [lambda n=name: v1.delete_node(n) for name in sorted(set(existing) - set(desired))]
         try:
-            for name, body in desired.items():
-                node = existing.get(name)
-                if node is None:
-                    v1.create_node(body, field_manager=L.MANAGER)
-                    writes += 1
-                    continue
-                identity = {k: body["metadata"]["labels"][k] for k in IDENTITY_LABELS}
-                if any((node.metadata.labels or {}).get(k) != v for k, v in identity.items()):
-                    v1.patch_node(name, {"metadata": {"labels": identity}}, field_manager=L.MANAGER,
-                                  _content_type=MERGE_PATCH)
-                    writes += 1
-            for name in sorted(set(existing) - set(desired)):
-                v1.delete_node(name)
-                writes += 1
+            with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+                list(pool.map(lambda write: write(), writes))
         except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
             raise api_error(exc, f"converging node group {spec.name!r}") from None
         self._wait_ready(v1, spec.name, set(desired))

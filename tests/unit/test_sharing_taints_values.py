@@ -1,0 +1,95 @@
+import pytest
+import yaml
+
+from gpuctl.errors import UsageError
+from gpuctl.kube.nodes import node_patch
+from gpuctl.sharing import NO_SHARING, Sharing, parse_plugin_config, render_plugin_config, sharing_from_flags
+from gpuctl.stack.charts import chart_ref
+from gpuctl.stack.values import StackSpec, check_stack, operator_values, stack_from_record, stack_record
+from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
+
+
+def test_slices_mean_time_slicing_with_a_slice_n_key() -> None:
+    sharing = sharing_from_flags(4, None)
+    assert sharing == Sharing("time-slicing", 4) and sharing.config_key == "slice-4"
+    doc = yaml.safe_load(render_plugin_config(sharing))
+    assert doc == {"version": "v1", "flags": {"migStrategy": "none"},
+                   "sharing": {"timeSlicing": {"renameByDefault": False, "failRequestsGreaterThanOne": False,
+                                               "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+    assert parse_plugin_config(render_plugin_config(sharing)) == sharing
+
+
+def test_mps_and_none() -> None:
+    mps = sharing_from_flags(3, "mps")
+    assert mps.config_key == "mps-3"
+    assert "mps" in yaml.safe_load(render_plugin_config(mps))["sharing"]
+    assert parse_plugin_config(render_plugin_config(mps)) == mps
+    assert sharing_from_flags(None, None) == NO_SHARING and NO_SHARING.config_key is None
+    assert sharing_from_flags(None, "none") == NO_SHARING
+
+
+@pytest.mark.parametrize("slices,strategy,field", [(1, None, "--slices"), (65, None, "--slices"),
+                                                    (None, "mps", "--slices"), (4, "none", "--slices"),
+                                                    (4, "magic", "--sharing")])
+def test_bad_sharing_flags(slices, strategy, field) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError) as err:
+        sharing_from_flags(slices, strategy)
+    assert err.value.field == field
+
+
+def test_taints_parse_like_kubectl() -> None:
+    assert parse_taint("nvidia.com/gpu=true:NoSchedule") == DEFAULT_GPU_TAINTS[0]
+    assert parse_taint("node-role.kubernetes.io/gpu=true:NoSchedule").key == "node-role.kubernetes.io/gpu"
+    assert parse_taint("dedicated:NoExecute") == Taint("dedicated", "", "NoExecute")
+    assert Taint("dedicated", "", "NoExecute").toleration() == {"key": "dedicated", "operator": "Exists",
+                                                                 "effect": "NoExecute"}
+    for bad in ("nvidia.com/gpu=true", "nvidia.com/gpu=true:Sometimes", "bad key=x:NoSchedule", "k=v v:NoSchedule"):
+        with pytest.raises(UsageError):
+            parse_taint(bad)
+
+
+def node(labels: dict, taints: list[Taint]) -> dict:
+    return {"metadata": {"name": "n", "labels": labels}, "spec": {"taints": [t.as_dict() for t in taints]}}
+
+
+def test_node_patch_writes_only_differences_and_keeps_other_taints() -> None:
+    other = Taint("example.com/maintenance", "yes", "NoExecute")
+    current = node({"a": "1"}, [other])
+    patch = node_patch(current, {"a": "1", "b": "2", "c": None}, DEFAULT_GPU_TAINTS)
+    assert patch == {"metadata": {"labels": {"b": "2"}},
+                     "spec": {"taints": [{"key": "example.com/maintenance", "value": "yes", "effect": "NoExecute"},
+                                         {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}}
+    converged = node({"a": "1", "b": "2"}, [other, DEFAULT_GPU_TAINTS[0]])
+    assert node_patch(converged, {"a": "1", "b": "2", "c": None}, DEFAULT_GPU_TAINTS) is None
+    # Same key and effect, another value: replaced, not duplicated.
+    stale = node({}, [Taint("nvidia.com/gpu", "false", "NoSchedule")])
+    assert node_patch(stale, {}, DEFAULT_GPU_TAINTS)["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+
+
+def test_operator_values_carry_sharing_mig_and_tolerations() -> None:
+    spec = StackSpec(charts="bundled", nfd="standalone", driver=False, toolkit=False, mig_strategy="mixed",
+                     taints=DEFAULT_GPU_TAINTS)
+    values = operator_values(spec)
+    assert values["nfd"] == {"enabled": False}  # one owner: the standalone release
+    assert values["driver"] == {"enabled": False} and values["toolkit"] == {"enabled": False}
+    assert values["devicePlugin"]["config"]["name"] == "gpuctl-device-plugin-config"
+    assert values["mig"] == {"strategy": "mixed"}
+    assert values["migManager"]["config"] == {"name": "gpuctl-mig-parted-config", "default": "all-disabled"}
+    assert values["dcgmExporter"] == {"enabled": True}
+    assert values["daemonsets"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true",
+                                                    "effect": "NoSchedule"}]
+    assert stack_from_record(stack_record(spec)) == spec
+    with pytest.raises(UsageError, match="--nfd"):
+        check_stack(StackSpec(charts="bundled", nfd="both"))
+
+
+def test_chart_sources() -> None:
+    upstream = chart_ref("gpu-operator", "upstream")
+    assert (upstream.ref, upstream.repo, upstream.version) == ("gpu-operator", "https://helm.ngc.nvidia.com/nvidia",
+                                                               "v25.10.1")
+    assert chart_ref("node-feature-discovery", "oci://mirror.example/charts/").ref == \
+        "oci://mirror.example/charts/node-feature-discovery"
+    assert chart_ref("gpu-operator", "bundled").ref.endswith("templates/charts/gpu-operator")
+    with pytest.raises(UsageError, match="--charts"):
+        chart_ref("gpu-operator", "/nonexistent")
