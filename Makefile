@@ -17,7 +17,7 @@ setup: $(BIN)/gpuctl
 	$(BIN)/gpuctl sim install
 
 demo: setup
-	$(BIN)/gpuctl cluster create --cloud sim --name demo --gpu a100-40gb --nodes 3
+	$(BIN)/gpuctl cluster create --cloud sim --name demo --gpu t4 --nodes 2 --slices 4
 
 test: setup
 	$(BIN)/pytest -q

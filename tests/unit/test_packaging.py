@@ -14,6 +14,8 @@ def test_wheel_ships_data_and_finds_it(tmp_path: Path) -> None:
     wheel = next(tmp_path.glob("gpuctl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpuctl/_data/templates/sim/kwokctl.yaml.j2" in names
+    assert "gpuctl/_data/templates/charts/gpu-operator/Chart.yaml" in names
+    assert "gpuctl/_data/templates/charts/node-feature-discovery/templates/nfd.yaml" in names
     assert any(n.startswith("gpuctl/_data/nodepools/") for n in names)
 
     site = tmp_path / "site"
