@@ -20,6 +20,7 @@ from gpuctl.providers.base import Change
 from gpuctl.sharing import CONFIG_LABEL, Sharing, render_plugin_config
 from gpuctl.spec import ClusterSpec
 from gpuctl.stack.helm import HelmTarget, ensure_release
+from gpuctl.stack.owners import check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
@@ -84,6 +85,7 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
 
     step("write-gpu-config", gpu_config_step)
     helm = HelmTarget(result.kubeconfig, entry["current-context"])
+    check_single_owners(client, spec.stack)
     if spec.stack.nfd == "standalone":
         step("install-nfd", lambda: ensure_release(helm, nfd_release(spec.stack)))
     step("install-gpu-operator", lambda: ensure_release(helm, operator_release(spec.stack)))

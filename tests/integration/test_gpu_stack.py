@@ -141,3 +141,23 @@ def test_bad_stack_inputs_exit_2_before_any_write(stack: dict[str, str]) -> None
         proc = run_gpuctl(*CREATE, *extra, env=stack)
         assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
     assert v1.read_node("gpu-0").metadata.resource_version == before
+
+
+def test_a_foreign_device_plugin_is_never_doubled(stack: dict[str, str]) -> None:
+    from kubernetes import client, config
+
+    apps = client.AppsV1Api(config.new_client_from_config(stack["KUBECONFIG"]))
+    foreign = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+               "spec": {"selector": {"matchLabels": {"app": "foreign-plugin"}},
+                        "template": {"metadata": {"labels": {"app": "foreign-plugin"}},
+                                     "spec": {"containers": [{"name": "p", "image": "example/plugin:1"}]}}}}
+    apps.create_namespaced_daemon_set("kube-system", foreign)
+    try:
+        proc = run_gpuctl(*CREATE, env=stack)
+        assert proc.returncode == 5, proc.stderr
+        assert "a device plugin is already deployed (kube-system/nvidia-device-plugin-daemonset)" in proc.stderr
+        validated = run_gpuctl("validate", env=stack)
+        assert validated.returncode == 6 and "found 2" in validated.stdout
+    finally:
+        apps.delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")

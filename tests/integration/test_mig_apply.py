@@ -13,13 +13,24 @@ from tests.conftest import run_gpuctl
 @pytest.fixture(scope="module")
 def mig_env(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     env = dict(sim_env, KUBECONFIG=str(tmp_path_factory.mktemp("mig") / "kubeconfig"))
-    proc = run_gpuctl("cluster", "create", "--name", "mig", "--gpu", "a100-40gb", "--nodes", "2",
-                      "--nodegroup-name", "a100", env=env)
+    # NFD from the operator here (the stack tests cover standalone): one owner either way.
+    proc = run_gpuctl("-o", "json", "cluster", "create", "--name", "mig", "--gpu", "a100-40gb", "--nodes", "2",
+                      "--nodegroup-name", "a100", "--nfd", "operator", env=env)
     assert proc.returncode == 0, proc.stderr
+    assert "install-nfd" not in [s["step"] for s in json.loads(proc.stdout)["steps"]]
     proc = run_gpuctl("nodegroup", "add", "--cluster", "mig", "--name", "t4", "--gpu", "t4", env=env)
     assert proc.returncode == 0, proc.stderr
     yield env
     assert run_gpuctl("cluster", "delete", "--name", "mig", "--yes", env=env).returncode == 0
+
+
+def test_operator_owns_nfd(mig_env: dict[str, str]) -> None:
+    from kubernetes import client, config
+
+    apps = client.AppsV1Api(config.new_client_from_config(mig_env["KUBECONFIG"]))
+    nfd = [d.metadata.name for d in apps.list_daemon_set_for_all_namespaces().items if "feature-discovery" in d.metadata.name
+           and d.metadata.name != "gpu-feature-discovery"]
+    assert nfd == ["gpu-operator-node-feature-discovery-worker"]
 
 
 def node_labels(env: dict[str, str]) -> dict[str, dict[str, str]]:
