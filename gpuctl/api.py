@@ -7,41 +7,48 @@ from pathlib import Path
 from gpuctl.kubeconfig import remove_context
 from gpuctl.platform import PlatformResult, PlatformSpec, apply_platform
 from gpuctl.providers import get_provider
-from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
+from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
 
 __all__ = ["PlatformResult", "PlatformSpec", "apply_platform", "delete_cluster", "list_clusters", "add_node_group",
-           "scale_node_group", "delete_node_group", "get_node_group", "list_node_groups"]
+           "scale_node_group", "delete_node_group", "get_node_group", "list_node_groups", "CloudOptions"]
 
 
-def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None) -> Change:
+def _provider(cloud: str, options: CloudOptions | None) -> Provider:
+    provider = get_provider(cloud, options)
+    provider.check_credentials()
+    return provider
+
+
+def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None,
+                   options: CloudOptions | None = None) -> Change:
     """Delete the cluster and remove its context from the kubeconfig it was merged into."""
-    provider = get_provider(cloud)
-    context = provider.kubeconfig(name)["current-context"]
+    provider = _provider(cloud, options)
     change = provider.delete_cluster(name)
-    remove_context(context, kubeconfig)
+    remove_context(provider.context_name(name), kubeconfig)
     return change
 
 
-def list_clusters(cloud: str) -> list[ClusterInfo]:
-    return get_provider(cloud).list_clusters()
+def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[ClusterInfo]:
+    return _provider(cloud, options).list_clusters()
 
 
-def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec) -> Change:
-    return get_provider(cloud).ensure_node_group(cluster, spec)
+def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None) -> Change:
+    return _provider(cloud, options).ensure_node_group(cluster, spec)
 
 
-def scale_node_group(cloud: str, cluster: str, name: str, nodes: int) -> Change:
-    return get_provider(cloud).scale_node_group(cluster, name, nodes)
+def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: CloudOptions | None = None) -> Change:
+    return _provider(cloud, options).scale_node_group(cluster, name, nodes)
 
 
-def delete_node_group(cloud: str, cluster: str, name: str) -> Change:
-    return get_provider(cloud).delete_node_group(cluster, name)
+def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None) -> Change:
+    return _provider(cloud, options).delete_node_group(cluster, name)
 
 
-def get_node_group(cloud: str, cluster: str, name: str) -> NodeGroupInfo | None:
-    return get_provider(cloud).get_node_group(cluster, name)
+def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None) -> NodeGroupInfo | None:
+    return _provider(cloud, options).get_node_group(cluster, name)
 
 
-def list_node_groups(cloud: str, cluster: str) -> list[NodeGroupInfo]:
-    return get_provider(cloud).list_node_groups(cluster)
+def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None) -> list[NodeGroupInfo]:
+    return _provider(cloud, options).list_node_groups(cluster)

@@ -17,6 +17,7 @@ from gpuctl.kubeconfig import write_kubeconfig
 from gpuctl.mig import mig_parted_config
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change
+from gpuctl.providers.options import CloudOptions
 from gpuctl.sharing import CONFIG_LABEL, Sharing, render_plugin_config
 from gpuctl.spec import ClusterSpec
 from gpuctl.stack.helm import HelmTarget, ensure_release
@@ -42,6 +43,7 @@ class PlatformSpec:
     sharing: Sharing
     smoke_image: str = SMOKE_IMAGE
     validate: bool = True
+    options: CloudOptions = field(default_factory=CloudOptions)
 
 
 @dataclass
@@ -52,13 +54,14 @@ class PlatformResult:
 
 
 def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter) -> PlatformResult:
-    provider = get_provider(spec.cluster.cloud)
+    provider = get_provider(spec.cluster.cloud, spec.options)
     name = spec.cluster.name
     result = PlatformResult()
 
     def step(title: str, action) -> None:  # noqa: ANN001 - Callable[[], Change]
         result.steps.append(run_step(title, action, report))
 
+    provider.check_credentials()  # exit 3 with the fix before anything is touched
     step("ensure-cluster", lambda: provider.ensure_cluster(name))
     for group in spec.cluster.node_groups:
         step(f"ensure-nodegroup/{group.name}", lambda g=group: provider.ensure_node_group(name, g))
@@ -74,6 +77,8 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     v1 = core(client)
     selectors = {g.name: provider.node_selector(g.name) for g in spec.cluster.node_groups}
 
+    for title, action in provider.cluster_steps(name, client):
+        step(title, action)
     for group, selector in selectors.items():
         step(f"configure-nodes/{group}", lambda s=selector: configure_nodes(v1, s, spec.sharing, spec.stack.taints))
     changed_keys: set[str] = set()

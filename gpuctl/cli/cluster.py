@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
-from gpuctl.cli.options import Cloud, Gpu, GpusPerNode, Nodes, Yes
+from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, InstanceType, Keypair, MaxNodes, MinNodes,
+                                NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Template, Yes, cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.output import emit, info
 from gpuctl.steps import StepResult
@@ -39,6 +40,21 @@ def create(
     mig_strategy: Annotated[str, typer.Option("--mig-strategy", help="GPU Operator MIG strategy: mixed or single.")] = "mixed",
     smoke_image: Annotated[Optional[str], typer.Option("--smoke-image", help="CUDA smoke-test image.")] = None,
     validate: Annotated[bool, typer.Option("--validate/--no-validate", help="Run the CUDA smoke test at the end.")] = True,
+    region: Region = None,
+    os_cloud: OsCloud = None,
+    profile: Profile = None,
+    template: Template = None,
+    flavor: Flavor = None,
+    keypair: Keypair = None,
+    instance_type: InstanceType = None,
+    ami_type: AmiType = None,
+    node_role: NodeRole = None,
+    subnet: Subnets = None,
+    min_nodes: MinNodes = None,
+    max_nodes: MaxNodes = None,
+    kubernetes_version: Annotated[Optional[str], typer.Option("--kubernetes-version", help="EKS: Kubernetes version of a new cluster.")] = None,
+    karpenter: Annotated[bool, typer.Option("--karpenter", help="EKS: also apply a Karpenter GPU NodePool and EC2NodeClass.")] = False,
+    exec_auth: Annotated[bool, typer.Option("--exec-auth", help="EKS: kubeconfig with the aws exec plugin instead of a token.")] = False,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl import api
@@ -59,17 +75,21 @@ def create(
     group = node_group_from_flags(nodegroup_name, gpu, nodes, gpus_per_node, name_field="--nodegroup-name")
     share = sharing_from_flags(slices, sharing)
     taints = tuple(parse_taint(t) for t in taint) if taint else DEFAULT_GPU_TAINTS
-    provider = get_provider(cloud)
+    options = cloud_options(region, os_cloud, profile, template=template, flavor=flavor, keypair=keypair,
+                            instance_type=instance_type, ami_type=ami_type, node_role=node_role, subnets=subnet,
+                            min_nodes=min_nodes, max_nodes=max_nodes, kubernetes_version=kubernetes_version,
+                            karpenter=karpenter, exec_auth=exec_auth)
+    provider = get_provider(cloud, options)
     stack = check_stack(StackSpec(charts=charts or provider.default_charts, nfd=nfd, driver=not provider.ships_driver,
                                   toolkit=not provider.ships_driver, mig_strategy=mig_strategy, taints=taints))
     chart_ref(GPU_OPERATOR, stack.charts)
     spec = api.PlatformSpec(ClusterSpec(name=name, cloud=cloud, node_groups=(group,)), stack, share,
-                        smoke_image=smoke_image or SMOKE_IMAGE, validate=validate)
+                        smoke_image=smoke_image or SMOKE_IMAGE, validate=validate, options=options)
 
     result = api.apply_platform(spec, opts.kubeconfig, report=print_step)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
-    groups = [asdict(g) for g in api.list_node_groups(cloud, name)]
+    groups = [asdict(g) for g in api.list_node_groups(cloud, name, options)]
     if opts.output == "table":
         emit(groups, opts.output, NODEGROUP_COLUMNS)
     else:
@@ -79,23 +99,26 @@ def create(
 
 
 @app.command("list")
-def list_(ctx: typer.Context, cloud: Cloud = "sim") -> None:
+def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
+          profile: Profile = None) -> None:
     """List clusters of a provider."""
     from gpuctl import api
     from gpuctl.providers import check_cloud
 
     check_cloud(cloud)
-    rows = [asdict(c) for c in api.list_clusters(cloud)]
+    rows = [asdict(c) for c in api.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, ("name", "cloud", "status", "endpoint", "kubernetes_version"))
 
 
 @app.command()
-def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = False) -> None:
+def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = False, region: Region = None,
+           os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Delete a cluster and everything gpuctl made for it, and drop its kubeconfig context."""
     from gpuctl import api
     from gpuctl.providers import check_cloud
 
     check_cloud(cloud)
+    options = cloud_options(region, os_cloud, profile)
     confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?")
-    change = api.delete_cluster(cloud, name, settings(ctx).kubeconfig)
+    change = api.delete_cluster(cloud, name, settings(ctx).kubeconfig, options)
     info(f"cluster {name!r} {change.value}")

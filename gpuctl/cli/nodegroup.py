@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from gpuctl.cli.options import Cloud, ClusterName, Gpu, GpusPerNode, Nodes, Yes
+from gpuctl.cli.options import (AmiType, Cloud, ClusterName, Flavor, Gpu, GpusPerNode, InstanceType, Keypair, MaxNodes,
+                                MinNodes, NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Yes, cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.output import emit, info
 
@@ -27,20 +28,27 @@ def _checked(cloud: str, cluster: str) -> None:
 
 @app.command()
 def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: Nodes = 1,
-        gpus_per_node: GpusPerNode = None, cloud: Cloud = "sim") -> None:
+        gpus_per_node: GpusPerNode = None, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
+        profile: Profile = None, flavor: Flavor = None, keypair: Keypair = None, instance_type: InstanceType = None,
+        ami_type: AmiType = None, node_role: NodeRole = None, subnet: Subnets = None, min_nodes: MinNodes = None,
+        max_nodes: MaxNodes = None) -> None:
     """Add a GPU node group (or converge an existing one to these values)."""
     from gpuctl import api
     from gpuctl.spec import node_group_from_flags
 
     _checked(cloud, cluster)
     spec = node_group_from_flags(name, gpu, nodes, gpus_per_node)
-    change = api.add_node_group(cloud, cluster, spec)
+    options = cloud_options(region, os_cloud, profile, flavor=flavor, keypair=keypair, instance_type=instance_type,
+                            ami_type=ami_type, node_role=node_role, subnets=subnet, min_nodes=min_nodes,
+                            max_nodes=max_nodes)
+    change = api.add_node_group(cloud, cluster, spec, options)
     info(f"node group {name!r}: {change.value}")
-    _show(ctx, cloud, cluster, name)
+    _show(ctx, cloud, cluster, name, options)
 
 
 @app.command()
-def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cloud: Cloud = "sim") -> None:
+def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cloud: Cloud = "sim",
+          region: Region = None, os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Change the number of nodes of a node group."""
     from gpuctl import api
     from gpuctl.naming import check_count, check_name
@@ -48,13 +56,15 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cl
     _checked(cloud, cluster)
     check_name(name, "--name")
     check_count(nodes, "--nodes")
-    change = api.scale_node_group(cloud, cluster, name, nodes)
+    options = cloud_options(region, os_cloud, profile)
+    change = api.scale_node_group(cloud, cluster, name, nodes, options)
     info(f"node group {name!r}: {change.value}")
-    _show(ctx, cloud, cluster, name)
+    _show(ctx, cloud, cluster, name, options)
 
 
 @app.command()
-def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = "sim", yes: Yes = False) -> None:
+def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = "sim", yes: Yes = False,
+           region: Region = None, os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Delete a node group and its nodes."""
     from gpuctl import api
     from gpuctl.naming import check_name
@@ -62,22 +72,23 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
     _checked(cloud, cluster)
     check_name(name, "--name")
     confirm_or_refuse(yes, f"Delete node group {name!r} of cluster {cluster!r}?")
-    change = api.delete_node_group(cloud, cluster, name)
+    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile))
     info(f"node group {name!r}: {change.value}")
 
 
 @app.command("list")
-def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim") -> None:
+def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region: Region = None,
+          os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """List the GPU node groups of a cluster."""
     from gpuctl import api
 
     _checked(cloud, cluster)
-    rows = [asdict(g) for g in api.list_node_groups(cloud, cluster)]
+    rows = [asdict(g) for g in api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, COLUMNS)
 
 
-def _show(ctx: typer.Context, cloud: str, cluster: str, name: str) -> None:
+def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: object) -> None:
     from gpuctl import api
 
-    group = api.get_node_group(cloud, cluster, name)
+    group = api.get_node_group(cloud, cluster, name, options)  # type: ignore[arg-type]
     emit([asdict(group)] if group else [], settings(ctx).output, COLUMNS)

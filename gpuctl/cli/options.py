@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-Cloud = Annotated[str, typer.Option("--cloud", help="Provider: sim (a local simulated GPU cluster).")]
+Cloud = Annotated[str, typer.Option("--cloud", help="Provider: sim (a local simulated GPU cluster), openstack (Magnum) or eks.")]
 ClusterName = Annotated[str, typer.Option("--cluster", help="Cluster name.")]
 Nodes = Annotated[int, typer.Option("--nodes", help="Number of GPU nodes.")]
 GpusPerNode = Annotated[
@@ -14,3 +14,28 @@ GpusPerNode = Annotated[
 ]
 Gpu = Annotated[str, typer.Option("--gpu", help="GPU model from 'gpuctl gpus' (t4, a100-40gb, ...).")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+# Cloud-specific options, shared by every command that talks to a cloud (see gpuctl.providers.options).
+Region = Annotated[Optional[str], typer.Option("--region", help="Cloud region (EKS, OpenStack).")]
+OsCloud = Annotated[Optional[str], typer.Option("--os-cloud", help="OpenStack: clouds.yaml entry (else OS_CLOUD or OS_* variables).")]
+Profile = Annotated[Optional[str], typer.Option("--profile", help="AWS: named profile (else the standard credential chain).")]
+
+
+def cloud_options(region: str | None = None, os_cloud: str | None = None, profile: str | None = None,
+                  **more: object):  # noqa: ANN201 - gpuctl.providers.options.CloudOptions
+    """CloudOptions from flags; a flag the cloud does not use is refused when the provider is made."""
+    from gpuctl.providers.options import CloudOptions
+
+    given = {k: v for k, v in more.items() if v not in (None, False, [], ())}
+    if "subnets" in given:
+        given["subnets"] = tuple(given["subnets"])  # type: ignore[arg-type]
+    return CloudOptions(region=region, os_cloud=os_cloud, profile=profile, **given)  # type: ignore[arg-type]
+Template = Annotated[Optional[str], typer.Option("--template", help="OpenStack: Magnum cluster template to create from.")]
+Flavor = Annotated[Optional[str], typer.Option("--flavor", help="OpenStack: GPU node flavor (default: site config, then catalog).")]
+Keypair = Annotated[Optional[str], typer.Option("--keypair", help="OpenStack: Nova keypair for the nodes.")]
+InstanceType = Annotated[Optional[str], typer.Option("--instance-type", help="EKS: GPU instance type (default: from the catalog).")]
+AmiType = Annotated[Optional[str], typer.Option("--ami-type", help="EKS: AL2023_x86_64_NVIDIA (default) or BOTTLEROCKET_x86_64_NVIDIA.")]
+NodeRole = Annotated[Optional[str], typer.Option("--node-role", help="EKS: node IAM role ARN (default: created with the managed policies it needs).")]
+Subnets = Annotated[Optional[list[str]], typer.Option("--subnet", help="EKS: subnet id for the nodes (repeatable).")]
+MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", help="Autoscaler minimum (default: --nodes).")]
+MaxNodes = Annotated[Optional[int], typer.Option("--max-nodes", help="Autoscaler maximum (default: --nodes).")]

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from gpuctl.errors import UsageError
 
+from gpuctl.providers.options import CloudOptions, check_options
+
 if TYPE_CHECKING:
     from gpuctl.providers.base import Provider
 
@@ -23,7 +25,7 @@ def check_cloud(cloud: str, field: str = "--cloud") -> str:
     return cloud
 
 
-def get_provider(cloud: str, field: str = "--cloud") -> Provider:
-    """Instantiate the provider for `cloud` (importing its SDK only now)."""
+def get_provider(cloud: str, options: CloudOptions | None = None, field: str = "--cloud") -> Provider:
+    """Instantiate the provider for `cloud` (importing its SDK only now) with its options."""
     module, cls = PROVIDERS[check_cloud(cloud, field)].split(":")
-    return getattr(import_module(module), cls)()
+    return getattr(import_module(module), cls)(check_options(cloud, options or CloudOptions()))

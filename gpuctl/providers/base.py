@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuctl.spec import NodeGroupSpec
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 
 class Change(str, Enum):
@@ -40,9 +44,19 @@ class NodeGroupInfo:
 
 
 class Provider(Protocol):
+    """Constructed with a CloudOptions; translates its SDK's exceptions to gpuctl errors at this boundary."""
+
     cloud: str
     default_charts: str  # where NFD and GPU Operator charts come from: upstream | bundled
     ships_driver: bool  # the node image has the NVIDIA driver and toolkit: the operator must not install them
+
+    def check_credentials(self) -> None:
+        """Raise CredentialsError (exit 3) with the fix when credentials are missing or wrong."""
+        ...
+
+    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
+        """Provider-specific steps run once the kubeconfig works (EKS: Karpenter NodePool)."""
+        ...
 
     def ensure_cluster(self, name: str) -> Change: ...
 
@@ -61,6 +75,10 @@ class Provider(Protocol):
     def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]: ...
 
     def delete_node_group(self, cluster: str, name: str) -> Change: ...
+
+    def context_name(self, cluster: str) -> str:
+        """The kubeconfig context (and cluster and user) name gpuctl writes for the cluster."""
+        ...
 
     def node_selector(self, nodegroup: str) -> str:
         """The label selector of a node group's nodes in the cluster."""

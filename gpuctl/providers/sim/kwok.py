@@ -94,7 +94,7 @@ class KwokCluster:
         doc = yaml.safe_load(self.kubeconfig_path.read_text())
         return doc["clusters"][0]["cluster"]["server"]
 
-    def _kwokctl(self, *args: str) -> None:
+    def _kwokctl(self, *args: str, apiserver_args: dict[str, str] | None = None) -> None:
         tools = {t.name: t.path for t in ensure_tools(SIM_TOOLS, info)}
         env = dict(
             os.environ,
@@ -110,7 +110,7 @@ class KwokCluster:
             config.parent.mkdir(parents=True, exist_ok=True)
             config.write_text(render_template(
                 "sim/kwokctl.yaml.j2", kube_version=KUBERNETES_VERSION, ports=_free_ports(),
-                binaries={n: str(p.resolve()) for n, p in tools.items()}))
+                binaries={n: str(p.resolve()) for n, p in tools.items()}, apiserver_args=apiserver_args or {}))
             config_args = ["--config", str(config)]
         command = [str(tools["kwokctl"]), "--name", self.name, *config_args, *args]
         log.info("running %s (KWOK_WORKDIR=%s)", " ".join(command), env["KWOK_WORKDIR"])
@@ -121,8 +121,9 @@ class KwokCluster:
             raise ClusterError(f"kwokctl {' '.join(args)} failed: {lines[-1] if lines else proc.returncode}",
                                f"component logs are in {self.dir / 'logs'}")
 
-    def create(self) -> None:
-        self._kwokctl("create", "cluster")
+    def create(self, apiserver_args: dict[str, str] | None = None) -> None:
+        """Start a new control plane; `apiserver_args` adds kube-apiserver flags (e.g. a token webhook)."""
+        self._kwokctl("create", "cluster", apiserver_args=apiserver_args)
 
     def start(self) -> None:
         self._kwokctl("start", "cluster")

@@ -22,21 +22,18 @@ from gpuctl.kube.client import api_client, api_error, core, wait_for_api
 from gpuctl.kube.nodes import WORKERS
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.providers.options import CloudOptions
 from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
 from gpuctl.providers.sim.nodes import node_name, render_node, render_system_node
 from gpuctl.spec import NodeGroupSpec
 from gpuctl.tools.pins import KUBERNETES_VERSION
 
 if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api, V1Node
+    from kubernetes.client import ApiClient, CoreV1Api, V1Node
 
 API_TIMEOUT_S = 120.0
 IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.GPUS_PER_NODE, L.MANAGED_BY)
 NODES_READY_TIMEOUT_S = 120.0
-
-
-def context_name(cluster: str) -> str:
-    return f"gpuctl-sim-{cluster}"
 
 
 def _ready(node: V1Node) -> bool:
@@ -54,6 +51,17 @@ class SimProvider:
     default_charts = "bundled"  # the project's stand-in charts: nothing to pull, no real GPUs to drive
     ships_driver = True
 
+    def __init__(self, options: CloudOptions | None = None, apiserver_args: dict[str, str] | None = None) -> None:
+        self.options = options or CloudOptions()
+        # Extra kube-apiserver flags, for clusters that stand in for a cloud's (the test emulators).
+        self.apiserver_args = apiserver_args
+
+    def check_credentials(self) -> None:
+        """A local simulation needs none."""
+
+    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
+        return []
+
     # -- clusters -------------------------------------------------------------------------
 
     def ensure_cluster(self, name: str) -> Change:
@@ -67,7 +75,7 @@ class SimProvider:
             kwok.ensure_operator()
             return Change.STARTED
         try:
-            kwok.create()
+            kwok.create(self.apiserver_args)
             self._wait_for_api(kwok)
             self._ensure_system_node(kwok)
             kwok.ensure_operator()
@@ -83,6 +91,9 @@ class SimProvider:
             v1.create_node(render_system_node(), field_manager=L.MANAGER)
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, "creating the system node") from None
+
+    def context_name(self, cluster: str) -> str:
+        return f"gpuctl-sim-{cluster}"
 
     def node_selector(self, nodegroup: str) -> str:
         return f"{L.NODEGROUP}={nodegroup}"
@@ -115,7 +126,7 @@ class SimProvider:
         _embed(cluster_entry, "certificate-authority")
         _embed(user_entry, "client-certificate")
         _embed(user_entry, "client-key")
-        name = context_name(cluster)
+        name = self.context_name(cluster)
         return {
             "apiVersion": "v1",
             "kind": "Config",
