@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 # cloud name -> "module:class"; only clouds that work are listed.
 PROVIDERS: dict[str, str] = {
     "sim": "gpuctl.providers.sim.provider:SimProvider",
+    "openstack": "gpuctl.providers.openstack.provider:MagnumProvider",
+    "eks": "gpuctl.providers.eks.provider:EksProvider",
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import SIM_TOOLS
 from tests.conftest import run_gpuctl
@@ -40,6 +41,9 @@ def sim_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         patch.setenv("GPUCTL_STATE_DIR", str(root / "state"))
         patch.setenv("KUBECONFIG", str(root / "kube" / "config"))
         yield dict(os.environ)
+        # A test that failed half-way may leave a cluster: no process outlives the session.
+        for name in cluster_names():
+            KwokCluster(name).delete()
 
 
 @pytest.fixture(scope="session")
