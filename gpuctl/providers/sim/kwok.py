@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import yaml
 from gpuctl.errors import ClusterError
 from gpuctl.output import info
 from gpuctl.paths import state_dir
+from gpuctl.resources import data_dir
 from gpuctl.templating import render_template
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION, SIM_TOOLS
@@ -124,6 +126,21 @@ class KwokCluster:
     def create(self, apiserver_args: dict[str, str] | None = None) -> None:
         """Start a new control plane; `apiserver_args` adds kube-apiserver flags (e.g. a token webhook)."""
         self._kwokctl("create", "cluster", apiserver_args=apiserver_args)
+        self._add_stages()
+
+    def _add_stages(self) -> None:
+        """Append gpuctl's Stage to the default ones kwokctl saved, and restart the kwok controller
+        to load them (supplying any Stage at create time would replace kwok's defaults instead)."""
+        config = self.dir / "kwok.yaml"
+        config.write_text(config.read_text().rstrip() + "\n---\n" + (data_dir("templates") / "sim" / "stages.yaml").read_text())
+        pid = self.pids().get("kwok-controller")
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.05)
+        # kwokctl skips a component whose pid still exists, and a zombie's does until it is reaped.
+        (self.dir / "pids" / "kwok-controller.pid").unlink(missing_ok=True)
+        self._kwokctl("start", "cluster")
 
     def start(self) -> None:
         self._kwokctl("start", "cluster")

@@ -42,7 +42,7 @@ SETTINGS_CONFIGMAP = "gpu-operator-sim-settings"
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
 LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod loaded, and when
 MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
-RAN = "sim.gpuctl.dev/cuda-ran"
+EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stage (templates/sim/stages.yaml)
 MIG_STATE = "nvidia.com/mig.config.state"
 MIG_CONFIG = "nvidia.com/mig.config"
 CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
@@ -191,7 +191,7 @@ class SimOperator:
 
     def _run_cuda_samples(self) -> None:
         for pod in self.v1.list_pod_for_all_namespaces(field_selector="status.phase=Running").items:
-            if (pod.metadata.annotations or {}).get(RAN) or not pod.spec.node_name:
+            if EXIT_CODE in (pod.metadata.annotations or {}) or not pod.spec.node_name:
                 continue
             container = pod.spec.containers[0]
             match = CUDA_SAMPLE.match(container.image or "")
@@ -209,6 +209,7 @@ class SimOperator:
             self._finish(pod, container.name, lines, code)
 
     def _finish(self, pod: Any, container: str, lines: list[str], code: int) -> None:
+        """Write the container log, serve it through a kwok Logs object, and report the exit code."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.logs.mkdir(parents=True, exist_ok=True)
         logfile = self.logs / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid}.log"
@@ -223,22 +224,10 @@ class SimOperator:
             if getattr(exc, "status", None) != 409:
                 raise
             self.custom.patch_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
-                                                       "logs", pod.metadata.name, body)
+                                                       "logs", pod.metadata.name, body, _content_type=MERGE_PATCH)
+        # The outcome itself is kwok's to give: its Stage completes the pod from this annotation.
         self.v1.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                     {"metadata": {"annotations": {RAN: str(code)}}}, _content_type=MERGE_PATCH)
-        statuses = []
-        for status in pod.status.container_statuses or []:
-            statuses.append({"name": status.name, "image": status.image, "imageID": status.image_id or "",
-                             "ready": False, "restartCount": status.restart_count or 0, "started": False,
-                             "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                                      "startedAt": now, "finishedAt": now}}})
-        phase = "Succeeded" if code == 0 else "Failed"
-        conditions = [{"type": t, "status": "False", "lastTransitionTime": now, "reason": "PodCompleted"}
-                      for t in ("Ready", "ContainersReady")]
-        self.v1.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace,
-                                            {"status": {"phase": phase, "containerStatuses": statuses,
-                                                        "conditions": conditions}},
-                                            _content_type="application/strategic-merge-patch+json")
+                                     {"metadata": {"annotations": {EXIT_CODE: str(code)}}}, _content_type=MERGE_PATCH)
 
 
 PASSED_LOG = [
