@@ -223,6 +223,11 @@ def plan_rows(layout: MigLayout, model: GpuModel) -> list[dict[str, object]]:
             for p in place(layout.profiles, model)]
 
 
+def resource_name(profile: str) -> str:
+    """The extended resource the device plugin advertises for a MIG profile (mixed strategy)."""
+    return f"nvidia.com/mig-{_label_safe(profile)}"
+
+
 def _label_safe(text: str) -> str:
     # "+" is not allowed in label values or resource names; upstream spells 1g.5gb+me as 1g.5gb.me,
     # which cannot collide because "." never follows "gb" in a profile name.
@@ -304,4 +309,4 @@ def advertised_resources(layout: MigLayout, gpus: int, strategy: str) -> dict[st
             raise UsageError("--strategy", f"single needs one profile per GPU, layout has {_and(list(counts))}",
                              "use --strategy mixed")
         return {"nvidia.com/gpu": len(layout.profiles) * gpus}
-    return {"nvidia.com/gpu": 0, **{f"nvidia.com/mig-{_label_safe(p)}": n * gpus for p, n in counts.items()}}
+    return {"nvidia.com/gpu": 0, **{resource_name(p): n * gpus for p, n in counts.items()}}
