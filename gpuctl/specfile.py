@@ -1,0 +1,317 @@
+"""The declarative input: `kind: GpuCluster` files, read strictly, defaulted, then validated.
+
+Three passes, as eksctl does: `parse` reads the YAML strictly (unknown keys are errors with the
+field path and a did-you-mean), `apply_defaults` fills what was left out, `validate` checks every
+value against the catalog, label syntax, taint effects and each GPU's MIG geometry. All three are
+pure: nothing here talks to a cloud or a cluster.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.errors import UsageError
+from gpuctl.mig import MigLayout, parse_layout
+from gpuctl.naming import check_count, check_name
+from gpuctl.providers.options import ALLOWED, CloudOptions
+from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing
+from gpuctl.spec import MAX_GPUS_PER_NODE
+from gpuctl.stack.values import MIG_STRATEGIES, NFD_OWNERS
+from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
+from gpuctl.tenants import Tenant, tenant_from_flags
+from gpuctl.validate import SMOKE_IMAGE
+
+API_VERSION = "gpuctl.dev/v1alpha1"
+KIND = "GpuCluster"
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_KIND_NAMES = {int: "an integer", str: "a string", bool: "a boolean"}
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+@dataclass(frozen=True)
+class NodeGroupDoc:
+    name: str
+    gpu: str
+    nodes: int
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    gpus_per_node: int | None = None
+    sharing: Sharing = NO_SHARING
+    mig_layout: str | None = None
+    taints: tuple[str, ...] | None = None  # None: the default GPU taint
+    labels: dict[str, str] = field(default_factory=dict)
+    flavor: str | None = None
+    instance_type: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuClusterDoc:
+    name: str
+    cloud: str
+    options: CloudOptions
+    node_groups: tuple[NodeGroupDoc, ...]
+    charts: str | None = None
+    nfd: str = "standalone"
+    mig_strategy: str = "mixed"
+    smoke_image: str = SMOKE_IMAGE
+    validate: bool = True
+    karpenter: bool = False
+    tenants: tuple[Tenant, ...] = ()
+
+
+@dataclass(frozen=True)
+class ValidGroup:
+    """A node group after validation: catalog model, taints and MIG layout resolved."""
+
+    doc: NodeGroupDoc
+    gpu: GpuModel
+    gpus_per_node: int
+    taints: tuple[Taint, ...]
+    mig: MigLayout | None
+
+
+# -- pass 1: strict reading ---------------------------------------------------------------
+
+
+def _mapping(value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UsageError(path or "(document)", f"must be a mapping, got {type(value).__name__}",
+                         f"write the keys {', '.join(allowed)}")
+    for key in value:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"use one of: {', '.join(allowed)}"
+            raise UsageError(where, "unknown key", hint)
+    for key in required:
+        if value.get(key) is None:
+            raise UsageError(f"{path}.{key}" if path else key, "is required", "add it")
+    return value
+
+
+def _typed(value: Any, path: str, kind: type, example: str) -> Any:
+    if value is None:
+        return None
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise UsageError(path, f"must be {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}", f"e.g. {example}")
+    return value
+
+
+def _str_list(value: Any, path: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise UsageError(path, f"must be a list, got {type(value).__name__}", "write a YAML list")
+    return tuple(_typed(v, f"{path}[{i}]", str, "nvidia.com/gpu=true:NoSchedule") for i, v in enumerate(value))
+
+
+def _str_map(value: Any, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(path, f"must be a mapping, got {type(value).__name__}", "write key: value pairs")
+    for key, item in value.items():
+        _typed(item, f"{path}.{key}", str, '"a"  (quote numbers and booleans)')
+    return {str(k): v for k, v in value.items()}
+
+
+def _sharing(value: Any, path: str) -> tuple[Sharing, str | None]:
+    if value is None:
+        return NO_SHARING, None
+    doc = _mapping(value, path, ("timeSlicing", "mps", "mig"))
+    if len(doc) != 1:
+        raise UsageError(path, f"set exactly one of timeSlicing, mps, mig (got {len(doc)})", "choose one strategy")
+    (kind, body), = doc.items()
+    where = f"{path}.{kind}"
+    if kind == "mig":
+        mig = _mapping(body, where, ("layout",), ("layout",))
+        return NO_SHARING, _typed(mig["layout"], f"{where}.layout", str, "3g.20gb-2x2g.10gb")
+    replicas = _mapping(body, where, ("replicas",), ("replicas",))["replicas"]
+    _typed(replicas, f"{where}.replicas", int, "4")
+    if not 2 <= replicas <= MAX_REPLICAS:
+        raise UsageError(f"{where}.replicas", f"must be between 2 and {MAX_REPLICAS}, got {replicas}", "e.g. 4")
+    return Sharing("time-slicing" if kind == "timeSlicing" else "mps", replicas), None
+
+
+def _node_group(value: Any, path: str) -> NodeGroupDoc:
+    doc = _mapping(value, path, ("name", "gpu", "nodes", "minNodes", "maxNodes", "gpusPerNode", "sharing", "taints",
+                                 "labels", "flavor", "instanceType"), ("name", "gpu", "nodes"))
+    sharing, mig = _sharing(doc.get("sharing"), f"{path}.sharing")
+    return NodeGroupDoc(
+        name=_typed(doc["name"], f"{path}.name", str, "inference"),
+        gpu=_typed(doc["gpu"], f"{path}.gpu", str, "t4"),
+        nodes=_typed(doc["nodes"], f"{path}.nodes", int, "2"),
+        min_nodes=_typed(doc.get("minNodes"), f"{path}.minNodes", int, "1"),
+        max_nodes=_typed(doc.get("maxNodes"), f"{path}.maxNodes", int, "4"),
+        gpus_per_node=_typed(doc.get("gpusPerNode"), f"{path}.gpusPerNode", int, "1"),
+        sharing=sharing,
+        mig_layout=mig,
+        taints=_str_list(doc.get("taints"), f"{path}.taints"),
+        labels=_str_map(doc.get("labels"), f"{path}.labels"),
+        flavor=_typed(doc.get("flavor"), f"{path}.flavor", str, "g2.5xlarge"),
+        instance_type=_typed(doc.get("instanceType"), f"{path}.instanceType", str, "g4dn.xlarge"),
+    )
+
+
+_PROVIDER_KEYS = {"cloud": "cloud", "region": "region", "osCloud": "os_cloud", "template": "template",
+                  "keypair": "keypair", "profile": "profile", "amiType": "ami_type", "nodeRole": "node_role",
+                  "subnets": "subnets", "kubernetesVersion": "kubernetes_version"}
+
+
+def parse(doc: Any) -> GpuClusterDoc:
+    """Read a GpuCluster document strictly; no defaults beyond the dataclasses', no catalog checks."""
+    top = _mapping(doc, "", ("apiVersion", "kind", "metadata", "spec"), ("apiVersion", "kind", "metadata", "spec"))
+    if top["apiVersion"] != API_VERSION:
+        raise UsageError("apiVersion", f"unsupported {top['apiVersion']!r}", f"use {API_VERSION}")
+    if top["kind"] != KIND:
+        raise UsageError("kind", f"unsupported {top['kind']!r}", f"use {KIND}")
+    name = _typed(_mapping(top["metadata"], "metadata", ("name",), ("name",))["name"], "metadata.name", str, "demo")
+    spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "tenants"),
+                    ("provider", "nodeGroups"))
+    provider = _mapping(spec["provider"], "spec.provider", tuple(_PROVIDER_KEYS), ("cloud",))
+    options: dict[str, Any] = {}
+    for key, attr in _PROVIDER_KEYS.items():
+        if key == "subnets":
+            subnets = _str_list(provider.get(key), f"spec.provider.{key}")
+            if subnets:
+                options["subnets"] = subnets
+        elif key != "cloud" and provider.get(key) is not None:
+            options[attr] = _typed(provider[key], f"spec.provider.{key}", str, "a name")
+    groups = spec["nodeGroups"]
+    if not isinstance(groups, list) or not groups:
+        raise UsageError("spec.nodeGroups", "must be a non-empty list", "add at least one GPU node group")
+    operator = _mapping(spec.get("gpuOperator") or {}, "spec.gpuOperator",
+                        ("charts", "nfd", "migStrategy", "smokeImage", "validate"))
+    karpenter = _mapping(spec.get("karpenter") or {}, "spec.karpenter", ("enabled",))
+    tenants = spec.get("tenants") or []
+    if not isinstance(tenants, list):
+        raise UsageError("spec.tenants", "must be a list", "write one entry per team")
+    return GpuClusterDoc(
+        name=name,
+        cloud=_typed(provider["cloud"], "spec.provider.cloud", str, "sim"),
+        options=CloudOptions(**options),
+        node_groups=tuple(_node_group(g, f"spec.nodeGroups[{i}]") for i, g in enumerate(groups)),
+        charts=_typed(operator.get("charts"), "spec.gpuOperator.charts", str, "upstream"),
+        nfd=_typed(operator.get("nfd"), "spec.gpuOperator.nfd", str, "standalone") or "standalone",
+        mig_strategy=_typed(operator.get("migStrategy"), "spec.gpuOperator.migStrategy", str, "mixed") or "mixed",
+        smoke_image=_typed(operator.get("smokeImage"), "spec.gpuOperator.smokeImage", str, SMOKE_IMAGE) or SMOKE_IMAGE,
+        validate=True if operator.get("validate") is None else _typed(operator["validate"],
+                                                                      "spec.gpuOperator.validate", bool, "true"),
+        karpenter=bool(_typed(karpenter.get("enabled"), "spec.karpenter.enabled", bool, "true")),
+        tenants=tuple(_tenant(t, f"spec.tenants[{i}]") for i, t in enumerate(tenants)),
+    )
+
+
+def _tenant(value: Any, path: str) -> Tenant:
+    doc = _mapping(value, path, ("name", "gpus", "mig", "group"), ("name",))
+    mig = doc.get("mig") or {}
+    if not isinstance(mig, dict):
+        raise UsageError(f"{path}.mig", "must be a mapping of profile: count", "e.g. mig: {3g.20gb: 2}")
+    for profile, count in mig.items():
+        _typed(count, f"{path}.mig.{profile}", int, "2")
+    try:
+        return tenant_from_flags(_typed(doc["name"], f"{path}.name", str, "team-a"),
+                                 _typed(doc.get("gpus"), f"{path}.gpus", int, "4") or 0,
+                                 [f"{p}={n}" for p, n in mig.items()],
+                                 _typed(doc.get("group"), f"{path}.group", str, "team-a-devs"))
+    except UsageError as err:
+        field_name = {"NAME": "name", "--gpus": "gpus", "--mig": "mig", "--group": "group"}[err.field]
+        raise UsageError(f"{path}.{field_name}", err.message.split(": ", 1)[1], err.hint) from None
+
+
+# -- pass 2: defaults -----------------------------------------------------------------------
+
+
+def apply_defaults(doc: GpuClusterDoc) -> GpuClusterDoc:
+    """Fill what the file left out from the catalog (GPUs per node) and the cloud (chart source)."""
+    groups = []
+    for group in doc.node_groups:
+        model = GPUS.get(group.gpu)
+        per_node = group.gpus_per_node or (model.default_gpus_per_node if model else None)
+        groups.append(replace(group, gpus_per_node=per_node,
+                              taints=group.taints if group.taints is not None else tuple(map(str, DEFAULT_GPU_TAINTS))))
+    charts = doc.charts or ("bundled" if doc.cloud == "sim" else "upstream")
+    return replace(doc, node_groups=tuple(groups), charts=charts)
+
+
+# -- pass 3: validation ---------------------------------------------------------------------
+
+
+def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
+    """Every value against the catalog, label syntax, taint effects and MIG geometry."""
+    check_name(doc.name, "metadata.name")
+    if doc.cloud not in ALLOWED:
+        raise UsageError("spec.provider.cloud", f"unknown cloud {doc.cloud!r}", f"use one of: {', '.join(ALLOWED)}")
+    for attr, value in vars(doc.options).items():
+        if value not in (None, False, ()) and attr not in ALLOWED[doc.cloud]:
+            key = next(k for k, a in _PROVIDER_KEYS.items() if a == attr)
+            raise UsageError(f"spec.provider.{key}", f"not used by cloud {doc.cloud}", "drop it")
+    if doc.nfd not in NFD_OWNERS:
+        raise UsageError("spec.gpuOperator.nfd", f"unknown owner {doc.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
+    if doc.mig_strategy not in MIG_STRATEGIES:
+        raise UsageError("spec.gpuOperator.migStrategy", f"unknown strategy {doc.mig_strategy!r}", "use mixed or single")
+    if doc.karpenter and doc.cloud != "eks":
+        raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud eks, not {doc.cloud}", "drop it")
+    seen: set[str] = set()
+    valid = [_validate_group(doc, g, f"spec.nodeGroups[{i}]", seen) for i, g in enumerate(doc.node_groups)]
+    names = [t.name for t in doc.tenants]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise UsageError(f"spec.tenants[{i}].name", f"duplicate tenant {name!r}", "give each team one entry")
+    return valid
+
+
+def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: set[str]) -> ValidGroup:
+    check_name(group.name, f"{path}.name")
+    if group.name in seen:
+        raise UsageError(f"{path}.name", f"duplicate node group {group.name!r}", "give each node group its own name")
+    seen.add(group.name)
+    model = GPUS.get(group.gpu)
+    if model is None:
+        raise UsageError(f"{path}.gpu", f"unknown GPU {group.gpu!r}", f"use one of: {', '.join(GPUS)}")
+    check_count(group.nodes, f"{path}.nodes")
+    per_node = group.gpus_per_node or model.default_gpus_per_node
+    check_count(per_node, f"{path}.gpusPerNode", maximum=MAX_GPUS_PER_NODE)
+    if group.min_nodes is not None and not 0 <= group.min_nodes <= group.nodes:
+        raise UsageError(f"{path}.minNodes", f"must be between 0 and nodes ({group.nodes}), got {group.min_nodes}",
+                         "lower minNodes or raise nodes")
+    if group.max_nodes is not None and group.max_nodes < group.nodes:
+        raise UsageError(f"{path}.maxNodes", f"must be at least nodes ({group.nodes}), got {group.max_nodes}",
+                         "raise maxNodes")
+    if group.flavor and doc.cloud != "openstack":
+        raise UsageError(f"{path}.flavor", f"only for cloud openstack, not {doc.cloud}", "use instanceType on eks")
+    if group.instance_type and doc.cloud != "eks":
+        raise UsageError(f"{path}.instanceType", f"only for cloud eks, not {doc.cloud}", "use flavor on openstack")
+    for key, value in group.labels.items():
+        if len(key) > 316 or not _LABEL_KEY.match(key):
+            raise UsageError(f"{path}.labels.{key}", "invalid label key", "use a prefix/name key such as team")
+        if len(value) > 63 or not _LABEL_VALUE.match(value):
+            raise UsageError(f"{path}.labels.{key}", f"invalid label value {value!r}",
+                             "use up to 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric")
+    taints = tuple(parse_taint(t, f"{path}.taints[{i}]") for i, t in enumerate(group.taints or ()))
+    mig = parse_layout(group.mig_layout, model, f"{path}.sharing.mig.layout") if group.mig_layout else None
+    return ValidGroup(group, model, per_node, taints, mig)
+
+
+def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
+    """Read, default and validate a GpuCluster file; every error names its field."""
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError("-f", f"cannot read {path}: {exc.strerror}", "pass a readable GpuCluster file") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UsageError("-f", f"{path} is not valid YAML{where}", "fix the syntax") from None
+    doc = apply_defaults(parse(raw))
+    return doc, validate(doc)
