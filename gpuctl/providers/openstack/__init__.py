@@ -1,0 +1,1 @@
+"""OpenStack Magnum: clusters and GPU node groups through openstacksdk's authenticated proxy."""

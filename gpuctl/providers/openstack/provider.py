@@ -1,0 +1,284 @@
+"""MagnumProvider: Kubernetes clusters and GPU node groups on OpenStack Magnum.
+
+Magnum's records are the source of truth (status, node_count, flavor, labels); the Kubernetes API
+is used only to wait until a node group's nodes have joined and are Ready, because the flow labels
+and taints them right after this provider returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.errors import NotFound, UsageError, WaitTimeout
+from gpuctl.output import info
+from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.providers.openstack import certificates
+from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect, wait_for_status
+from gpuctl.providers.openstack.nodegroups import (NODE_LABEL, cluster_body, gpu_for_flavor, is_default, is_managed,
+                                                   nodegroup_body, nodegroup_info, widened)
+from gpuctl.providers.options import CloudOptions
+from gpuctl.site import openstack_flavor
+from gpuctl.spec import NodeGroupSpec
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+CLUSTER_TIMEOUT_S = 3600.0  # Magnum's default create_timeout is 60 minutes
+NODEGROUP_TIMEOUT_S = 1800.0
+NODES_READY_TIMEOUT_S = 900.0
+Json = dict[str, Any]
+
+
+class MagnumProvider:
+    cloud = "openstack"
+    default_charts = "upstream"
+    # Clusters get nvidia_gpu_enabled=true (as at CERN), whose node images carry the NVIDIA driver
+    # and container toolkit: the GPU Operator must not install them again.
+    ships_driver = True
+
+    def __init__(self, options: CloudOptions | None = None) -> None:
+        self.options = options or CloudOptions()
+        self._magnum: MagnumApi | None = None
+        self._kubeconfigs: dict[str, dict[str, Any]] = {}
+
+    @property
+    def api(self) -> MagnumApi:
+        if self._magnum is None:
+            self._magnum = MagnumApi(connect(self.options.os_cloud, self.options.region))
+        return self._magnum
+
+    def check_credentials(self) -> None:
+        self.api.authenticate()
+
+    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
+        return []
+
+    def context_name(self, cluster: str) -> str:
+        return f"gpuctl-openstack-{cluster}"
+
+    def node_selector(self, nodegroup: str) -> str:
+        return f"{NODE_LABEL}={nodegroup}"
+
+    def _flags(self) -> str:
+        """The cloud-choosing flags to repeat in a suggested command."""
+        flags = " --cloud openstack"
+        if self.options.os_cloud:
+            flags += f" --os-cloud {self.options.os_cloud}"
+        if self.options.region:
+            flags += f" --region {self.options.region}"
+        return flags
+
+    def _cluster_cleanup(self, name: str) -> str:
+        return f"clean up with 'gpuctl cluster delete{self._flags()} --name {name} --yes'"
+
+    def _nodegroup_cleanup(self, cluster: str, name: str) -> str:
+        return f"clean up with 'gpuctl nodegroup delete{self._flags()} --cluster {cluster} --name {name} --yes'"
+
+    # -- clusters --------------------------------------------------------------------------
+
+    def _cluster(self, name: str) -> Json:
+        cluster = self.api.get_cluster(name)
+        if cluster is None:
+            raise NotFound(f"OpenStack cluster {name!r} not found", f"see 'gpuctl cluster list{self._flags()}'")
+        return cluster
+
+    def ensure_cluster(self, name: str) -> Change:
+        cluster = self.api.get_cluster(name)
+        if cluster is not None:  # adopt it, once any operation in progress has finished
+            if cluster["status"] not in USABLE:
+                self._wait_cluster(cluster["uuid"], name, USABLE)
+            return Change.NO_CHANGE
+        if not self.options.template:
+            raise UsageError("--template", f"OpenStack cluster {name!r} does not exist; creating it needs a Magnum "
+                             "cluster template", "pass --template NAME (see 'openstack coe cluster template list'), "
+                             "or --name of an existing cluster to adopt it")
+        uuid = self.api.create_cluster(cluster_body(name, self.options.template, self.options))
+        self._wait_cluster(uuid, name, ("CREATE_COMPLETE",))
+        return Change.CREATED
+
+    def _wait_cluster(self, uuid: str, name: str, goal: tuple[str, ...] | None) -> Json | None:
+        return wait_for_status(lambda: self.api.get_cluster(uuid), f"Magnum cluster {name!r}", goal,
+                               CLUSTER_TIMEOUT_S, self._cluster_cleanup(name))
+
+    def get_cluster(self, name: str) -> ClusterInfo | None:
+        cluster = self.api.get_cluster(name)
+        if cluster is None:
+            return None
+        return ClusterInfo(cluster["name"], self.cloud, cluster["status"], cluster.get("api_address"),
+                           cluster.get("coe_version") or "")
+
+    def list_clusters(self) -> list[ClusterInfo]:
+        return [info for c in self.api.list_clusters() if (info := self.get_cluster(c["uuid"])) is not None]
+
+    def delete_cluster(self, name: str) -> Change:
+        """Delete the cluster if gpuctl created it; of an adopted one, only the node groups gpuctl added."""
+        cluster = self._cluster(name)
+        if is_managed(cluster):
+            self.api.delete_cluster(cluster["uuid"], name)
+            self._wait_cluster(cluster["uuid"], name, None)
+            certificates.CertificateCache(cluster["uuid"]).forget()
+            return Change.DELETED
+        ours = [ng for ng in self._node_groups(cluster["uuid"]) if is_managed(ng)]
+        info(f"cluster {name!r} was not created by gpuctl: it stays; deleting only the node groups gpuctl added: "
+             f"{', '.join(ng['name'] for ng in ours) or 'none'}")
+        for ng in ours:
+            self._delete_node_group(cluster, ng["name"])
+        return Change.DELETED if ours else Change.NO_CHANGE
+
+    def kubeconfig(self, cluster: str) -> dict[str, Any]:
+        """Like `openstack coe cluster config`: the cluster CA and a client certificate Magnum signs."""
+        if cluster not in self._kubeconfigs:
+            record = self._cluster(cluster)
+            if not record.get("api_address"):
+                raise NotFound(f"OpenStack cluster {cluster!r} has no API address (status {record['status']})",
+                               "wait until it is CREATE_COMPLETE")
+            uuid = record["uuid"]
+            ca_pem = self.api.ca_pem(uuid)
+            creds = certificates.client_credentials(certificates.CertificateCache(uuid), ca_pem,
+                                                    lambda csr: self.api.sign(uuid, csr))
+            self._kubeconfigs[cluster] = certificates.render_kubeconfig(
+                self.context_name(cluster), record["api_address"], ca_pem, creds)
+        return self._kubeconfigs[cluster]
+
+    # -- node groups -----------------------------------------------------------------------
+
+    def _node_groups(self, uuid: str) -> list[Json]:
+        """Every non-default node group, in detail (the list omits labels)."""
+        names = [ng["name"] for ng in self.api.list_nodegroups(uuid) if not is_default(ng)]
+        return [ng for name in sorted(names) if (ng := self.api.get_nodegroup(uuid, name)) is not None]
+
+    def _node_group(self, cluster: Json, name: str) -> Json:
+        ng = self.api.get_nodegroup(cluster["uuid"], name)
+        if ng is None:
+            raise NotFound(f"node group {name!r} not found in OpenStack cluster {cluster['name']!r}",
+                           f"see 'gpuctl nodegroup list{self._flags()} --cluster {cluster['name']}'")
+        return ng
+
+    def _wait_node_group(self, cluster: Json, name: str, goal: tuple[str, ...] | None) -> Json | None:
+        return wait_for_status(lambda: self.api.get_nodegroup(cluster["uuid"], name), f"node group {name!r}", goal,
+                               NODEGROUP_TIMEOUT_S, self._nodegroup_cleanup(cluster["name"], name))
+
+    def _settled(self, cluster: Json, ng: Json) -> Json:
+        """The node group once no operation runs on it; a failed create can only be deleted."""
+        if ng["status"] in USABLE:
+            return ng
+        settled = self._wait_node_group(cluster, ng["name"], USABLE)
+        assert settled is not None  # wait_for_status returns the record for a non-None goal
+        return settled
+
+    def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
+        record = self._cluster(cluster)
+        flavor = self.options.flavor or openstack_flavor(spec.gpu)
+        low = spec.nodes if self.options.min_nodes is None else self.options.min_nodes
+        high = spec.nodes if self.options.max_nodes is None else self.options.max_nodes
+        if not low <= spec.nodes <= high:
+            raise UsageError("--nodes", f"{spec.nodes} is outside --min-nodes {low} .. --max-nodes {high}",
+                             "pass --nodes within the autoscaler bounds")
+        ng = self.api.get_nodegroup(record["uuid"], spec.name)
+        if ng is None:
+            self.api.create_nodegroup(record["uuid"], nodegroup_body(spec, flavor, low, high))
+            self._wait_node_group(record, spec.name, ("CREATE_COMPLETE",))
+            self._wait_for_nodes(cluster, spec.name, spec.nodes)
+            return Change.CREATED
+        if is_default(ng):
+            raise UsageError("node group name", f"{spec.name!r} is a default node group of Magnum",
+                             "choose another name for the GPU node group")
+        ng = self._settled(record, ng)
+        if ng["flavor_id"] != flavor:
+            model = gpu_for_flavor(ng["flavor_id"])
+            raise UsageError("--flavor" if self.options.flavor else "--gpu",
+                             f"node group {spec.name!r} has flavor {ng['flavor_id']}"
+                             f"{f' ({model.name})' if model else ''}, not {flavor}",
+                             "a node group's flavor cannot change: add a node group with another name")
+        per_node = nodegroup_info(cluster, ng).gpus_per_node
+        if per_node != spec.gpus_per_node:
+            raise UsageError("--gpus-per-node", f"node group {spec.name!r} has {per_node} GPUs per node, not "
+                             f"{spec.gpus_per_node}", "add a node group with another name")
+        change = self._converge_size(record, ng, spec.nodes, (low, high))
+        self._wait_for_nodes(cluster, spec.name, spec.nodes)
+        return change
+
+    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
+        record = self._cluster(cluster)
+        ng = self._node_group(record, name)
+        if ng["role"] == "master":
+            raise UsageError("--name", f"{name!r} holds the control plane", "scale a worker node group")
+        ng = self._settled(record, ng)
+        # Keep the autoscaler bounds, widened just enough to hold the new count.
+        bounds = widened((ng["min_node_count"] or 0, ng["max_node_count"]), (nodes, nodes))
+        change = self._converge_size(record, ng, nodes, bounds)
+        self._wait_for_nodes(cluster, name, nodes)
+        return change
+
+    def _converge_size(self, cluster: Json, ng: Json, nodes: int, bounds: tuple[int, int | None]) -> Change:
+        """Resize to `nodes` and set min/max to `bounds`, writing only what differs."""
+        current = (ng["min_node_count"] or 0, ng["max_node_count"])
+        if current == bounds and ng["node_count"] == nodes:
+            return Change.NO_CHANGE
+        wide = widened(current, bounds)
+        self._set_bounds(cluster, ng["name"], current, wide)
+        if ng["node_count"] != nodes:
+            info(f"resizing node group {ng['name']!r}: {ng['node_count']} -> {nodes} nodes")
+            self.api.resize(cluster["uuid"], ng["name"], nodes)
+            self._wait_node_group(cluster, ng["name"], ("UPDATE_COMPLETE",))
+        self._set_bounds(cluster, ng["name"], wide, bounds)
+        return Change.UPDATED
+
+    def _set_bounds(self, cluster: Json, name: str, current: tuple[int, int | None],
+                    target: tuple[int, int | None]) -> None:
+        if current != target:
+            info(f"setting the autoscaler bounds of node group {name!r}: min {target[0]}, max {target[1]}")
+            self.api.update_nodegroup(cluster["uuid"], name, {"min_node_count": target[0],
+                                                              "max_node_count": target[1]})
+            self._wait_node_group(cluster, name, ("UPDATE_COMPLETE",))
+
+    def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:
+        ng = self.api.get_nodegroup(self._cluster(cluster)["uuid"], name)
+        return nodegroup_info(cluster, ng) if ng else None
+
+    def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]:
+        return [nodegroup_info(cluster, ng) for ng in self._node_groups(self._cluster(cluster)["uuid"])]
+
+    def delete_node_group(self, cluster: str, name: str) -> Change:
+        record = self._cluster(cluster)
+        ng = self._node_group(record, name)
+        if is_default(ng):
+            raise UsageError("--name", f"{name!r} is a default node group of Magnum and cannot be deleted",
+                             f"delete the cluster instead: 'gpuctl cluster delete{self._flags()} --name {cluster}'")
+        self._delete_node_group(record, name)
+        return Change.DELETED
+
+    def _delete_node_group(self, cluster: Json, name: str) -> None:
+        self.api.delete_nodegroup(cluster["uuid"], name)
+        self._wait_node_group(cluster, name, None)
+
+    def _wait_for_nodes(self, cluster: str, nodegroup: str, count: int) -> None:
+        """Block until `count` nodes of the node group are Ready in Kubernetes: a stack can be
+        complete before its kubelets have registered, and the flow configures nodes next."""
+        if count == 0:
+            return
+        from kubernetes import config
+
+        from gpuctl.kube.client import api_error, core
+
+        v1 = core(config.new_client_from_config_dict(self.kubeconfig(cluster)))
+        deadline = time.monotonic() + NODES_READY_TIMEOUT_S
+        said = -1
+        while True:
+            try:
+                nodes = v1.list_node(label_selector=self.node_selector(nodegroup)).items
+            except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
+                raise api_error(exc, f"listing the nodes of node group {nodegroup!r}") from None
+            ready = sum(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                        for n in nodes)
+            if ready >= count:
+                return
+            if ready != said:
+                info(f"waiting for node group {nodegroup!r}: {ready} of {count} nodes Ready")
+                said = ready
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"node group {nodegroup!r}: {ready} of {count} nodes Ready after "
+                                  f"{NODES_READY_TIMEOUT_S:.0f}s", "check the nodes' kubelet and the Magnum stack")
+            time.sleep(2.0)
