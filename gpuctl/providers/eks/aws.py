@@ -1,0 +1,154 @@
+"""The one adaptor to boto3: sessions, clients with retries, and botocore errors as gpuctl errors.
+
+boto3 is imported here, lazily, so nothing that merely imports gpuctl pays for it.
+`AWS_ENDPOINT_URL` (and `AWS_ENDPOINT_URL_<SERVICE>`) is honoured by botocore itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.errors import CloudError, CredentialsError, UsageError, WaitTimeout
+from gpuctl.output import info
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
+MAX_ATTEMPTS = 8  # per call, first try included: botocore "standard" retries throttling and transient errors
+CREDENTIALS_FIX = ("configure AWS credentials (aws configure, AWS_PROFILE or --profile, or AWS_ACCESS_KEY_ID "
+                   "and AWS_SECRET_ACCESS_KEY)")
+# Codes by which AWS says the credentials themselves are wrong (not that they lack a permission).
+CREDENTIAL_CODES = frozenset({"InvalidClientTokenId", "SignatureDoesNotMatch", "UnrecognizedClientException",
+                              "InvalidAccessKeyId", "ExpiredToken", "ExpiredTokenException", "AuthFailure",
+                              "InvalidSignatureException", "MissingAuthenticationToken"})
+THROTTLING_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException",
+                              "RequestLimitExceeded", "ThrottledException"})
+NOT_FOUND_CODES = frozenset({"ResourceNotFoundException", "NoSuchEntity"})
+MANAGED_TAGS = {"gpuctl.dev/managed-by": "gpuctl"}  # on everything gpuctl creates; delete removes only these
+POLL_MAX_S = 5.0
+PROGRESS_EVERY_S = 30.0
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ('' for anything else)."""
+    return (getattr(exc, "response", None) or {}).get("Error", {}).get("Code", "")
+
+
+@contextmanager
+def translated(doing: str) -> Iterator[None]:
+    """Turn botocore exceptions raised inside into CredentialsError (3), UsageError (2) or CloudError (4).
+
+    Messages carry AWS's code and message, never a credential: for credential errors only the code.
+    """
+    from botocore import exceptions as bx
+
+    try:
+        yield
+    except (bx.NoCredentialsError, bx.PartialCredentialsError, bx.CredentialRetrievalError) as exc:
+        raise CredentialsError(f"no usable AWS credentials ({type(exc).__name__})", CREDENTIALS_FIX) from None
+    except bx.ProfileNotFound as exc:
+        raise CredentialsError(f"AWS profile {exc.kwargs.get('profile')!r} not found", CREDENTIALS_FIX) from None
+    except bx.NoRegionError:
+        raise UsageError("--region", "no AWS region given", "pass --region or set AWS_REGION") from None
+    except bx.ClientError as exc:
+        code = error_code(exc)
+        if code in CREDENTIAL_CODES:
+            raise CredentialsError(f"AWS rejected the credentials ({code})", CREDENTIALS_FIX) from None
+        if code in THROTTLING_CODES:
+            raise CloudError(f"{doing} failed: AWS throttled the request ({code}) {MAX_ATTEMPTS} times",
+                             "retry later, or ask for a higher API rate quota") from None
+        message = exc.response.get("Error", {}).get("Message") or str(exc)
+        raise CloudError(f"{doing} failed: {code}: {message}") from None
+    except (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
+        raise CloudError(f"{doing} failed: cannot reach {exc.kwargs.get('endpoint_url', 'AWS')}",
+                         "check the network, --region and AWS_ENDPOINT_URL") from None
+    except bx.BotoCoreError as exc:
+        raise CloudError(f"{doing} failed: {exc}") from None
+
+
+class AwsSession:
+    """A boto3 session from the standard credential chain, `profile` and `region` overriding it."""
+
+    def __init__(self, profile: str | None, region: str | None) -> None:
+        import boto3
+
+        # botocore's DEBUG log carries request headers, session tokens included: never below INFO, even with -vv.
+        for name in ("boto3", "botocore"):
+            logger = logging.getLogger(name)
+            logger.setLevel(max(logger.getEffectiveLevel(), logging.INFO))
+
+        with translated("loading the AWS configuration"):
+            self._session = boto3.Session(profile_name=profile, region_name=region)
+        if not self._session.region_name:
+            raise UsageError("--region", "no AWS region given", "pass --region or set AWS_REGION")
+        self.region: str = self._session.region_name
+        self.partition: str = self._session.get_partition_for_region(self.region)  # aws, aws-cn, aws-us-gov
+        self._clients: dict[str, BaseClient] = {}
+
+    def client(self, service: str) -> BaseClient:
+        from botocore.config import Config
+
+        if service not in self._clients:
+            config = Config(retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS}, connect_timeout=10,
+                            read_timeout=60)
+            with translated(f"creating the {service} client"):
+                self._clients[service] = self._session.client(service, config=config)
+        return self._clients[service]
+
+
+GONE = "GONE"  # the status wait_for sees once describe() finds nothing
+
+
+def get_or_none(doing: str, call: Callable[..., dict[str, Any]], **params: Any) -> dict[str, Any] | None:
+    """`call(**params)`, or None when AWS says the resource does not exist."""
+    from botocore.exceptions import ClientError
+
+    with translated(doing):
+        try:
+            return call(**params)
+        except ClientError as exc:
+            if error_code(exc) in NOT_FOUND_CODES:
+                return None
+            raise
+
+
+def health_reason(item: dict[str, Any] | None) -> str:
+    """AWS's own words for why a cluster or node group is unhealthy."""
+    issues = ((item or {}).get("health") or {}).get("issues") or []
+    return "; ".join(f"{i.get('code', '?')}: {i.get('message', '')}".strip() for i in issues) or "no reason given"
+
+
+def wait_for(what: str, describe: Callable[[], dict[str, Any] | None], until: str, failed: frozenset[str],
+             fix: str, timeout: float) -> None:
+    """Poll `describe()` (None: gone) until its status is `until` (GONE: until it is gone).
+
+    A status in `failed` raises CloudError with AWS's reason and `fix`; the deadline, WaitTimeout.
+    Progress goes to stderr: what is awaited, its status, and for how long.
+    """
+    started = time.monotonic()
+    reported: float | None = None
+    delay = 0.5
+    while True:
+        item = describe()
+        status = item["status"] if item else GONE
+        if status == until:
+            return
+        if status in failed:
+            raise CloudError(f"{what}: {status}: {health_reason(item)}", fix)
+        now = time.monotonic()
+        if now - started > timeout:
+            raise WaitTimeout(f"{what}: still {status} after {timeout / 60:.0f} min", fix)
+        if reported is None or now - reported >= PROGRESS_EVERY_S:
+            info(f"  {what}: {status}, {now - started:.0f}s (waiting up to {timeout / 60:.0f} min)")
+            reported = now
+        time.sleep(delay)
+        delay = min(delay * 1.5, POLL_MAX_S)
+
+
+def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
+    """IAM's spelling of tags."""
+    return [{"Key": k, "Value": v} for k, v in tags.items()]

@@ -1,0 +1,98 @@
+"""Karpenter v1 GPU capacity: a NodePool per GPU node group and the EC2NodeClass they launch from.
+
+Rendered from nodepools/ (strict Jinja, every value through tojson), then applied with server-side
+apply only where the cluster's objects differ: a converged cluster gets no write.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpuctl import labels as L
+from gpuctl.errors import ClusterError
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.objects import APPLY_PATCH, MANAGED
+from gpuctl.providers.base import Change
+from gpuctl.providers.eks.aws import MANAGED_TAGS
+from gpuctl.spec import NodeGroupSpec
+from gpuctl.taints import Taint
+from gpuctl.templating import render_template
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+NODE_CLASS = "gpuctl-gpu"
+PLURALS = {"NodePool": "nodepools", "EC2NodeClass": "ec2nodeclasses"}
+# EKS AMI type -> Karpenter AMI alias; for GPU instance types each alias resolves to its NVIDIA variant.
+AMI_ALIASES = {"AL2023_x86_64_NVIDIA": "al2023@latest", "BOTTLEROCKET_x86_64_NVIDIA": "bottlerocket@latest",
+               "AL2_x86_64_GPU": "al2@latest"}
+CAPACITY_TYPES = ("on-demand", "spot")
+CONSOLIDATE_AFTER = "10m"  # an empty GPU node is expensive, but not worth churning for a short gap
+EXPIRE_AFTER = "720h"  # Karpenter's default: nodes are replaced (and re-imaged) monthly
+
+
+def nodepool_name(group: str) -> str:
+    return f"gpuctl-{group}"
+
+
+def render_ec2nodeclass(cluster: str, role: str, ami_type: str) -> dict[str, Any]:
+    """The EC2NodeClass: `role` is the node IAM role's name, as Karpenter v1 wants it."""
+    return yaml.safe_load(render_template("ec2nodeclass.yaml.j2", directory="nodepools", resource_name=NODE_CLASS,
+                                 managed_labels=MANAGED, cluster=cluster, role=role,
+                                 ami_alias=AMI_ALIASES[ami_type], instance_tags=MANAGED_TAGS))
+
+
+def render_nodepool(group: NodeGroupSpec, taints: tuple[Taint, ...], max_nodes: int) -> dict[str, Any]:
+    """The NodePool for `group`'s GPU, limited to `max_nodes` nodes' worth of GPUs."""
+    name = nodepool_name(group.name)
+    node_labels = {L.NODEGROUP: name, L.GPU_MODEL: group.gpu.name, L.GPUS_PER_NODE: str(group.gpus_per_node)}
+    return yaml.safe_load(render_template(
+        "gpu-nodepool.yaml.j2", directory="nodepools", resource_name=name, managed_labels=MANAGED, node_labels=node_labels,
+        node_class=NODE_CLASS, gpu_name=group.gpu.karpenter_name, gpus_per_node=group.gpus_per_node,
+        capacity_types=list(CAPACITY_TYPES), taints=[t.as_dict() for t in taints], expire_after=EXPIRE_AFTER,
+        gpu_limit=max_nodes * group.gpus_per_node, consolidate_after=CONSOLIDATE_AFTER))
+
+
+def is_subset(want: Any, have: Any) -> bool:
+    """Whether `have` holds everything in `want` (the server may add defaults and metadata)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and is_subset(v, have[k]) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(map(is_subset, want, have))
+    return want == have
+
+
+def ensure_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Change:
+    """Server-side apply each cluster-scoped Karpenter object that is missing or differs."""
+    from kubernetes.client import CustomObjectsApi
+
+    api = CustomObjectsApi(client)
+    outcomes = []
+    for obj in objects:
+        group, version = obj["apiVersion"].split("/")
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        target = (group, version, PLURALS[kind], name)
+        try:
+            current = api.get_cluster_custom_object(*target)
+        except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
+            if not is_not_found(exc):
+                raise api_error(exc, f"reading {kind} {name}") from None
+            current = None
+        if current is not None and is_subset(obj, current):
+            outcomes.append(Change.NO_CHANGE)
+            continue
+        try:
+            api.patch_cluster_custom_object(*target, obj, field_manager=L.MANAGER, force=True,
+                                            _content_type=APPLY_PATCH)
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):  # the resource type itself is unknown
+                raise ClusterError(f"the cluster has no {kind} resource ({group}/{version}): Karpenter v1 is "
+                                   "not installed", "install Karpenter (https://karpenter.sh) or drop --karpenter"
+                                   ) from None
+            raise api_error(exc, f"applying {kind} {name}") from None
+        outcomes.append(Change.CREATED if current is None else Change.UPDATED)
+    if all(o is Change.NO_CHANGE for o in outcomes):
+        return Change.NO_CHANGE
+    return Change.CREATED if all(o is Change.CREATED for o in outcomes) else Change.UPDATED

@@ -1,0 +1,68 @@
+"""Pure choices for an EKS managed node group: AMI type, instance type, scaling, labels, taints."""
+
+from __future__ import annotations
+
+from gpuctl import labels as L
+from gpuctl.catalog import GPUS, GpuModel, InstanceType
+from gpuctl.errors import UsageError
+from gpuctl.spec import NodeGroupSpec
+from gpuctl.taints import Taint
+
+# GPU AMI types: AL2023 NVIDIA (current), Bottlerocket NVIDIA, AL2 GPU (legacy). Each ships the
+# NVIDIA driver and container toolkit, so the GPU Operator must not install them.
+AMI_TYPES = ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "AL2_x86_64_GPU")
+DEFAULT_AMI_TYPE = AMI_TYPES[0]
+EKS_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
+
+
+def check_ami_type(value: str) -> str:
+    if value not in AMI_TYPES:
+        raise UsageError("--ami-type", f"{value!r} is not an NVIDIA GPU AMI type", f"use one of: {', '.join(AMI_TYPES)}")
+    return value
+
+
+def eks_taint(taint: Taint) -> dict[str, str]:
+    """A taint in the EKS API's spelling (effect NO_SCHEDULE, ...)."""
+    spelled = {"key": taint.key, "effect": EKS_EFFECTS[taint.effect]}
+    return spelled | {"value": taint.value} if taint.value else spelled
+
+
+def catalog_instance(name: str) -> tuple[GpuModel, InstanceType] | None:
+    """The GPU model and count of a catalog instance type, or None for one the catalog does not know."""
+    return next(((m, t) for m in GPUS.values() for t in m.instance_types if t.name == name), None)
+
+
+def choose_instance_type(spec: NodeGroupSpec, override: str | None) -> str:
+    """`override` if it fits the spec, else the smallest catalog type with exactly the GPUs asked for."""
+    if override is not None:
+        known = catalog_instance(override)
+        if known and known[0] != spec.gpu:
+            raise UsageError("--instance-type", f"{override} has {known[0].name} GPUs, not {spec.gpu.name}",
+                             "pick an instance type of that GPU or change --gpu")
+        if known and known[1].gpus != spec.gpus_per_node:
+            raise UsageError("--gpus-per-node", f"{override} has {known[1].gpus} GPUs per node, not "
+                             f"{spec.gpus_per_node}", f"pass --gpus-per-node {known[1].gpus}")
+        return override
+    if not spec.gpu.instance_types:
+        raise UsageError("--gpu", f"{spec.gpu.name} is not offered on EC2", "choose another GPU or --instance-type")
+    match = next((t for t in spec.gpu.instance_types if t.gpus == spec.gpus_per_node), None)
+    if match is None:
+        offered = ", ".join(f"{t.name} ({t.gpus})" for t in spec.gpu.instance_types)
+        raise UsageError("--gpus-per-node", f"no {spec.gpu.name} instance type has {spec.gpus_per_node} GPUs",
+                         f"choose from {offered}, or pass --instance-type")
+    return match.name
+
+
+def scaling_config(desired: int, min_nodes: int | None, max_nodes: int | None) -> dict[str, int]:
+    """EKS scalingConfig; the autoscaler's bounds default to the node count."""
+    low = desired if min_nodes is None else min_nodes
+    high = desired if max_nodes is None else max_nodes
+    if not low <= desired <= high:
+        raise UsageError("--nodes", f"{desired} is outside --min-nodes {low} .. --max-nodes {high}",
+                         "pass a node count within the bounds")
+    return {"minSize": low, "maxSize": high, "desiredSize": desired}
+
+
+def node_labels(spec: NodeGroupSpec) -> dict[str, str]:
+    """Kubernetes labels EKS puts on the group's nodes (it adds eks.amazonaws.com/nodegroup itself)."""
+    return {L.GPU_MODEL: spec.gpu.name, L.GPUS_PER_NODE: str(spec.gpus_per_node)}

@@ -1,0 +1,116 @@
+"""EksProvider without AWS: error translation, lazy boto3, input checks, the kubeconfig it writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from gpuctl.errors import CloudError, CredentialsError, ExitCode, UsageError
+from gpuctl.providers.eks.aws import MAX_ATTEMPTS, AwsSession, translated
+from gpuctl.providers.eks.provider import EksProvider
+from gpuctl.providers.options import CloudOptions
+
+
+def _client_error(code: str, message: str = "msg") -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": message}}, "CreateCluster")
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNITTEST00000000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unit-test-secret-value")
+
+
+@pytest.mark.parametrize(("raised", "kind", "text"), [
+    (_client_error("InvalidClientTokenId", "The security token included in the request is invalid."),
+     CredentialsError, "AWS rejected the credentials (InvalidClientTokenId)"),
+    (_client_error("SignatureDoesNotMatch", "secret-looking details"), CredentialsError,
+     "AWS rejected the credentials (SignatureDoesNotMatch)"),
+    (_client_error("ThrottlingException", "Rate exceeded"), CloudError,
+     f"AWS throttled the request (ThrottlingException) {MAX_ATTEMPTS} times"),
+    (_client_error("ResourceLimitExceededException", "You've reached your quota of clusters."), CloudError,
+     "creating it failed: ResourceLimitExceededException: You've reached your quota of clusters."),
+])
+def test_client_errors_are_translated(raised: Exception, kind: type, text: str) -> None:
+    with pytest.raises(kind) as error, translated("creating it"):
+        raise raised
+    assert text in error.value.message
+    assert "secret-looking" not in error.value.one_line()
+    assert error.value.exit_code == (ExitCode.CREDENTIALS if kind is CredentialsError else ExitCode.CLOUD)
+
+
+def test_sdk_errors_are_translated() -> None:
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError, ProfileNotFound
+
+    with pytest.raises(CredentialsError, match="no usable AWS credentials"), translated("x"):
+        raise NoCredentialsError()
+    with pytest.raises(CredentialsError, match="AWS profile 'dev' not found"), translated("x"):
+        raise ProfileNotFound(profile="dev")
+    with pytest.raises(CloudError, match="cannot reach http://127.0.0.1:9"), translated("x"):
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+
+
+def test_clients_retry_throttling_in_standard_mode(aws_env: None) -> None:
+    client = AwsSession(None, "us-east-1").client("eks")
+    assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": MAX_ATTEMPTS}
+
+
+def test_no_region_is_a_usage_error(aws_env: None) -> None:
+    with pytest.raises(UsageError, match="--region: no AWS region given"):
+        EksProvider(CloudOptions()).check_credentials()
+
+
+def test_inputs_are_checked_when_the_provider_is_made() -> None:
+    with pytest.raises(UsageError, match="--ami-type"):
+        EksProvider(CloudOptions(ami_type="AL2_x86_64"))
+    with pytest.raises(UsageError, match="--node-role: 'nodes' is not an IAM role ARN"):
+        EksProvider(CloudOptions(node_role="nodes"))
+
+
+def test_the_provider_module_does_not_import_boto3() -> None:
+    probe = ("import sys; from gpuctl.providers import get_provider; from gpuctl.providers.options import CloudOptions;"
+             "get_provider('eks', CloudOptions(region='us-east-1'));"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'boto3', 'botocore'}))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def _provider_with_cluster(options: CloudOptions) -> EksProvider:
+    from botocore.stub import Stubber
+
+    provider = EksProvider(options)
+    eks = provider.aws.client("eks")
+    stubber = Stubber(eks)
+    described: dict[str, Any] = {"cluster": {"name": "prod", "status": "ACTIVE", "endpoint": "https://prod.example",
+                                             "certificateAuthority": {"data": "Q0E="}}}
+    stubber.add_response("describe_cluster", described, {"name": "prod"})
+    stubber.activate()
+    return provider
+
+
+def test_kubeconfig_runs_gpuctls_token_plugin(aws_env: None) -> None:
+    doc = _provider_with_cluster(CloudOptions(region="eu-west-1", profile=None)).kubeconfig("prod")
+    assert doc["current-context"] == "gpuctl-eks-prod"
+    assert doc["clusters"] == [{"name": "gpuctl-eks-prod", "cluster": {"server": "https://prod.example",
+                                                                       "certificate-authority-data": "Q0E="}}]
+    assert doc["users"] == [{"name": "gpuctl-eks-prod", "user": {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
+        "args": ["-m", "gpuctl.providers.eks.token", "--cluster", "prod", "--region", "eu-west-1"],
+        "interactiveMode": "Never"}}}]
+
+
+def test_exec_auth_kubeconfig_runs_the_aws_cli(aws_env: None) -> None:
+    doc = _provider_with_cluster(CloudOptions(region="eu-west-1", exec_auth=True)).kubeconfig("prod")
+    assert doc["users"][0]["user"]["exec"] == {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+        "args": ["eks", "get-token", "--cluster-name", "prod", "--region", "eu-west-1", "--output", "json"],
+        "interactiveMode": "Never"}
