@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl import __version__
-from gpuctl.cli import cluster, gpus, mig, nodegroup, sim, status, tenant, validate
+from gpuctl.cli import apply, cluster, gpus, mig, nodegroup, sim, status, tenant, validate
 from gpuctl.cli.settings import make_settings
 from gpuctl.errors import ExitCode, GpuctlError
 
@@ -33,6 +33,7 @@ app.add_typer(nodegroup.app, name="nodegroup")
 app.add_typer(mig.app, name="mig")
 app.add_typer(sim.app, name="sim")
 app.add_typer(tenant.app, name="tenant")
+app.command("apply")(apply.apply)
 app.command("gpus")(gpus.gpus)
 app.command("status")(status.status)
 app.command("validate")(validate.validate)

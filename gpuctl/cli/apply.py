@@ -1,0 +1,31 @@
+"""`gpuctl apply -f gpu-platform.yaml`: converge a cluster to a GpuCluster spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuctl.cli.settings import settings
+from gpuctl.output import emit, info
+
+SpecFile = Annotated[Path, typer.Option("-f", "--filename", help="GpuCluster spec file.")]
+
+
+def apply(ctx: typer.Context, filename: SpecFile) -> None:
+    """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
+    from gpuctl import api
+    from gpuctl.cli.cluster import print_step
+    from gpuctl.providers.base import Change
+    from gpuctl.specfile import load_spec, to_platform
+
+    doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
+    spec = to_platform(doc, groups)
+    opts = settings(ctx)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step)
+    changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
+    info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
+    emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),
+          "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks]}
+         if opts.output != "table" else [s.as_dict() for s in result.steps], opts.output, ("step", "outcome", "seconds"))
