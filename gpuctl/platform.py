@@ -145,21 +145,29 @@ def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ..
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
+def gpu_config_data(stack: StackSpec, sharings: list[Sharing], layouts: list[MigLayout],
+                    existing_mig: dict[str, dict[str, int] | None]) -> dict[str, dict[str, str]]:
+    """ConfigMap name -> data: the stack record, the device-plugin configs of these sharings, and the
+    mig-parted configs of these layouts beside all-disabled and the `existing_mig` ones."""
+    return {
+        STACK_CONFIGMAP: {"stack.json": stack_record(stack)},
+        DEVICE_PLUGIN_CONFIGMAP: {s.config_key: render_plugin_config(s) for s in sharings if s.config_key},
+        MIG_CONFIGMAP: {"config.yaml": mig_parted_config(layouts, existing_mig)},
+    }
+
+
 def write_gpu_config(v1, stack: StackSpec, sharings: list[Sharing],  # noqa: ANN001
                      layouts: list[MigLayout]) -> tuple[Change, set[str]]:
-    """The device-plugin configs of these sharings, the mig-parted configs of these layouts (beside
-    all-disabled and those already there), and the record of how the stack is installed.
-    Also returns the device-plugin config keys whose content changed."""
-    outcomes = [ensure_namespace(v1, NAMESPACE),
-                ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})[0]]
-    plugin_data = {s.config_key: render_plugin_config(s) for s in sharings if s.config_key}
-    outcome, changed = ensure_config_map_keys(v1, NAMESPACE, DEVICE_PLUGIN_CONFIGMAP, plugin_data)
-    outcomes.append(outcome)
+    """Write gpu_config_data where it differs; also return the device-plugin keys whose content changed
+    (their consumers must restart)."""
     text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
-    existing = parse_mig_parted_config(text) if text else {}
-    if text is None or any(config_name(layout) not in existing for layout in layouts):
-        outcomes.append(ensure_config_map_keys(
-            v1, NAMESPACE, MIG_CONFIGMAP, {"config.yaml": mig_parted_config(layouts, existing)})[0])
+    outcomes = [ensure_namespace(v1, NAMESPACE)]
+    changed: set[str] = set()
+    for name, data in gpu_config_data(stack, sharings, layouts, parse_mig_parted_config(text) if text else {}).items():
+        outcome, keys = ensure_config_map_keys(v1, NAMESPACE, name, data)
+        outcomes.append(outcome)
+        if name == DEVICE_PLUGIN_CONFIGMAP:
+            changed = keys
     return (Change.NO_CHANGE if all(o is Change.NO_CHANGE for o in outcomes) else Change.UPDATED), changed
 
 

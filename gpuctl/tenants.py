@@ -52,7 +52,8 @@ def tenant_from_flags(name: str, gpus: int, mig: list[str], group: str | None) -
     return Tenant(name, gpus, profiles, group)
 
 
-def _objects(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
+def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, object) of the tenant: namespace, quota and, with a group, binding."""
     labels = {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}
     objects = [
         ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant.name, "labels": labels}}),
@@ -87,7 +88,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant) -> Change:
                                                                     _content_type=APPLY_PATCH)),
     }
     created = updated = False
-    for kind, body in _objects(tenant):
+    for kind, body in tenant_manifests(tenant):
         read, apply = calls[kind]
         current = _read(read, kind, tenant.name)
         if current is None:

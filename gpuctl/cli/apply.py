@@ -1,9 +1,9 @@
-"""`gpuctl apply -f gpu-platform.yaml`: converge a cluster to a GpuCluster spec."""
+"""`gpuctl apply|render -f gpu-platform.yaml`: converge a cluster to a GpuCluster spec, or render it."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -29,3 +29,20 @@ def apply(ctx: typer.Context, filename: SpecFile) -> None:
     emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),
           "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks]}
          if opts.output != "table" else [s.as_dict() for s in result.steps], opts.output, ("step", "outcome", "seconds"))
+
+
+def render(
+    ctx: typer.Context,
+    filename: SpecFile,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write manifests/ and helm/ here (default: stdout).")] = None,
+) -> None:
+    """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
+    from gpuctl.render import render as render_spec
+    from gpuctl.specfile import load_spec, to_platform
+
+    result = render_spec(to_platform(*load_spec(filename)), out)
+    if isinstance(result, str):
+        print(result, end="")
+    else:
+        for path in result:
+            info(f"wrote {path}")

@@ -75,3 +75,28 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
     from gpuctl.specfile import export_spec, load_spec, to_platform
 
     assert export_spec(to_platform(*load_spec(exported))) == proc.stdout
+
+
+def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, str], tmp_path: Path) -> None:
+    import subprocess
+
+    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.providers.sim.provider import SimProvider
+    from gpuctl.tools.installer import find_tool
+
+    proc = run_gpuctl("render", "-f", str(SPEC), "--out", str(tmp_path / "out"), env=sim_env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "helm").iterdir()) == [
+        "values-gpu-operator.yaml", "values-node-feature-discovery.yaml"]
+    SimProvider().ensure_cluster("fresh")
+    try:
+        kubectl = [str(find_tool("kubectl")), "--kubeconfig", str(KwokCluster("fresh").kubeconfig_path)]
+        applied = subprocess.run([*kubectl, "apply", "-f", str(tmp_path / "out" / "manifests")],
+                                 capture_output=True, text=True, timeout=60)
+        assert applied.returncode == 0, applied.stderr
+        assert applied.stdout.count("created") == 9
+        quota = subprocess.run([*kubectl, "get", "resourcequota", "-n", "team-b", "gpuctl-gpu-quota", "-o",
+                                "jsonpath={.spec.hard}"], capture_output=True, text=True, timeout=30).stdout
+        assert json.loads(quota) == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "2"}
+    finally:
+        SimProvider().delete_cluster("fresh")
