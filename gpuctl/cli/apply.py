@@ -46,3 +46,20 @@ def render(
     else:
         for path in result:
             info(f"wrote {path}")
+
+
+def plan(ctx: typer.Context, filename: SpecFile) -> None:
+    """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
+    from gpuctl.plan import plan_platform
+    from gpuctl.specfile import load_spec, to_platform
+
+    opts = settings(ctx)
+    planned = plan_platform(to_platform(*load_spec(filename)), opts.kubeconfig)
+    if opts.output != "table":
+        emit([p.as_dict() for p in planned], opts.output)
+        return
+    emit([{"step": p.step, "action": p.action.value, "detail": p.detail} for p in planned], opts.output,
+         ("step", "action", "detail"))
+    for p in planned:
+        if p.diff:
+            print(f"\n--- {p.step}\n{p.diff}")
