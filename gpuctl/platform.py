@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuctl.errors import ValidationFailed, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core
+from gpuctl.kube.lock import cluster_lock
 from gpuctl.kube.nodes import converge_nodes, list_nodes_json
 from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.kubeconfig import write_kubeconfig
 from gpuctl.mig import MigLayout, config_name, mig_parted_config, parse_mig_parted_config
 from gpuctl.mig_apply import label_mig_config, wait_for_mig_state
 from gpuctl.providers import get_provider
-from gpuctl.providers.base import Change
+from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, render_plugin_config
 from gpuctl.spec import NodeGroupSpec
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 CAPACITY_TIMEOUT_S = 120.0
 MIG_TIMEOUT_S = 300.0
+LOCK_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class PlatformResult:
     kubeconfig: Path | None = None
 
 
-def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter) -> PlatformResult:
+def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter,
+                   lock_timeout: float = LOCK_TIMEOUT_S) -> PlatformResult:
     provider = get_provider(spec.cloud, spec.options)
     name = spec.name
     result = PlatformResult()
@@ -96,10 +100,23 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
 
     step("write-kubeconfig", kubeconfig_step)
     client = api_client(result.kubeconfig, entry["current-context"])
-    v1 = core(client)
     selectors = {g.spec.name: provider.node_selector(g.spec.name) for g in spec.groups}
 
-    for title, action in provider.cluster_steps(name, client):
+    helm = HelmTarget(result.kubeconfig, entry["current-context"])
+    # Another apply may be writing: lock, unless there is nothing to write (a re-apply stays write-free).
+    from gpuctl.plan import plan_cluster
+
+    planned = plan_cluster(spec, client, selectors, helm)
+    writes = any(p.action is not Change.NO_CHANGE for p in planned)
+    with cluster_lock(client, name, lock_timeout) if writes else nullcontext():
+        _cluster_steps(spec, provider, client, selectors, helm, step, result)
+    return result
+
+
+def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, selectors: dict[str, str],
+                   helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult) -> None:
+    v1 = core(client)
+    for title, action in provider.cluster_steps(spec.name, client):
         step(title, action)
     for group in spec.groups:
         step(f"configure-nodes/{group.spec.name}",
@@ -113,7 +130,6 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
         return change
 
     step("write-gpu-config", gpu_config_step)
-    helm = HelmTarget(result.kubeconfig, entry["current-context"])
     check_single_owners(client, spec.stack)
     if spec.stack.nfd == "standalone":
         step("install-nfd", lambda: ensure_release(helm, nfd_release(spec.stack)))
@@ -135,7 +151,6 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
         for group in spec.groups:
             step(f"validate/{group.spec.name}",
                  lambda g=group: _validate(client, g.spec.name, spec, result.checks) if changed else Change.NO_CHANGE)
-    return result
 
 
 def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...],  # noqa: ANN001

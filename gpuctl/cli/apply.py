@@ -13,7 +13,11 @@ from gpuctl.output import emit, info
 SpecFile = Annotated[Path, typer.Option("-f", "--filename", help="GpuCluster spec file.")]
 
 
-def apply(ctx: typer.Context, filename: SpecFile) -> None:
+def apply(
+    ctx: typer.Context,
+    filename: SpecFile,
+    lock_timeout: Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another apply on the same cluster.")] = 300.0,
+) -> None:
     """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
     from gpuctl import api
     from gpuctl.cli.cluster import print_step
@@ -23,7 +27,7 @@ def apply(ctx: typer.Context, filename: SpecFile) -> None:
     doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
     spec = to_platform(doc, groups)
     opts = settings(ctx)
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
     emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),

@@ -100,3 +100,68 @@ def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, 
         assert json.loads(quota) == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "2"}
     finally:
         SimProvider().delete_cluster("fresh")
+
+
+def _edited(tmp_path: Path, old: str, new: str) -> Path:
+    text = SPEC.read_text()
+    assert text.count(old) == 1
+    path = tmp_path / "edited.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_plan_shows_exactly_the_edited_field_and_writes_nothing(applied: dict[str, str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    edited = _edited(tmp_path, "      gpus: 4\n", "      gpus: 6\n")
+    probe = REAPPLY.replace('["-o", "json", "apply", "-f", sys.argv[1]]', '["-o", "json", "plan", "-f", sys.argv[1]]')
+    proc = subprocess.run([sys.executable, "-c", probe, str(edited)], capture_output=True, text=True, env=applied,
+                          timeout=300)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report == {"code": 0, "writes": []}
+    planned = json.loads(proc.stdout)
+    changes = [p for p in planned if p["action"] != "no change"]
+    assert [p["step"] for p in changes] == ["ensure-tenant/team-a"]
+    assert "-    requests.nvidia.com/gpu: '4'\n+    requests.nvidia.com/gpu: '6'" in changes[0]["diff"]
+
+
+def test_a_held_lease_blocks_a_changing_apply_only(applied: dict[str, str], tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from kubernetes import client, config
+
+    api = client.CoordinationV1Api(config.new_client_from_config(applied["KUBECONFIG"]))
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    api.create_namespaced_lease("kube-system", {
+        "metadata": {"name": "gpuctl-apply"},
+        "spec": {"holderIdentity": "ci-runner/42", "leaseDurationSeconds": 300, "renewTime": now, "acquireTime": now}})
+    try:
+        converged = run_gpuctl("apply", "-f", str(SPEC), "--lock-timeout", "2", env=applied)
+        assert converged.returncode == 0, converged.stderr  # nothing to write: no lock needed
+        edited = _edited(tmp_path, "      gpus: 2\n", "      gpus: 3\n")
+        blocked = run_gpuctl("apply", "-f", str(edited), "--lock-timeout", "2", env=applied)
+        assert blocked.returncode == 7, blocked.stderr
+        assert "another gpuctl apply holds the lock on cluster 'platform'" in blocked.stderr
+        assert "holder ci-runner/42" in blocked.stderr
+    finally:
+        api.delete_namespaced_lease("gpuctl-apply", "kube-system")
+
+
+def test_concurrent_applies_take_turns(applied: dict[str, str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    edited = _edited(tmp_path, "      workload: inference\n", "      workload: batch\n")
+    procs = [subprocess.Popen([sys.executable, "-m", "gpuctl", "apply", "-f", str(edited)], env=applied,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    nodes = {n["node"]: n for n in json.loads(run_gpuctl("status", "-o", "json", env=applied).stdout)}
+    assert nodes["inference-0"]["product"] == "Tesla-T4-SHARED"
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(applied["KUBECONFIG"])
+    assert client.CoreV1Api(api).read_node("inference-0").metadata.labels["workload"] == "batch"
+    leases = client.CoordinationV1Api(api).list_namespaced_lease("kube-system").items
+    assert "gpuctl-apply" not in [lease.metadata.name for lease in leases]  # released
