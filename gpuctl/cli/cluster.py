@@ -62,6 +62,7 @@ def create(
     from gpuctl.naming import check_name
     from gpuctl.platform import GroupPlan, PlatformSpec
     from gpuctl.providers import check_cloud, get_provider
+    from gpuctl.providers.base import Change
     from gpuctl.sharing import sharing_from_flags
     from gpuctl.spec import node_group_from_flags
     from gpuctl.stack.charts import GPU_OPERATOR, chart_ref

@@ -112,9 +112,9 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(" ".join(exc.format_message().split()).rstrip(".") + where, ExitCode.USAGE)
     except click_exceptions.ClickException as exc:
         return _fail(" ".join(exc.format_message().split()), exc.exit_code)
-    except click_exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except (click_exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         return _fail("interrupted", ExitCode.INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the one boundary: never a traceback unless asked
         if debug:
