@@ -1,3 +1,32 @@
-"""gpuctl: turn a cloud account into a working, shared GPU platform on Kubernetes."""
+"""gpuctl: turn a cloud account into a working, shared GPU platform on Kubernetes.
+
+The Python API the CLI is built on:
+
+    import gpuctl
+    spec = gpuctl.to_platform(*gpuctl.load_spec(Path("gpu-platform.yaml")))
+    print([p.as_dict() for p in gpuctl.plan_platform(spec, kubeconfig=None)])
+    result = gpuctl.apply_platform(spec, kubeconfig=None, report=print)
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+# gpuctl.api.__all__ (a test keeps them equal); listed here so that looking up a submodule
+# such as gpuctl.labels never imports the API.
+_API = frozenset({
+    "CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "add_node_group", "apply_platform",
+    "delete_cluster", "delete_node_group", "export_spec", "get_node_group", "list_clusters", "list_node_groups",
+    "load_spec", "plan_platform", "render", "scale_node_group", "to_platform",
+})
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: `gpuctl --help` imports this package and must stay fast.
+    if name not in _API:
+        raise AttributeError(f"module 'gpuctl' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module("gpuctl.api"), name)

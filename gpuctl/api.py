@@ -5,14 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuctl.kubeconfig import remove_context
-from gpuctl.platform import PlatformResult, PlatformSpec, apply_platform
+from gpuctl.plan import PlannedStep, plan_platform
+from gpuctl.platform import GroupPlan, PlatformResult, PlatformSpec, apply_platform
+from gpuctl.render import render
+from gpuctl.specfile import export_spec, load_spec, to_platform
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
 
-__all__ = ["PlatformResult", "PlatformSpec", "apply_platform", "delete_cluster", "list_clusters", "add_node_group",
-           "scale_node_group", "delete_node_group", "get_node_group", "list_node_groups", "CloudOptions"]
+__all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "add_node_group",
+           "apply_platform", "delete_cluster", "delete_node_group", "export_spec", "get_node_group", "list_clusters",
+           "list_node_groups", "load_spec", "plan_platform", "render", "scale_node_group", "to_platform"]
 
 
 def _provider(cloud: str, options: CloudOptions | None) -> Provider:

@@ -91,8 +91,10 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
         new_stack = replace(stack, mig_strategy=wanted_strategy)
         steps.append(run_step("set-mig-strategy", lambda: _set_strategy(v1, helm, new_stack), report))
     steps.append(run_step("write-mig-config", lambda: _write_config(v1, layout), report))
-    steps.append(run_step("label-nodes", lambda: _label(v1, nodes, name), report))
-    steps.append(run_step("wait-mig-manager", lambda: _wait(v1, [t.node for t in targets], name, timeout), report))
+    node_docs = [v1.api_client.sanitize_for_serialization(n) for n in nodes]
+    steps.append(run_step("label-nodes", lambda: label_mig_config(v1, node_docs, name), report))
+    steps.append(run_step("wait-mig-manager",
+                          lambda: wait_for_mig_state(v1, [t.node for t in targets], name, timeout), report))
     expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
                 for t in targets}
     steps.append(run_step("verify-allocatable", lambda: _verify(v1, expected, timeout), report))
@@ -115,15 +117,15 @@ def _write_config(v1, layout: MigLayout) -> Change:  # noqa: ANN001
     return ensure_config_map_keys(v1, NAMESPACE, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([layout], existing)})[0]
 
 
-def _label(v1, nodes: list[V1Node], name: str) -> Change:  # noqa: ANN001
-    """Point the nodes at the config. Where it changes, clear the old state in the same patch, so the
-    'success' awaited next is the MIG manager's answer to this config, not to the previous one."""
-    moving = [v1.api_client.sanitize_for_serialization(n) for n in nodes
-              if (n.metadata.labels or {}).get(MIG_CONFIG) != name]
+def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN001
+    """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
+    patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
+    moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(MIG_CONFIG) != name]
     return Change.UPDATED if patch_nodes(v1, moving, {MIG_CONFIG: name, MIG_STATE: None}).patched else Change.NO_CHANGE
 
 
-def _wait(v1, names: list[str], config: str, timeout: float) -> Change:  # noqa: ANN001
+def wait_for_mig_state(v1, names: list[str], config: str, timeout: float) -> Change:  # noqa: ANN001
+    """Block until the MIG manager reports success on every node; fail fast on 'failed'."""
     started = time.monotonic()
     last_report = started
     while True:

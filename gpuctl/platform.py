@@ -1,32 +1,37 @@
-"""The full flow: node groups -> taints and sharing labels -> GPU config -> NFD + GPU Operator ->
-device-plugin restart when its config changed -> capacity -> smoke test. Each step observes first
-and acts only on a difference, so a second run reports no change."""
+"""The full flow: node groups -> taints, labels and sharing -> GPU config -> NFD + GPU Operator ->
+device-plugin restart when its config changed -> MIG layouts -> capacity -> tenants -> smoke test.
+Each step observes first and acts only on a difference, so a second run reports no change."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuctl.errors import ValidationFailed, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core
-from gpuctl.kube.nodes import converge_nodes
+from gpuctl.kube.lock import cluster_lock
+from gpuctl.kube.nodes import converge_nodes, list_nodes_json
 from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.kubeconfig import write_kubeconfig
-from gpuctl.mig import mig_parted_config
+from gpuctl.mig import MigLayout, config_name, mig_parted_config, parse_mig_parted_config
+from gpuctl.mig_apply import label_mig_config, wait_for_mig_state
 from gpuctl.providers import get_provider
-from gpuctl.providers.base import Change
+from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
-from gpuctl.sharing import CONFIG_LABEL, Sharing, render_plugin_config
-from gpuctl.spec import ClusterSpec
+from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, render_plugin_config
+from gpuctl.spec import NodeGroupSpec
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.owners import check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
-from gpuctl.taints import Taint
+from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.tenants import Tenant, ensure_tenant
 from gpuctl.validate import SMOKE_IMAGE, Check, check_capacity, expected_resources, read_configs, validate_cluster
 
 if TYPE_CHECKING:
@@ -34,16 +39,36 @@ if TYPE_CHECKING:
 
 PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 CAPACITY_TIMEOUT_S = 120.0
+MIG_TIMEOUT_S = 300.0
+LOCK_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A node group and what the platform makes of it: sharing or a MIG layout, taints, labels."""
+
+    spec: NodeGroupSpec
+    sharing: Sharing = NO_SHARING
+    mig: MigLayout | None = None
+    taints: tuple[Taint, ...] = DEFAULT_GPU_TAINTS
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PlatformSpec:
-    cluster: ClusterSpec
-    stack: StackSpec
-    sharing: Sharing
+    name: str
+    cloud: str
+    groups: tuple[GroupPlan, ...]
+    stack: StackSpec  # its taints: every group's, for the operator's tolerations
     smoke_image: str = SMOKE_IMAGE
     validate: bool = True
     options: CloudOptions = field(default_factory=CloudOptions)
+    tenants: tuple[Tenant, ...] = ()
+
+
+def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:
+    """The union of the groups' taints: what the GPU stack's pods must tolerate."""
+    return tuple(dict.fromkeys(t for g in groups for t in g.taints))
 
 
 @dataclass
@@ -53,18 +78,19 @@ class PlatformResult:
     kubeconfig: Path | None = None
 
 
-def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter) -> PlatformResult:
-    provider = get_provider(spec.cluster.cloud, spec.options)
-    name = spec.cluster.name
+def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter,
+                   lock_timeout: float = LOCK_TIMEOUT_S) -> PlatformResult:
+    provider = get_provider(spec.cloud, spec.options)
+    name = spec.name
     result = PlatformResult()
 
-    def step(title: str, action) -> None:  # noqa: ANN001 - Callable[[], Change]
+    def step(title: str, action: Callable[[], Change]) -> None:
         result.steps.append(run_step(title, action, report))
 
     provider.check_credentials()  # exit 3 with the fix before anything is touched
     step("ensure-cluster", lambda: provider.ensure_cluster(name))
-    for group in spec.cluster.node_groups:
-        step(f"ensure-nodegroup/{group.name}", lambda g=group: provider.ensure_node_group(name, g))
+    for group in spec.groups:
+        step(f"ensure-nodegroup/{group.spec.name}", lambda g=group: provider.ensure_node_group(name, g.spec))
     entry = provider.kubeconfig(name)
 
     def kubeconfig_step() -> Change:
@@ -74,63 +100,109 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
 
     step("write-kubeconfig", kubeconfig_step)
     client = api_client(result.kubeconfig, entry["current-context"])
-    v1 = core(client)
-    selectors = {g.name: provider.node_selector(g.name) for g in spec.cluster.node_groups}
+    selectors = {g.spec.name: provider.node_selector(g.spec.name) for g in spec.groups}
 
-    for title, action in provider.cluster_steps(name, client):
+    helm = HelmTarget(result.kubeconfig, entry["current-context"])
+    # Another apply may be writing: lock, unless there is nothing to write (a re-apply stays write-free).
+    from gpuctl.plan import plan_cluster
+
+    planned = plan_cluster(spec, client, selectors, helm)
+    writes = any(p.action is not Change.NO_CHANGE for p in planned)
+    with cluster_lock(client, name, lock_timeout) if writes else nullcontext():
+        _cluster_steps(spec, provider, client, selectors, helm, step, result)
+    return result
+
+
+def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, selectors: dict[str, str],
+                   helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult) -> None:
+    v1 = core(client)
+    for title, action in provider.cluster_steps(spec.name, client):
         step(title, action)
-    for group, selector in selectors.items():
-        step(f"configure-nodes/{group}", lambda s=selector: configure_nodes(v1, s, spec.sharing, spec.stack.taints))
+    for group in spec.groups:
+        step(f"configure-nodes/{group.spec.name}",
+             lambda g=group: configure_nodes(v1, selectors[g.spec.name], g.sharing, g.taints, g.labels))
     changed_keys: set[str] = set()
 
     def gpu_config_step() -> Change:
-        change, changed = write_gpu_config(v1, spec.stack, spec.sharing)
+        change, changed = write_gpu_config(v1, spec.stack, [g.sharing for g in spec.groups],
+                                           [g.mig for g in spec.groups if g.mig])
         changed_keys.update(changed)
         return change
 
     step("write-gpu-config", gpu_config_step)
-    helm = HelmTarget(result.kubeconfig, entry["current-context"])
     check_single_owners(client, spec.stack)
     if spec.stack.nfd == "standalone":
         step("install-nfd", lambda: ensure_release(helm, nfd_release(spec.stack)))
     step("install-gpu-operator", lambda: ensure_release(helm, operator_release(spec.stack)))
-    step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys, spec.sharing))
-    for group, selector in selectors.items():
-        step(f"wait-capacity/{group}", lambda s=selector: _wait_capacity(client, s, result.checks))
+    in_use = {g.sharing.config_key for g in spec.groups if g.sharing.config_key}
+    step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys & in_use))
+    for group in spec.groups:
+        if group.mig is not None:
+            step(f"apply-mig/{group.spec.name}",
+                 lambda g=group: _apply_mig(v1, selectors[g.spec.name], g.mig))  # type: ignore[arg-type]
+    for group in spec.groups:
+        step(f"wait-capacity/{group.spec.name}",
+             lambda g=group: _wait_capacity(client, selectors[g.spec.name], result.checks))
+    for tenant in spec.tenants:
+        step(f"ensure-tenant/{tenant.name}", lambda t=tenant: ensure_tenant(client, t))
+    # The smoke test proves a change; a converged cluster is left alone (`gpuctl validate` re-checks it).
+    changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     if spec.validate:
-        for group, selector in selectors.items():
-            step(f"validate/{group}", lambda g=group: _validate(client, g, spec, result.checks))
-    return result
+        for group in spec.groups:
+            step(f"validate/{group.spec.name}",
+                 lambda g=group: _validate(client, g.spec.name, spec, result.checks) if changed else Change.NO_CHANGE)
 
 
-def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...]) -> Change:  # noqa: ANN001
-    """Taints and the device-plugin config label on a node group: one patch per node that differs."""
-    update = converge_nodes(v1, selector, {CONFIG_LABEL: sharing.config_key}, taints)
+def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...],  # noqa: ANN001
+                    labels: dict[str, str] | None = None) -> Change:
+    """Taints, the device-plugin config label and the group's labels: one patch per node that differs."""
+    update = converge_nodes(v1, selector, {CONFIG_LABEL: sharing.config_key, **(labels or {})}, taints)
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
-def write_gpu_config(v1, stack: StackSpec, sharing: Sharing) -> tuple[Change, set[str]]:  # noqa: ANN001
-    """The device-plugin config for this sharing, a mig-parted ConfigMap (all-disabled at least), and
-    the record of how the stack is installed. Also returns the config keys whose content changed."""
-    outcomes = [ensure_namespace(v1, NAMESPACE),
-                ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})[0]]
-    plugin_data = {sharing.config_key: render_plugin_config(sharing)} if sharing.config_key else {}
-    outcome, changed = ensure_config_map_keys(v1, NAMESPACE, DEVICE_PLUGIN_CONFIGMAP, plugin_data)
-    outcomes.append(outcome)
-    if read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) is None:
-        outcomes.append(ensure_config_map_keys(v1, NAMESPACE, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([])})[0])
+def gpu_config_data(stack: StackSpec, sharings: list[Sharing], layouts: list[MigLayout],
+                    existing_mig: dict[str, dict[str, int] | None]) -> dict[str, dict[str, str]]:
+    """ConfigMap name -> data: the stack record, the device-plugin configs of these sharings, and the
+    mig-parted configs of these layouts beside all-disabled and the `existing_mig` ones."""
+    return {
+        STACK_CONFIGMAP: {"stack.json": stack_record(stack)},
+        DEVICE_PLUGIN_CONFIGMAP: {s.config_key: render_plugin_config(s) for s in sharings if s.config_key},
+        MIG_CONFIGMAP: {"config.yaml": mig_parted_config(layouts, existing_mig)},
+    }
+
+
+def write_gpu_config(v1, stack: StackSpec, sharings: list[Sharing],  # noqa: ANN001
+                     layouts: list[MigLayout]) -> tuple[Change, set[str]]:
+    """Write gpu_config_data where it differs; also return the device-plugin keys whose content changed
+    (their consumers must restart)."""
+    text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
+    outcomes = [ensure_namespace(v1, NAMESPACE)]
+    changed: set[str] = set()
+    for name, data in gpu_config_data(stack, sharings, layouts, parse_mig_parted_config(text) if text else {}).items():
+        outcome, keys = ensure_config_map_keys(v1, NAMESPACE, name, data)
+        outcomes.append(outcome)
+        if name == DEVICE_PLUGIN_CONFIGMAP:
+            changed = keys
     return (Change.NO_CHANGE if all(o is Change.NO_CHANGE for o in outcomes) else Change.UPDATED), changed
 
 
-def _restart_device_plugin(v1, changed_keys: set[str], sharing: Sharing) -> Change:  # noqa: ANN001
+def _restart_device_plugin(v1, changed_in_use: set[str]) -> Change:  # noqa: ANN001
     """The device plugin does not reload an edited config: restart its pods when one in use changed."""
-    if sharing.config_key not in changed_keys:
+    if not changed_in_use:
         return Change.NO_CHANGE
     try:
         v1.delete_collection_namespaced_pod(NAMESPACE, label_selector=PLUGIN_SELECTOR)
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, "restarting the device-plugin pods") from None
     return Change.UPDATED
+
+
+def _apply_mig(v1, selector: str, layout: MigLayout) -> Change:  # noqa: ANN001
+    nodes = list_nodes_json(v1, selector)
+    name = config_name(layout)
+    change = label_mig_config(v1, nodes, name)
+    wait_for_mig_state(v1, [n["metadata"]["name"] for n in nodes], name, MIG_TIMEOUT_S)
+    return change
 
 
 def _capacity_check(client: ApiClient, selector: str) -> Check:

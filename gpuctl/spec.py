@@ -1,4 +1,4 @@
-"""The typed model every operation takes: a cluster and its GPU node groups."""
+"""The typed model of a GPU node group, shared by every provider."""
 
 from __future__ import annotations
 
@@ -16,13 +16,10 @@ class NodeGroupSpec:
     gpu: GpuModel
     nodes: int
     gpus_per_node: int
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    name: str
-    cloud: str
-    node_groups: tuple[NodeGroupSpec, ...]
+    min_nodes: int | None = None  # autoscaler bounds; None: the node count
+    max_nodes: int | None = None
+    flavor: str | None = None  # OpenStack: overrides site config and catalog
+    instance_type: str | None = None  # EKS: overrides the catalog
 
 
 def node_group_from_flags(

@@ -315,3 +315,63 @@ def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
         raise UsageError("-f", f"{path} is not valid YAML{where}", "fix the syntax") from None
     doc = apply_defaults(parse(raw))
     return doc, validate(doc)
+
+
+# -- to and from the internal model ---------------------------------------------------------
+
+
+def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 - gpuctl.platform.PlatformSpec
+    """The same PlatformSpec `gpuctl cluster create` builds from flags."""
+    from gpuctl.platform import GroupPlan, PlatformSpec, all_taints
+    from gpuctl.providers import get_provider
+    from gpuctl.spec import NodeGroupSpec
+    from gpuctl.stack.values import StackSpec
+
+    plans = tuple(GroupPlan(
+        NodeGroupSpec(g.doc.name, g.gpu, g.doc.nodes, g.gpus_per_node, g.doc.min_nodes, g.doc.max_nodes,
+                      g.doc.flavor, g.doc.instance_type),
+        g.doc.sharing, g.mig, g.taints, dict(g.doc.labels)) for g in groups)
+    ships_driver = get_provider(doc.cloud, doc.options).ships_driver
+    stack = StackSpec(charts=doc.charts or "upstream", nfd=doc.nfd, driver=not ships_driver,
+                      toolkit=not ships_driver, mig_strategy=doc.mig_strategy, taints=all_taints(plans))
+    options = replace(doc.options, karpenter=doc.karpenter)
+    return PlatformSpec(doc.name, doc.cloud, plans, stack, smoke_image=doc.smoke_image, validate=doc.validate,
+                        options=options, tenants=doc.tenants)
+
+
+def export_spec(spec: Any) -> str:
+    """The GpuCluster YAML equivalent of a PlatformSpec (e.g. of a command line)."""
+    import yaml
+
+    provider: dict[str, Any] = {"cloud": spec.cloud}
+    for key, attr in _PROVIDER_KEYS.items():
+        value = getattr(spec.options, attr, None) if attr != "cloud" else None
+        if value:
+            provider[key] = list(value) if isinstance(value, tuple) else value
+    groups = []
+    for plan in spec.groups:
+        group: dict[str, Any] = {"name": plan.spec.name, "gpu": plan.spec.gpu.name, "nodes": plan.spec.nodes,
+                                 "gpusPerNode": plan.spec.gpus_per_node}
+        for key, value in (("minNodes", plan.spec.min_nodes), ("maxNodes", plan.spec.max_nodes),
+                           ("flavor", plan.spec.flavor), ("instanceType", plan.spec.instance_type)):
+            if value is not None:
+                group[key] = value
+        if plan.mig is not None:
+            group["sharing"] = {"mig": {"layout": plan.mig.name}}
+        elif plan.sharing.config_key:
+            kind = "timeSlicing" if plan.sharing.strategy == "time-slicing" else "mps"
+            group["sharing"] = {kind: {"replicas": plan.sharing.replicas}}
+        group["taints"] = [str(t) for t in plan.taints]
+        if plan.labels:
+            group["labels"] = dict(plan.labels)
+        groups.append(group)
+    operator = {"charts": spec.stack.charts, "nfd": spec.stack.nfd, "migStrategy": spec.stack.mig_strategy,
+                "smokeImage": spec.smoke_image, "validate": spec.validate}
+    body: dict[str, Any] = {"provider": provider, "nodeGroups": groups, "gpuOperator": operator}
+    if spec.options.karpenter:
+        body["karpenter"] = {"enabled": True}
+    if spec.tenants:
+        body["tenants"] = [{"name": t.name, "gpus": t.gpus, **({"mig": dict(t.mig)} if t.mig else {}),
+                            **({"group": t.group} if t.group else {})} for t in spec.tenants]
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": spec.name}, "spec": body}
+    return yaml.safe_dump(doc, sort_keys=False)

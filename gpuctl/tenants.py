@@ -52,7 +52,8 @@ def tenant_from_flags(name: str, gpus: int, mig: list[str], group: str | None) -
     return Tenant(name, gpus, profiles, group)
 
 
-def _objects(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
+def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, object) of the tenant: namespace, quota and, with a group, binding."""
     labels = {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}
     objects = [
         ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant.name, "labels": labels}}),
@@ -87,12 +88,12 @@ def ensure_tenant(client: ApiClient, tenant: Tenant) -> Change:
                                                                     _content_type=APPLY_PATCH)),
     }
     created = updated = False
-    for kind, body in _objects(tenant):
+    for kind, body in tenant_manifests(tenant):
         read, apply = calls[kind]
-        current = _read(read, kind, tenant.name)
+        current = read_or_none(read, kind, tenant.name)
         if current is None:
             created = True
-        elif _contains(client.sanitize_for_serialization(current), body):
+        elif contains(client.sanitize_for_serialization(current), body):
             continue
         else:
             updated = True
@@ -105,7 +106,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant) -> Change:
     return Change.UPDATED if updated else Change.NO_CHANGE
 
 
-def _read(read: Any, kind: str, name: str) -> Any:
+def read_or_none(read: Any, kind: str, name: str) -> Any:
     try:
         return read()
     except Exception as exc:  # noqa: BLE001
@@ -114,13 +115,13 @@ def _read(read: Any, kind: str, name: str) -> Any:
         raise api_error(exc, f"reading the {kind} of tenant {name}") from None
 
 
-def _contains(current: Any, wanted: Any) -> bool:
+def contains(current: Any, wanted: Any) -> bool:
     """True if every field of `wanted` is in `current` with the same value (others may add fields)."""
     if isinstance(wanted, dict):
-        return isinstance(current, dict) and all(_contains(current.get(k), v) for k, v in wanted.items())
+        return isinstance(current, dict) and all(contains(current.get(k), v) for k, v in wanted.items())
     if isinstance(wanted, list):
         return isinstance(current, list) and len(current) == len(wanted) and all(
-            _contains(c, w) for c, w in zip(current, wanted))
+            contains(c, w) for c, w in zip(current, wanted))
     return current == wanted
 
 
@@ -153,7 +154,7 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
     from kubernetes.client import CoreV1Api
 
     v1 = CoreV1Api(client)
-    ns = _read(lambda: v1.read_namespace(name), "namespace", name)
+    ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
     if ns is None or (ns.metadata.labels or {}).get(TENANT_LABEL) != name:
         raise NotFound(f"no gpuctl tenant {name!r}", "see 'gpuctl tenant list'")
     try:

@@ -55,14 +55,16 @@ def create(
     kubernetes_version: Annotated[Optional[str], typer.Option("--kubernetes-version", help="EKS: Kubernetes version of a new cluster.")] = None,
     karpenter: Annotated[bool, typer.Option("--karpenter", help="EKS: also apply a Karpenter GPU NodePool and EC2NodeClass.")] = False,
     exec_auth: Annotated[bool, typer.Option("--exec-auth", help="EKS: kubeconfig with the aws exec plugin instead of a token.")] = False,
+    export_spec: Annotated[bool, typer.Option("--export-spec", help="Print the GpuCluster spec of this command line and stop.")] = False,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl import api
     from gpuctl.naming import check_name
+    from gpuctl.platform import GroupPlan, PlatformSpec
     from gpuctl.providers import check_cloud, get_provider
     from gpuctl.providers.base import Change
     from gpuctl.sharing import sharing_from_flags
-    from gpuctl.spec import ClusterSpec, node_group_from_flags
+    from gpuctl.spec import node_group_from_flags
     from gpuctl.stack.charts import GPU_OPERATOR, chart_ref
     from gpuctl.stack.values import StackSpec, check_stack
     from gpuctl.taints import DEFAULT_GPU_TAINTS, parse_taint
@@ -83,8 +85,13 @@ def create(
     stack = check_stack(StackSpec(charts=charts or provider.default_charts, nfd=nfd, driver=not provider.ships_driver,
                                   toolkit=not provider.ships_driver, mig_strategy=mig_strategy, taints=taints))
     chart_ref(GPU_OPERATOR, stack.charts)
-    spec = api.PlatformSpec(ClusterSpec(name=name, cloud=cloud, node_groups=(group,)), stack, share,
+    spec = PlatformSpec(name, cloud, (GroupPlan(group, share, taints=taints),), stack,
                         smoke_image=smoke_image or SMOKE_IMAGE, validate=validate, options=options)
+    if export_spec:
+        from gpuctl.specfile import export_spec as render_spec
+
+        print(render_spec(spec), end="")
+        return
 
     result = api.apply_platform(spec, opts.kubeconfig, report=print_step)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl import __version__
-from gpuctl.cli import cluster, gpus, mig, nodegroup, sim, status, tenant, validate
+from gpuctl.cli import apply, cluster, gpus, mig, nodegroup, sim, status, tenant, validate
 from gpuctl.cli.settings import make_settings
 from gpuctl.errors import ExitCode, GpuctlError
 
@@ -33,6 +33,9 @@ app.add_typer(nodegroup.app, name="nodegroup")
 app.add_typer(mig.app, name="mig")
 app.add_typer(sim.app, name="sim")
 app.add_typer(tenant.app, name="tenant")
+app.command("apply")(apply.apply)
+app.command("plan")(apply.plan)
+app.command("render")(apply.render)
 app.command("gpus")(gpus.gpus)
 app.command("status")(status.status)
 app.command("validate")(validate.validate)
@@ -109,9 +112,9 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(" ".join(exc.format_message().split()).rstrip(".") + where, ExitCode.USAGE)
     except click_exceptions.ClickException as exc:
         return _fail(" ".join(exc.format_message().split()), exc.exit_code)
-    except click_exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except (click_exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         return _fail("interrupted", ExitCode.INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the one boundary: never a traceback unless asked
         if debug:

@@ -76,3 +76,41 @@ def ensure_release(target: HelmTarget, release: Release) -> Change:
     """Install or upgrade only when the chart version or values differ from the deployed revision."""
     return asyncio.run(_ensure(target, release))
 
+
+
+async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
+    from pyhelm3.errors import Error as HelmError
+    from pyhelm3.errors import ReleaseNotFoundError
+
+    client = _client(target)
+    try:
+        chart = await client.get_chart(release.chart.ref, repo=release.chart.repo, version=release.chart.version)
+        try:
+            current = await client.get_current_revision(release.name, namespace=release.namespace)
+        except ReleaseNotFoundError:
+            return Change.CREATED, f"install {chart.metadata.name} {chart.metadata.version}"
+        deployed = await current.chart_metadata()
+        values = await current.values()
+    except HelmError as exc:
+        raise ClusterError(f"helm: cannot read chart or release {release.name}: {_reason(exc)}",
+                           "check --charts and the cluster connection") from None
+    if (deployed.name, deployed.version) != (chart.metadata.name, chart.metadata.version):
+        return Change.UPDATED, f"chart {deployed.name} {deployed.version} -> {chart.metadata.version}"
+    if values != release.values:
+        return Change.UPDATED, "values:\n" + yaml_diff(values, release.values)
+    return Change.NO_CHANGE, ""
+
+
+def plan_release(target: HelmTarget, release: Release) -> tuple[Change, str]:
+    """What ensure_release would do, and why; reads only."""
+    return asyncio.run(_plan(target, release))
+
+
+def yaml_diff(before: Any, after: Any) -> str:
+    import difflib
+
+    import yaml
+
+    old = yaml.safe_dump(before, sort_keys=True).splitlines()
+    new = yaml.safe_dump(after, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(old, new, "deployed", "wanted", lineterm="", n=1))

@@ -71,3 +71,14 @@ def test_global_options_are_accepted_anywhere() -> None:
     assert hoist_global_options(["cluster", "create", "--gpu", "t4", "--kubeconfig=/k", "-v"]) == \
         ["--kubeconfig=/k", "-v", "cluster", "create", "--gpu", "t4"]
     assert hoist_global_options(["x", "--", "-o", "json"]) == ["x", "--", "-o", "json"]
+
+
+def test_an_unexpected_error_is_one_line_without_traceback(monkeypatch) -> None:  # noqa: ANN001
+    import gpuctl.cli.gpus as gpus_cli
+    from gpuctl.cli.main import run
+
+    def boom(ctx) -> None:  # noqa: ANN001
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(gpus_cli, "emit", lambda *a, **k: boom(None))
+    assert run(["gpus"]) == 1

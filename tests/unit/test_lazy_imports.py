@@ -58,3 +58,11 @@ def test_root_help_is_rendered_by_typer_once_then_served_without_it(tmp_path) ->
     typer_help = subprocess.run([sys.executable, "-c", "from gpuctl.cli.main import run; run(['--help'])"],
                                 capture_output=True, text=True, env=env, timeout=60).stdout
     assert runs[1].stdout == typer_help
+
+
+def test_the_python_api_is_import_gpuctl() -> None:
+    import gpuctl
+    import gpuctl.api
+
+    assert gpuctl._API == set(gpuctl.api.__all__)
+    assert gpuctl.apply_platform is gpuctl.api.apply_platform

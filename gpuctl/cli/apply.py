@@ -1,0 +1,69 @@
+"""`gpuctl apply|render -f gpu-platform.yaml`: converge a cluster to a GpuCluster spec, or render it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gpuctl.cli.settings import settings
+from gpuctl.output import emit, info
+
+SpecFile = Annotated[Path, typer.Option("-f", "--filename", help="GpuCluster spec file.")]
+
+
+def apply(
+    ctx: typer.Context,
+    filename: SpecFile,
+    lock_timeout: Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another apply on the same cluster.")] = 300.0,
+) -> None:
+    """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
+    from gpuctl import api
+    from gpuctl.cli.cluster import print_step
+    from gpuctl.providers.base import Change
+    from gpuctl.specfile import load_spec, to_platform
+
+    doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
+    spec = to_platform(doc, groups)
+    opts = settings(ctx)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout)
+    changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
+    info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
+    emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),
+          "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks]}
+         if opts.output != "table" else [s.as_dict() for s in result.steps], opts.output, ("step", "outcome", "seconds"))
+
+
+def render(
+    ctx: typer.Context,
+    filename: SpecFile,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write manifests/ and helm/ here (default: stdout).")] = None,
+) -> None:
+    """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
+    from gpuctl.render import render as render_spec
+    from gpuctl.specfile import load_spec, to_platform
+
+    result = render_spec(to_platform(*load_spec(filename)), out)
+    if isinstance(result, str):
+        print(result, end="")
+    else:
+        for path in result:
+            info(f"wrote {path}")
+
+
+def plan(ctx: typer.Context, filename: SpecFile) -> None:
+    """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
+    from gpuctl.plan import plan_platform
+    from gpuctl.specfile import load_spec, to_platform
+
+    opts = settings(ctx)
+    planned = plan_platform(to_platform(*load_spec(filename)), opts.kubeconfig)
+    if opts.output != "table":
+        emit([p.as_dict() for p in planned], opts.output)
+        return
+    emit([{"step": p.step, "action": p.action.value, "detail": p.detail} for p in planned], opts.output,
+         ("step", "action", "detail"))
+    for p in planned:
+        if p.diff:
+            print(f"\n--- {p.step}\n{p.diff}")

@@ -1,0 +1,126 @@
+"""One apply at a time per cluster: a coordination.k8s.io Lease, held and renewed while applying.
+
+A second apply waits for the holder to finish (or its lease to expire) up to a deadline, then
+fails naming the holder. Only an apply that has something to write takes the lock, so a
+converged re-apply still sends no write.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.errors import WaitTimeout
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.output import info
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+LEASE = "gpuctl-apply"
+LEASE_NAMESPACE = "kube-system"
+DURATION_S = 30
+RENEW_EVERY_S = 10
+REPORT_EVERY_S = 5
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _body(holder: str, resource_version: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": LEASE, "namespace": LEASE_NAMESPACE}
+    if resource_version:
+        metadata["resourceVersion"] = resource_version  # optimistic concurrency: one taker wins
+    now = _stamp(_now())
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": DURATION_S, "acquireTime": now,
+                     "renewTime": now}}
+
+
+def _expired(lease: Any) -> bool:
+    spec = lease.spec
+    if not spec.holder_identity or spec.renew_time is None:
+        return True
+    return (_now() - spec.renew_time).total_seconds() > (spec.lease_duration_seconds or DURATION_S)
+
+
+def _try_acquire(api: Any, holder: str) -> Any | None:
+    """Take the lease if it is free or expired; return the current one when someone else holds it."""
+    try:
+        lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
+    except Exception as exc:  # noqa: BLE001
+        if not is_not_found(exc):
+            raise api_error(exc, "reading the apply lease") from None
+        try:
+            api.create_namespaced_lease(LEASE_NAMESPACE, _body(holder))
+            return None
+        except Exception as exc2:  # noqa: BLE001
+            if getattr(exc2, "status", None) == 409:  # another apply created it first
+                return api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
+            raise api_error(exc2, "creating the apply lease") from None
+    if not _expired(lease):
+        return lease
+    try:
+        api.replace_namespaced_lease(LEASE, LEASE_NAMESPACE, _body(holder, lease.metadata.resource_version))
+        return None
+    except Exception as exc:  # noqa: BLE001
+        if getattr(exc, "status", None) == 409:
+            return api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
+        raise api_error(exc, "taking over the apply lease") from None
+
+
+@contextmanager
+def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[None]:
+    from kubernetes.client import CoordinationV1Api
+
+    api = CoordinationV1Api(client)
+    holder = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    started = last_report = time.monotonic()
+    while (other := _try_acquire(api, holder)) is not None:
+        waited = time.monotonic() - started
+        if waited > timeout:
+            raise WaitTimeout(f"another gpuctl apply holds the lock on cluster {cluster!r} "
+                              f"(lease {LEASE_NAMESPACE}/{LEASE}, holder {other.spec.holder_identity})",
+                              "wait for it to finish, or raise --lock-timeout")
+        if time.monotonic() - last_report >= REPORT_EVERY_S:
+            info(f"  waiting for the apply lock held by {other.spec.holder_identity} ({waited:.0f}s)")
+            last_report = time.monotonic()
+        time.sleep(1)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(RENEW_EVERY_S):
+            try:
+                lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
+                if lease.spec.holder_identity != holder:
+                    return
+                api.patch_namespaced_lease(LEASE, LEASE_NAMESPACE, {"spec": {"renewTime": _stamp(_now())}},
+                                           _content_type="application/merge-patch+json")
+            except Exception:  # noqa: BLE001 - the apply itself will report a broken API server
+                return
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        try:
+            lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
+            if lease.spec.holder_identity == holder:
+                api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE)
+        except Exception:  # noqa: BLE001 - an unreleased lease expires after DURATION_S anyway
+            pass

@@ -1,0 +1,149 @@
+"""`gpuctl plan`: what each step of `apply` would do, with a diff of what changes; writes nothing.
+
+It reads the cloud through the provider and the cluster through the kubeconfig gpuctl wrote
+before (never by asking the cloud for new credentials, which would be a write).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuctl.errors import ClusterError, GpuctlError
+from gpuctl.kube.client import api_client, core
+from gpuctl.kube.nodes import list_nodes_json, node_patch
+from gpuctl.kube.objects import read_config_map_data
+from gpuctl.mig import config_name, parse_mig_parted_config
+from gpuctl.platform import PlatformSpec, gpu_config_data
+from gpuctl.providers import get_provider
+from gpuctl.providers.base import Change
+from gpuctl.sharing import CONFIG_LABEL
+from gpuctl.stack.helm import HelmTarget, plan_release
+from gpuctl.stack.releases import nfd_release, operator_release
+from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
+from gpuctl.tenants import BINDING, QUOTA, contains, read_or_none, tenant_manifests
+
+MIG_CONFIG = "nvidia.com/mig.config"
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    step: str
+    action: Change
+    detail: str = ""
+    diff: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"step": self.step, "action": self.action.value, "detail": self.detail, "diff": self.diff}
+
+
+def _diff(before: str, after: str, name: str) -> str:
+    lines = difflib.unified_diff(before.splitlines(), after.splitlines(), f"{name} (cluster)", f"{name} (spec)",
+                                 lineterm="", n=1)
+    return "\n".join(lines)
+
+
+def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedStep]:
+    provider = get_provider(spec.cloud, spec.options)
+    provider.check_credentials()
+    planned: list[PlannedStep] = []
+    exists = provider.get_cluster(spec.name) is not None
+    planned.append(PlannedStep("ensure-cluster", Change.NO_CHANGE if exists else Change.CREATED))
+    for group in spec.groups:
+        current = provider.get_node_group(spec.name, group.spec.name) if exists else None
+        if current is None:
+            planned.append(PlannedStep(f"ensure-nodegroup/{group.spec.name}", Change.CREATED,
+                                       f"{group.spec.nodes} x {group.spec.gpu.name}"))
+        elif current.nodes != group.spec.nodes:
+            planned.append(PlannedStep(f"ensure-nodegroup/{group.spec.name}", Change.UPDATED,
+                                       f"nodes {current.nodes} -> {group.spec.nodes}"))
+        else:
+            planned.append(PlannedStep(f"ensure-nodegroup/{group.spec.name}", Change.NO_CHANGE))
+    if not exists:
+        planned.append(PlannedStep("cluster-side steps", Change.CREATED, "everything, once the cluster exists"))
+        return planned
+    try:
+        client = api_client(kubeconfig, provider.context_name(spec.name))
+    except ClusterError as exc:
+        planned.append(PlannedStep("cluster-side steps", Change.UPDATED, f"unknown: {exc.message}"))
+        return planned
+    planned += plan_cluster(spec, client, {g.spec.name: provider.node_selector(g.spec.name) for g in spec.groups},
+                            HelmTarget(kubeconfig, provider.context_name(spec.name)))
+    return planned
+
+
+def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], helm: HelmTarget) -> list[PlannedStep]:
+    """The cluster-side steps of apply, observed only."""
+    v1 = core(client)
+    planned = []
+    for group in spec.groups:
+        nodes = list_nodes_json(v1, selectors[group.spec.name])
+        labels = {CONFIG_LABEL: group.sharing.config_key, **group.labels}
+        patches = {n["metadata"]["name"]: p for n in nodes if (p := node_patch(n, labels, group.taints))}
+        diff = "\n".join(f"{name}: {yaml.safe_dump(p, default_flow_style=True).strip()}"
+                         for name, p in sorted(patches.items())[:5])
+        planned.append(PlannedStep(f"configure-nodes/{group.spec.name}",
+                                   Change.UPDATED if patches else Change.NO_CHANGE,
+                                   f"{len(patches)} of {len(nodes)} nodes" if patches else "", diff))
+    text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
+    wanted = gpu_config_data(spec.stack, [g.sharing for g in spec.groups], [g.mig for g in spec.groups if g.mig],
+                             parse_mig_parted_config(text) if text else {})
+    diffs, action = [], Change.NO_CHANGE
+    for name, data in wanted.items():
+        current = read_config_map_data(v1, NAMESPACE, name)
+        for key, value in data.items():
+            before = (current or {}).get(key)
+            if before != value:
+                action = Change.UPDATED
+                diffs.append(_diff(before or "", value, f"{name}/{key}"))
+    planned.append(PlannedStep("write-gpu-config", action, "", "\n".join(diffs)))
+    releases = ([nfd_release(spec.stack)] if spec.stack.nfd == "standalone" else []) + [operator_release(spec.stack)]
+    for release in releases:
+        try:
+            change, why = plan_release(helm, release)
+        except GpuctlError as exc:
+            change, why = Change.UPDATED, f"unknown: {exc.message}"
+        title = "install-nfd" if release.name == "node-feature-discovery" else "install-gpu-operator"
+        planned.append(PlannedStep(title, change, why.splitlines()[0] if why else "", why))
+    for group in spec.groups:
+        if group.mig is not None:
+            name = config_name(group.mig)
+            nodes = list_nodes_json(v1, selectors[group.spec.name])
+            moving = [n["metadata"]["name"] for n in nodes if (n["metadata"].get("labels") or {}).get(MIG_CONFIG) != name]
+            planned.append(PlannedStep(f"apply-mig/{group.spec.name}", Change.UPDATED if moving else Change.NO_CHANGE,
+                                       f"{name} on {', '.join(moving)}" if moving else ""))
+    for tenant in spec.tenants:
+        planned.append(_plan_tenant(client, tenant))
+    return planned
+
+
+def _plan_tenant(client: Any, tenant: Any) -> PlannedStep:
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+
+    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    reads = {"namespace": lambda: v1.read_namespace(tenant.name),
+             "quota": lambda: v1.read_namespaced_resource_quota(QUOTA, tenant.name),
+             "binding": lambda: rbac.read_namespaced_role_binding(BINDING, tenant.name)}
+    action, diffs = Change.NO_CHANGE, []
+    for kind, body in tenant_manifests(tenant):
+        current = read_or_none(reads[kind], kind, tenant.name)
+        if current is None:
+            return PlannedStep(f"ensure-tenant/{tenant.name}", Change.CREATED, f"namespace, quota {tenant.hard()}")
+        observed = client.sanitize_for_serialization(current)
+        if not contains(observed, body):
+            action = Change.UPDATED
+            diffs.append(_diff(yaml.safe_dump(_subset(observed, body), sort_keys=True),
+                               yaml.safe_dump(body, sort_keys=True), f"{kind}/{tenant.name}"))
+    return PlannedStep(f"ensure-tenant/{tenant.name}", action, "", "\n".join(diffs))
+
+
+def _subset(current: Any, wanted: Any) -> Any:
+    """The part of `current` that `wanted` speaks about, for a readable diff."""
+    if isinstance(wanted, dict) and isinstance(current, dict):
+        return {k: _subset(current.get(k), v) for k, v in wanted.items()}
+    return current
