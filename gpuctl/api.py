@@ -39,7 +39,10 @@ def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[Clust
 
 
 def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None) -> Change:
-    return _provider(cloud, options).ensure_node_group(cluster, spec)
+    provider = get_provider(cloud, options)
+    provider.check_node_group(spec)
+    provider.check_credentials()
+    return provider.ensure_node_group(cluster, spec)
 
 
 def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: CloudOptions | None = None) -> Change:

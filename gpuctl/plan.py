@@ -83,7 +83,7 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
     for group in spec.groups:
         nodes = list_nodes_json(v1, selectors[group.spec.name])
         labels = {CONFIG_LABEL: group.sharing.config_key, **group.labels}
-        patches = {n["metadata"]["name"]: p for n in nodes if (p := node_patch(n, labels, group.taints))}
+        patches = {n["metadata"]["name"]: p for n in nodes if (p := node_patch(n, labels, group.spec.taints))}
         diff = "\n".join(f"{name}: {yaml.safe_dump(p, default_flow_style=True).strip()}"
                          for name, p in sorted(patches.items())[:5])
         planned.append(PlannedStep(f"configure-nodes/{group.spec.name}",

@@ -30,7 +30,7 @@ from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.taints import Taint
 from gpuctl.tenants import Tenant, ensure_tenant
 from gpuctl.validate import SMOKE_IMAGE, Check, check_capacity, expected_resources, read_configs, validate_cluster
 
@@ -45,12 +45,11 @@ LOCK_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """A node group and what the platform makes of it: sharing or a MIG layout, taints, labels."""
+    """A node group (with its taints) and what the platform makes of it: sharing or a MIG layout, labels."""
 
     spec: NodeGroupSpec
     sharing: Sharing = NO_SHARING
     mig: MigLayout | None = None
-    taints: tuple[Taint, ...] = DEFAULT_GPU_TAINTS
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -68,7 +67,7 @@ class PlatformSpec:
 
 def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:
     """The union of the groups' taints: what the GPU stack's pods must tolerate."""
-    return tuple(dict.fromkeys(t for g in groups for t in g.taints))
+    return tuple(dict.fromkeys(t for g in groups for t in g.spec.taints))
 
 
 @dataclass
@@ -87,7 +86,9 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     def step(title: str, action: Callable[[], Change]) -> None:
         result.steps.append(run_step(title, action, report))
 
-    provider.check_credentials()  # exit 3 with the fix before anything is touched
+    for group in spec.groups:  # every input checked before anything is touched
+        provider.check_node_group(group.spec)
+    provider.check_credentials()  # exit 3 with the fix
     step("ensure-cluster", lambda: provider.ensure_cluster(name))
     for group in spec.groups:
         step(f"ensure-nodegroup/{group.spec.name}", lambda g=group: provider.ensure_node_group(name, g.spec))
@@ -120,7 +121,7 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
         step(title, action)
     for group in spec.groups:
         step(f"configure-nodes/{group.spec.name}",
-             lambda g=group: configure_nodes(v1, selectors[g.spec.name], g.sharing, g.taints, g.labels))
+             lambda g=group: configure_nodes(v1, selectors[g.spec.name], g.sharing, g.spec.taints, g.labels))
     changed_keys: set[str] = set()
 
     def gpu_config_step() -> Change:

@@ -4,6 +4,7 @@ Read from $GPUCTL_SITE_CONFIG or ~/.config/gpuctl/site.yaml, e.g.
 
     openstack:
       flavors: {t4: g2.5xlarge, a100-40gb: g4.a100.8xlarge}
+      labels: {nvidia_gpu_enabled: "true"}   # Magnum labels of new GPU clusters and node groups
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 from gpuctl.catalog import GPUS, GpuModel
 from gpuctl.errors import UsageError
 
-_KNOWN = {"openstack": {"flavors"}}
+_KNOWN = {"openstack": {"flavors", "labels"}}
+# CERN's convention: images of clusters with this label carry the NVIDIA driver and toolkit.
+DEFAULT_OPENSTACK_LABELS = {"nvidia_gpu_enabled": "true"}
 
 
 def site_config_path() -> Path:
@@ -49,6 +52,11 @@ def _load(path: Path) -> dict[str, Any]:
             raise UsageError(f"{path}: openstack.flavors.{gpu}", "unknown GPU", f"use one of: {', '.join(GPUS)}")
         if not isinstance(flavor, str) or not flavor:
             raise UsageError(f"{path}: openstack.flavors.{gpu}", "must be a flavor name", "e.g. g2.5xlarge")
+    labels = (doc.get("openstack") or {}).get("labels")
+    if labels is not None and (not isinstance(labels, dict)
+                               or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+        raise UsageError(f"{path}: openstack.labels", "must map label names to strings",
+                         'quote values: {nvidia_gpu_enabled: "true"}')
     return doc
 
 
@@ -56,3 +64,9 @@ def openstack_flavor(model: GpuModel) -> str:
     """The site's flavor for `model`, else the catalog default."""
     flavors = (_load(site_config_path()).get("openstack") or {}).get("flavors") or {}
     return flavors.get(model.name, model.openstack_flavor)
+
+
+def openstack_labels() -> dict[str, str]:
+    """Magnum labels for GPU clusters and node groups: the site's, else nvidia_gpu_enabled=true."""
+    labels = (_load(site_config_path()).get("openstack") or {}).get("labels")
+    return dict(DEFAULT_OPENSTACK_LABELS if labels is None else labels)

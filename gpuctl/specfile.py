@@ -329,8 +329,8 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 -
 
     plans = tuple(GroupPlan(
         NodeGroupSpec(g.doc.name, g.gpu, g.doc.nodes, g.gpus_per_node, g.doc.min_nodes, g.doc.max_nodes,
-                      g.doc.flavor, g.doc.instance_type),
-        g.doc.sharing, g.mig, g.taints, dict(g.doc.labels)) for g in groups)
+                      g.doc.flavor, g.doc.instance_type, g.taints),
+        g.doc.sharing, g.mig, dict(g.doc.labels)) for g in groups)
     ships_driver = get_provider(doc.cloud, doc.options).ships_driver
     stack = StackSpec(charts=doc.charts or "upstream", nfd=doc.nfd, driver=not ships_driver,
                       toolkit=not ships_driver, mig_strategy=doc.mig_strategy, taints=all_taints(plans))
@@ -361,7 +361,7 @@ def export_spec(spec: Any) -> str:
         elif plan.sharing.config_key:
             kind = "timeSlicing" if plan.sharing.strategy == "time-slicing" else "mps"
             group["sharing"] = {kind: {"replicas": plan.sharing.replicas}}
-        group["taints"] = [str(t) for t in plan.taints]
+        group["taints"] = [str(t) for t in plan.spec.taints]
         if plan.labels:
             group["labels"] = dict(plan.labels)
         groups.append(group)

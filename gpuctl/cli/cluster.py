@@ -9,7 +9,8 @@ import typer
 
 from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
 from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, InstanceType, Keypair, MaxNodes, MinNodes,
-                                NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Template, Yes, cloud_options)
+                                NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Template, Yes,
+                                cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.output import emit, info
 from gpuctl.steps import StepResult
@@ -34,7 +35,7 @@ def create(
     nodegroup_name: Annotated[str, typer.Option("--nodegroup-name", help="Name of the GPU node group.")] = "gpu",
     slices: Annotated[Optional[int], typer.Option("--slices", help="Share each GPU N ways (time-slicing unless --sharing says otherwise).")] = None,
     sharing: Annotated[Optional[str], typer.Option("--sharing", help="time-slicing, mps or none.")] = None,
-    taint: Annotated[Optional[list[str]], typer.Option("--taint", help="GPU node taint key=value:Effect (repeatable; default nvidia.com/gpu=true:NoSchedule).")] = None,
+    taint: Taints = None,
     nfd: Annotated[str, typer.Option("--nfd", help="Who deploys Node Feature Discovery: standalone or operator.")] = "standalone",
     charts: Annotated[Optional[str], typer.Option("--charts", help="Chart source: upstream, bundled, a directory, or an oci:// mirror (default: per cloud).")] = None,
     mig_strategy: Annotated[str, typer.Option("--mig-strategy", help="GPU Operator MIG strategy: mixed or single.")] = "mixed",
@@ -74,18 +75,19 @@ def create(
     # Every input is checked before anything is started.
     check_cloud(cloud)
     check_name(name, "--name")
-    group = node_group_from_flags(nodegroup_name, gpu, nodes, gpus_per_node, name_field="--nodegroup-name")
-    share = sharing_from_flags(slices, sharing)
     taints = tuple(parse_taint(t) for t in taint) if taint else DEFAULT_GPU_TAINTS
-    options = cloud_options(region, os_cloud, profile, template=template, flavor=flavor, keypair=keypair,
-                            instance_type=instance_type, ami_type=ami_type, node_role=node_role, subnets=subnet,
-                            min_nodes=min_nodes, max_nodes=max_nodes, kubernetes_version=kubernetes_version,
+    group = node_group_from_flags(nodegroup_name, gpu, nodes, gpus_per_node, name_field="--nodegroup-name",
+                                  cloud=cloud, min_nodes=min_nodes, max_nodes=max_nodes, flavor=flavor,
+                                  instance_type=instance_type, taints=taints)
+    share = sharing_from_flags(slices, sharing)
+    options = cloud_options(region, os_cloud, profile, template=template, keypair=keypair, ami_type=ami_type,
+                            node_role=node_role, subnets=subnet, kubernetes_version=kubernetes_version,
                             karpenter=karpenter, exec_auth=exec_auth)
     provider = get_provider(cloud, options)
     stack = check_stack(StackSpec(charts=charts or provider.default_charts, nfd=nfd, driver=not provider.ships_driver,
                                   toolkit=not provider.ships_driver, mig_strategy=mig_strategy, taints=taints))
     chart_ref(GPU_OPERATOR, stack.charts)
-    spec = PlatformSpec(name, cloud, (GroupPlan(group, share, taints=taints),), stack,
+    spec = PlatformSpec(name, cloud, (GroupPlan(group, share),), stack,
                         smoke_image=smoke_image or SMOKE_IMAGE, validate=validate, options=options)
     if export_spec:
         from gpuctl.specfile import export_spec as render_spec

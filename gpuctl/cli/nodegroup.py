@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from gpuctl.cli.options import (AmiType, Cloud, ClusterName, Flavor, Gpu, GpusPerNode, InstanceType, Keypair, MaxNodes,
-                                MinNodes, NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Yes, cloud_options)
+                                MinNodes, NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Yes,
+                                cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.output import emit, info
 
@@ -31,16 +32,18 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         gpus_per_node: GpusPerNode = None, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
         profile: Profile = None, flavor: Flavor = None, keypair: Keypair = None, instance_type: InstanceType = None,
         ami_type: AmiType = None, node_role: NodeRole = None, subnet: Subnets = None, min_nodes: MinNodes = None,
-        max_nodes: MaxNodes = None) -> None:
+        max_nodes: MaxNodes = None, taint: Taints = None) -> None:
     """Add a GPU node group (or converge an existing one to these values)."""
     from gpuctl import api
     from gpuctl.spec import node_group_from_flags
+    from gpuctl.taints import DEFAULT_GPU_TAINTS, parse_taint
 
     _checked(cloud, cluster)
-    spec = node_group_from_flags(name, gpu, nodes, gpus_per_node)
-    options = cloud_options(region, os_cloud, profile, flavor=flavor, keypair=keypair, instance_type=instance_type,
-                            ami_type=ami_type, node_role=node_role, subnets=subnet, min_nodes=min_nodes,
-                            max_nodes=max_nodes)
+    spec = node_group_from_flags(name, gpu, nodes, gpus_per_node, cloud=cloud, min_nodes=min_nodes,
+                                 max_nodes=max_nodes, flavor=flavor, instance_type=instance_type,
+                                 taints=tuple(parse_taint(t) for t in taint) if taint else DEFAULT_GPU_TAINTS)
+    options = cloud_options(region, os_cloud, profile, keypair=keypair, ami_type=ami_type, node_role=node_role,
+                            subnets=subnet)
     change = api.add_node_group(cloud, cluster, spec, options)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)

@@ -39,3 +39,4 @@ NodeRole = Annotated[Optional[str], typer.Option("--node-role", help="EKS: node 
 Subnets = Annotated[Optional[list[str]], typer.Option("--subnet", help="EKS: subnet id for the nodes (repeatable).")]
 MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", help="Autoscaler minimum (default: --nodes).")]
 MaxNodes = Annotated[Optional[int], typer.Option("--max-nodes", help="Autoscaler maximum (default: --nodes).")]
+Taints = Annotated[Optional[list[str]], typer.Option("--taint", help="GPU node taint key=value:Effect (repeatable; default nvidia.com/gpu=true:NoSchedule).")]

@@ -50,6 +50,10 @@ class Provider(Protocol):
     default_charts: str  # where NFD and GPU Operator charts come from: upstream | bundled
     ships_driver: bool  # the node image has the NVIDIA driver and toolkit: the operator must not install them
 
+    def check_node_group(self, spec: NodeGroupSpec) -> None:
+        """Refuse (UsageError) a node group this cloud cannot build, without any API call."""
+        ...
+
     def check_credentials(self) -> None:
         """Raise CredentialsError (exit 3) with the fix when credentials are missing or wrong."""
         ...

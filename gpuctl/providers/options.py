@@ -1,4 +1,6 @@
-"""Cloud-specific choices a command line or spec may give; each provider reads the ones it knows."""
+"""Cloud-wide choices a command line or spec may give; each provider reads the ones it knows.
+
+A node group's own shape (flavor, instance type, autoscaler bounds, taints) is in NodeGroupSpec."""
 
 from __future__ import annotations
 
@@ -8,16 +10,14 @@ from gpuctl.errors import UsageError
 
 # Which options each cloud understands; anything else given for that cloud is a usage error.
 ALLOWED: dict[str, frozenset[str]] = {
-    "sim": frozenset({"min_nodes", "max_nodes"}),
-    "openstack": frozenset({"os_cloud", "region", "template", "flavor", "keypair", "min_nodes", "max_nodes"}),
-    "eks": frozenset({"profile", "region", "instance_type", "ami_type", "node_role", "subnets", "min_nodes",
-                      "max_nodes", "kubernetes_version", "karpenter", "exec_auth"}),
+    "sim": frozenset(),
+    "openstack": frozenset({"os_cloud", "region", "template", "keypair"}),
+    "eks": frozenset({"profile", "region", "ami_type", "node_role", "subnets", "kubernetes_version", "karpenter",
+                      "exec_auth"}),
 }
-FLAGS = {"os_cloud": "--os-cloud", "region": "--region", "template": "--template", "flavor": "--flavor",
-         "keypair": "--keypair", "min_nodes": "--min-nodes", "max_nodes": "--max-nodes", "profile": "--profile",
-         "instance_type": "--instance-type", "ami_type": "--ami-type", "node_role": "--node-role",
-         "subnets": "--subnet", "kubernetes_version": "--kubernetes-version", "karpenter": "--karpenter",
-         "exec_auth": "--exec-auth"}
+FLAGS = {"os_cloud": "--os-cloud", "region": "--region", "template": "--template", "keypair": "--keypair",
+         "profile": "--profile", "ami_type": "--ami-type", "node_role": "--node-role", "subnets": "--subnet",
+         "kubernetes_version": "--kubernetes-version", "karpenter": "--karpenter", "exec_auth": "--exec-auth"}
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,11 @@ class CloudOptions:
     region: str | None = None
     os_cloud: str | None = None  # OpenStack: clouds.yaml entry (else OS_CLOUD / OS_* variables)
     template: str | None = None  # Magnum cluster template (name or id)
-    flavor: str | None = None  # OpenStack flavor override (else site config, else catalog)
     keypair: str | None = None
     profile: str | None = None  # AWS named profile (else the standard credential chain)
-    instance_type: str | None = None  # EKS: override of the catalog's instance type
     ami_type: str | None = None  # EKS: AL2023_x86_64_NVIDIA (default) or BOTTLEROCKET_x86_64_NVIDIA
     node_role: str | None = None  # EKS: node IAM role ARN (else created)
     subnets: tuple[str, ...] = field(default=())
-    min_nodes: int | None = None  # autoscaler bounds; default: the node count
-    max_nodes: int | None = None
     kubernetes_version: str | None = None
     karpenter: bool = False  # EKS: also render a Karpenter GPU NodePool + EC2NodeClass
     exec_auth: bool = False  # EKS: kubeconfig with the exec plugin instead of a token
@@ -45,9 +41,4 @@ def check_options(cloud: str, options: CloudOptions) -> CloudOptions:
         value = getattr(options, f.name)
         if value not in (None, False, ()) and f.name not in ALLOWED[cloud]:
             raise UsageError(FLAGS[f.name], f"not used by --cloud {cloud}", "drop it or choose the cloud it belongs to")
-    if options.min_nodes is not None and options.min_nodes < 0:
-        raise UsageError("--min-nodes", f"must be at least 0, got {options.min_nodes}", "pass --min-nodes 0 or more")
-    if options.min_nodes is not None and options.max_nodes is not None and options.max_nodes < options.min_nodes:
-        raise UsageError("--max-nodes", f"{options.max_nodes} is below --min-nodes {options.min_nodes}",
-                         "pass --max-nodes >= --min-nodes")
     return options

@@ -11,8 +11,8 @@ from gpuctl.spec import NodeGroupSpec
 from gpuctl.taints import Taint
 
 
-def _spec(gpu: str, per_node: int) -> NodeGroupSpec:
-    return NodeGroupSpec("gpu", get_gpu(gpu), 1, per_node)
+def _spec(gpu: str, per_node: int, instance_type: str | None = None) -> NodeGroupSpec:
+    return NodeGroupSpec("gpu", get_gpu(gpu), 1, per_node, instance_type=instance_type)
 
 
 @pytest.mark.parametrize(("effect", "spelled"), [("NoSchedule", "NO_SCHEDULE"), ("NoExecute", "NO_EXECUTE"),
@@ -27,7 +27,7 @@ def test_taints_in_eks_spelling(effect: str, spelled: str) -> None:
                                                            ("a10g", 8, "g5.48xlarge"), ("h100-80gb", 8, "p5.48xlarge"),
                                                            ("h200", 8, "p5e.48xlarge")])
 def test_smallest_catalog_instance_type_with_exactly_those_gpus(gpu: str, per_node: int, expected: str) -> None:
-    assert choose_instance_type(_spec(gpu, per_node), None) == expected
+    assert choose_instance_type(_spec(gpu, per_node)) == expected
 
 
 @pytest.mark.parametrize(("spec", "override", "field", "problem"), [
@@ -39,19 +39,18 @@ def test_smallest_catalog_instance_type_with_exactly_those_gpus(gpu: str, per_no
 def test_instance_type_mismatches_name_the_flag(spec: NodeGroupSpec, override: str | None, field: str,
                                                 problem: str) -> None:
     with pytest.raises(UsageError) as error:
-        choose_instance_type(spec, override)
+        choose_instance_type(NodeGroupSpec(spec.name, spec.gpu, spec.nodes, spec.gpus_per_node, instance_type=override))
     assert error.value.field == field and problem in error.value.message
 
 
 def test_an_instance_type_unknown_to_the_catalog_is_taken_as_given() -> None:
-    assert choose_instance_type(_spec("t4", 8), "g4dn.metal") == "g4dn.metal"
+    assert choose_instance_type(_spec("t4", 8, "g4dn.metal")) == "g4dn.metal"
 
 
-def test_scaling_defaults_to_the_node_count_and_checks_bounds() -> None:
-    assert scaling_config(3, None, None) == {"minSize": 3, "maxSize": 3, "desiredSize": 3}
-    assert scaling_config(1, 0, 4) == {"minSize": 0, "maxSize": 4, "desiredSize": 1}
-    with pytest.raises(UsageError, match="--nodes: 5 is outside --min-nodes 0 .. --max-nodes 4"):
-        scaling_config(5, 0, 4)
+def test_scaling_defaults_to_the_node_count() -> None:
+    t4 = get_gpu("t4")
+    assert scaling_config(NodeGroupSpec("g", t4, 3, 1)) == {"minSize": 3, "maxSize": 3, "desiredSize": 3}
+    assert scaling_config(NodeGroupSpec("g", t4, 1, 1, 0, 4)) == {"minSize": 0, "maxSize": 4, "desiredSize": 1}
 
 
 def test_only_nvidia_ami_types() -> None:

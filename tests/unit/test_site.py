@@ -37,3 +37,16 @@ def test_bad_site_config_names_the_field(site: Path, text: str, field: str) -> N
     with pytest.raises(UsageError) as err:
         openstack_flavor(GPUS["t4"])
     assert f"{site}: {field}:" in err.value.one_line()
+
+
+def test_openstack_labels_default_and_override(site: Path) -> None:
+    from gpuctl.site import openstack_labels
+
+    assert openstack_labels() == {"nvidia_gpu_enabled": "true"}
+    _load.cache_clear()
+    site.write_text('openstack:\n  labels: {nvidia_gpu_enabled: "true", gpu_driver: "570"}\n')
+    assert openstack_labels() == {"nvidia_gpu_enabled": "true", "gpu_driver": "570"}
+    _load.cache_clear()
+    site.write_text("openstack:\n  labels: {nvidia_gpu_enabled: true}\n")
+    with pytest.raises(UsageError, match="openstack.labels"):
+        openstack_labels()

@@ -32,8 +32,9 @@ def catalog_instance(name: str) -> tuple[GpuModel, InstanceType] | None:
     return next(((m, t) for m in GPUS.values() for t in m.instance_types if t.name == name), None)
 
 
-def choose_instance_type(spec: NodeGroupSpec, override: str | None) -> str:
-    """`override` if it fits the spec, else the smallest catalog type with exactly the GPUs asked for."""
+def choose_instance_type(spec: NodeGroupSpec) -> str:
+    """spec.instance_type if it fits the spec, else the smallest catalog type with exactly the GPUs asked for."""
+    override = spec.instance_type
     if override is not None:
         known = catalog_instance(override)
         if known and known[0] != spec.gpu:
@@ -53,14 +54,10 @@ def choose_instance_type(spec: NodeGroupSpec, override: str | None) -> str:
     return match.name
 
 
-def scaling_config(desired: int, min_nodes: int | None, max_nodes: int | None) -> dict[str, int]:
+def scaling_config(spec: NodeGroupSpec) -> dict[str, int]:
     """EKS scalingConfig; the autoscaler's bounds default to the node count."""
-    low = desired if min_nodes is None else min_nodes
-    high = desired if max_nodes is None else max_nodes
-    if not low <= desired <= high:
-        raise UsageError("--nodes", f"{desired} is outside --min-nodes {low} .. --max-nodes {high}",
-                         "pass a node count within the bounds")
-    return {"minSize": low, "maxSize": high, "desiredSize": desired}
+    low, high = spec.bounds()
+    return {"minSize": low, "maxSize": high, "desiredSize": spec.nodes}
 
 
 def node_labels(spec: NodeGroupSpec) -> dict[str, str]:

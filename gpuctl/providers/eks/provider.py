@@ -23,7 +23,6 @@ from gpuctl.providers.eks.roles import (CLUSTER_POLICIES, NODE_POLICIES, cluster
 from gpuctl.providers.eks.token import EXEC_API_VERSION
 from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
-from gpuctl.taints import DEFAULT_GPU_TAINTS
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -35,8 +34,6 @@ ROLE_PROPAGATION_S = 60.0  # a new IAM role can be refused by EKS for a few seco
 CLUSTER_FAILED = frozenset({"FAILED", GONE})
 NODEGROUP_FAILED = frozenset({"CREATE_FAILED", "DELETE_FAILED", "DEGRADED", GONE})
 DELETE_FIX = "retry the delete, or delete it in the AWS console"
-# The provider is not told the flow's --taint list: node groups and NodePools get the default GPU taint.
-GPU_TAINTS = DEFAULT_GPU_TAINTS
 
 
 def _managed(item: dict[str, Any]) -> bool:
@@ -69,6 +66,9 @@ class EksProvider:
 
     def _eks(self) -> BaseClient:
         return self.aws.client("eks")
+
+    def check_node_group(self, spec: NodeGroupSpec) -> None:
+        ng.choose_instance_type(spec)  # an instance type for these GPUs, before anything is touched
 
     def check_credentials(self) -> None:
         with translated("checking AWS credentials"):
@@ -236,8 +236,7 @@ class EksProvider:
             role = (self.options.node_role or "").rsplit("/", 1)[-1] or node_role_name(cluster)
             objects = [karpenter.render_ec2nodeclass(cluster, role, self.ami_type)]
             for spec in self._groups.values():
-                most = spec.nodes if self.options.max_nodes is None else self.options.max_nodes
-                objects.append(karpenter.render_nodepool(spec, GPU_TAINTS, most))
+                objects.append(karpenter.render_nodepool(spec, spec.taints, spec.bounds()[1]))
             return karpenter.ensure_objects(client, objects)
 
         return [("apply-karpenter-nodepool", apply)]
@@ -274,8 +273,8 @@ class EksProvider:
                      self._fix(f"nodegroup delete --cluster {cluster} --name {name}"), NODEGROUP_TIMEOUT_S)
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
-        instance_type = ng.choose_instance_type(spec, self.options.instance_type)
-        scaling = ng.scaling_config(spec.nodes, self.options.min_nodes, self.options.max_nodes)
+        instance_type = ng.choose_instance_type(spec)
+        scaling = ng.scaling_config(spec)
         self._groups[spec.name] = spec
         current = self._describe_nodegroup(cluster, spec.name)
         if current is None:
@@ -294,7 +293,7 @@ class EksProvider:
         labels = {k: v for k, v in ng.node_labels(spec).items() if (current.get("labels") or {}).get(k) != v}
         if labels:
             update["labels"] = {"addOrUpdateLabels": labels}
-        taints = [t for t in map(ng.eks_taint, GPU_TAINTS) if t not in (current.get("taints") or [])]
+        taints = [t for t in map(ng.eks_taint, spec.taints) if t not in (current.get("taints") or [])]
         if taints:
             update["taints"] = {"addOrUpdateTaints": taints}
         if not update:
@@ -307,7 +306,7 @@ class EksProvider:
         have = (current.get("instanceTypes") or ["?"])[0]
         known = ng.catalog_instance(have)
         same_gpus = known is not None and known[0] == spec.gpu and known[1].gpus == spec.gpus_per_node
-        if have != instance_type and (self.options.instance_type or not same_gpus):
+        if have != instance_type and (spec.instance_type or not same_gpus):
             raise UsageError("--instance-type", f"node group {spec.name!r} runs {have}, not {instance_type}",
                              "an instance type cannot change: add a node group with another name")
         if self.options.ami_type and current.get("amiType") != self.ami_type:
@@ -325,7 +324,7 @@ class EksProvider:
                                       NODE_POLICIES, self.aws.partition)
         params = {"clusterName": cluster, "nodegroupName": spec.name, "scalingConfig": scaling,
                   "instanceTypes": [instance_type], "amiType": self.ami_type, "subnets": subnets, "nodeRole": role,
-                  "labels": ng.node_labels(spec), "taints": [ng.eks_taint(t) for t in GPU_TAINTS],
+                  "labels": ng.node_labels(spec), "taints": [ng.eks_taint(t) for t in spec.taints],
                   "tags": MANAGED_TAGS}
         info(f"creating node group {spec.name!r}: {spec.nodes} x {instance_type} ({self.ami_type})")
         self._create(f"creating node group {spec.name!r}", lambda: self._eks().create_nodegroup(**params), fresh)

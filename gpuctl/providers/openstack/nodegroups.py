@@ -7,7 +7,7 @@ from typing import Any
 from gpuctl.catalog import GPUS, GpuModel
 from gpuctl.providers.base import NodeGroupInfo
 from gpuctl.providers.options import CloudOptions
-from gpuctl.site import openstack_flavor
+from gpuctl.site import openstack_flavor, openstack_labels
 from gpuctl.spec import NodeGroupSpec
 
 # Magnum labels are free-form strings handed to the driver; these mark what gpuctl made (only
@@ -15,8 +15,6 @@ from gpuctl.spec import NodeGroupSpec
 MANAGED_LABEL = "gpuctl_managed"
 GPU_LABEL = "gpuctl_gpu"
 GPUS_PER_NODE_LABEL = "gpuctl_gpus_per_node"
-# CERN's images install the NVIDIA driver and container toolkit on nodes of clusters with this label.
-GPU_LABELS = {"nvidia_gpu_enabled": "true"}
 NODE_LABEL = "magnum.openstack.org/nodegroup"  # set on each node by Magnum's Kubernetes drivers
 CREATE_TIMEOUT_MIN = 60  # Magnum's own default
 
@@ -24,8 +22,8 @@ Json = dict[str, Any]
 
 
 def cluster_body(name: str, template: str, options: CloudOptions) -> Json:
-    """POST /v1/clusters: the template's labels plus the GPU ones (merge_labels keeps the template's)."""
-    body: Json = {"name": name, "cluster_template_id": template, "labels": {**GPU_LABELS, MANAGED_LABEL: "true"},
+    """POST /v1/clusters: the template's labels plus the site's GPU ones (merge_labels keeps the template's)."""
+    body: Json = {"name": name, "cluster_template_id": template, "labels": {**openstack_labels(), MANAGED_LABEL: "true"},
                   "merge_labels": True, "create_timeout": CREATE_TIMEOUT_MIN}
     if options.keypair:
         body["keypair"] = options.keypair
@@ -34,7 +32,7 @@ def cluster_body(name: str, template: str, options: CloudOptions) -> Json:
 
 def nodegroup_body(spec: NodeGroupSpec, flavor: str, low: int, high: int | None) -> Json:
     """POST /v1/clusters/{c}/nodegroups for a GPU node group of `spec`."""
-    labels = {**GPU_LABELS, MANAGED_LABEL: "true", GPU_LABEL: spec.gpu.name,
+    labels = {**openstack_labels(), MANAGED_LABEL: "true", GPU_LABEL: spec.gpu.name,
               GPUS_PER_NODE_LABEL: str(spec.gpus_per_node)}
     return {"name": spec.name, "flavor_id": flavor, "node_count": spec.nodes, "min_node_count": low,
             "max_node_count": high, "role": "worker", "labels": labels, "merge_labels": True}

@@ -49,6 +49,9 @@ class MagnumProvider:
             self._magnum = MagnumApi(connect(self.options.os_cloud, self.options.region))
         return self._magnum
 
+    def check_node_group(self, spec: NodeGroupSpec) -> None:
+        """Every catalog GPU has a flavor (site config or catalog); Magnum checks the flavor exists."""
+
     def check_credentials(self) -> None:
         self.api.authenticate()
 
@@ -170,12 +173,8 @@ class MagnumProvider:
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
         record = self._cluster(cluster)
-        flavor = self.options.flavor or openstack_flavor(spec.gpu)
-        low = spec.nodes if self.options.min_nodes is None else self.options.min_nodes
-        high = spec.nodes if self.options.max_nodes is None else self.options.max_nodes
-        if not low <= spec.nodes <= high:
-            raise UsageError("--nodes", f"{spec.nodes} is outside --min-nodes {low} .. --max-nodes {high}",
-                             "pass --nodes within the autoscaler bounds")
+        flavor = spec.flavor or openstack_flavor(spec.gpu)
+        low, high = spec.bounds()
         ng = self.api.get_nodegroup(record["uuid"], spec.name)
         if ng is None:
             self.api.create_nodegroup(record["uuid"], nodegroup_body(spec, flavor, low, high))
@@ -188,7 +187,7 @@ class MagnumProvider:
         ng = self._settled(record, ng)
         if ng["flavor_id"] != flavor:
             model = gpu_for_flavor(ng["flavor_id"])
-            raise UsageError("--flavor" if self.options.flavor else "--gpu",
+            raise UsageError("--flavor" if spec.flavor else "--gpu",
                              f"node group {spec.name!r} has flavor {ng['flavor_id']}"
                              f"{f' ({model.name})' if model else ''}, not {flavor}",
                              "a node group's flavor cannot change: add a node group with another name")

@@ -56,6 +56,9 @@ class SimProvider:
         # Extra kube-apiserver flags, for clusters that stand in for a cloud's (the test emulators).
         self.apiserver_args = apiserver_args
 
+    def check_node_group(self, spec: NodeGroupSpec) -> None:
+        """Any catalog GPU can be simulated."""
+
     def check_credentials(self) -> None:
         """A local simulation needs none."""
 
