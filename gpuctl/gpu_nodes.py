@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
+from gpuctl.catalog import GPUS, GpuModel
 from gpuctl.errors import UsageError
 from gpuctl.kube.client import api_error
 
@@ -40,3 +41,10 @@ def gpu_resources(node: V1Node, kind: str = "allocatable") -> dict[str, int]:
     """nvidia.com/gpu and nvidia.com/mig-* quantities of a node, non-zero only."""
     values: dict[str, Any] = getattr(node.status, kind) or {}
     return {k: int(v) for k, v in sorted(values.items()) if k.startswith("nvidia.com/") and int(v) > 0}
+
+
+def model_of(labels: dict[str, str]) -> GpuModel | None:
+    """The catalog GPU of a node: gpuctl's own label, else GFD's product (with -SHARED/-MIG-... suffixes)."""
+    product = labels.get(L.GPU_PRODUCT, "")
+    return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(
+        (m for m in GPUS.values() if product == m.product or product.startswith(m.product + "-")), None)

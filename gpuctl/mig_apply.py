@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuctl import labels as L
-from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.catalog import GpuModel
 from gpuctl.errors import ClusterError, UsageError, ValidationFailed, WaitTimeout
-from gpuctl.gpu_nodes import gpu_nodes, gpu_resources
+from gpuctl.gpu_nodes import gpu_nodes, gpu_resources, model_of
 from gpuctl.kube.client import core
 from gpuctl.kube.nodes import patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
@@ -39,18 +39,11 @@ class MigTarget:
     layout: MigLayout
 
 
-def node_model(node: V1Node) -> GpuModel | None:
-    labels = node.metadata.labels or {}
-    product = labels.get(L.GPU_PRODUCT, "")
-    return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(
-        (m for m in GPUS.values() if product == m.product or product.startswith(m.product + "-")), None)
-
-
 def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarget]:
     """Parse and place the layout for each node's GPU model; raise UsageError before any write."""
     targets = []
     for node in nodes:
-        model = node_model(node)
+        model = model_of(node.metadata.labels or {})
         if model is None:
             raise UsageError("LAYOUT", f"node {node.metadata.name} has an unknown GPU "
                              f"({(node.metadata.labels or {}).get(L.GPU_PRODUCT, '?')})", "target known GPU nodes")

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl import labels as L
-from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.catalog import GpuModel
+from gpuctl.gpu_nodes import model_of
 from gpuctl.errors import UsageError
 from gpuctl.kube.client import api_client, core, is_not_found
 from gpuctl.kube.objects import MERGE_PATCH
@@ -55,11 +56,6 @@ class Settings:
     plugin_default: str
     mig_configmap: str
     mig_strategy: str
-
-
-def _model(labels: dict[str, str]) -> GpuModel | None:
-    return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(
-        (m for m in GPUS.values() if labels.get(L.GPU_PRODUCT, "").startswith(m.product)), None)
 
 
 class SimOperator:
@@ -108,7 +104,7 @@ class SimOperator:
                         mig_configs: dict[str, dict[str, int] | None], plugin_pod: str | None) -> None:
         labels = node.metadata.labels or {}
         annotations = node.metadata.annotations or {}
-        model = _model(labels)
+        model = model_of(labels)
         if model is None:
             return
         gpus = int(labels.get(L.GPU_COUNT, "1"))
