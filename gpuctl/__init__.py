@@ -17,9 +17,10 @@ __version__ = "0.1.0"
 # gpuctl.api.__all__ (a test keeps them equal); listed here so that looking up a submodule
 # such as gpuctl.labels never imports the API.
 _API = frozenset({
-    "CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "add_node_group", "apply_platform",
-    "delete_cluster", "delete_node_group", "export_spec", "get_node_group", "list_clusters", "list_node_groups",
-    "load_spec", "plan_platform", "render", "scale_node_group", "to_platform",
+    "CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
+    "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
+    "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
+    "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
 })
 
 

@@ -8,15 +8,20 @@ from gpuctl.kubeconfig import remove_context
 from gpuctl.plan import PlannedStep, plan_platform
 from gpuctl.platform import GroupPlan, PlatformResult, PlatformSpec, apply_platform
 from gpuctl.render import render
+from gpuctl.mig_apply import apply_mig
 from gpuctl.specfile import export_spec, load_spec, to_platform
+from gpuctl.status import gpu_status
+from gpuctl.tenants import Tenant, ensure_tenant, list_tenants, remove_tenant
+from gpuctl.validate import validate_cluster
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
 
-__all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "add_node_group",
-           "apply_platform", "delete_cluster", "delete_node_group", "export_spec", "get_node_group", "list_clusters",
-           "list_node_groups", "load_spec", "plan_platform", "render", "scale_node_group", "to_platform"]
+__all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
+           "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
+           "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
+           "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster"]
 
 
 def _provider(cloud: str, options: CloudOptions | None) -> Provider:

@@ -223,7 +223,7 @@ def _wait_capacity(client: ApiClient, selector: str, checks: list[Check]) -> Cha
     if not check.ok:
         raise WaitTimeout(f"allocatable GPUs did not reach the configuration within {CAPACITY_TIMEOUT_S:.0f}s: "
                           f"{check.detail}", "check the device-plugin pods in namespace gpu-operator")
-    return Change.PASSED
+    return Change.NO_CHANGE  # waiting changes nothing; the result is in the checks
 
 
 def _validate(client: ApiClient, group: str, spec: PlatformSpec, checks: list[Check]) -> Change:

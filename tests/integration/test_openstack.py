@@ -123,8 +123,7 @@ def test_second_run_changes_nothing(os_env: dict[str, str], emulator: OpenStackE
     result = json.loads(proc.stdout)
     assert result["changed"] is False
     outcomes = {s["step"]: s["outcome"] for s in result["steps"]}
-    assert {o for s, o in outcomes.items() if not s.startswith("wait-")} == {"no change"}  # no smoke test either
-    assert outcomes["wait-capacity/gpu"] == "passed"
+    assert set(outcomes.values()) == {"no change"}  # no smoke test either on a converged cluster
     assert writes(emulator, before) == []  # not even a new client certificate
 
 
