@@ -52,6 +52,9 @@ class GpuModel:
     openstack_flavor: str
     default_gpus_per_node: int
     mig: MigGeometry | None = field(default=None)
+    # karpenter.k8s.aws/instance-gpu-memory (MiB per GPU, as EC2 reports it, not GFD): instance-gpu-name
+    # alone does not tell A100 40 GB from 80 GB (p4d vs p4de).
+    karpenter_memory_mib: int | None = None
 
     @property
     def mig_capable(self) -> bool:
@@ -99,33 +102,42 @@ _MODELS: tuple[GpuModel, ...] = (
     GpuModel("t4", "Tesla-T4", 15360, "turing", (7, 5), "t4",
              _types(("g4dn.xlarge", 1), ("g4dn.2xlarge", 1), ("g4dn.4xlarge", 1),
                     ("g4dn.8xlarge", 1), ("g4dn.16xlarge", 1), ("g4dn.12xlarge", 4)),
-             "g2.5xlarge", 1),
+             "g2.5xlarge", 1,
+             karpenter_memory_mib=16384),
     GpuModel("a10g", "NVIDIA-A10G", 23028, "ampere", (8, 6), "a10g",
              _types(("g5.xlarge", 1), ("g5.2xlarge", 1), ("g5.12xlarge", 4), ("g5.48xlarge", 8)),
-             "g3.a10g.xlarge", 1),
+             "g3.a10g.xlarge", 1,
+             karpenter_memory_mib=22888),
     GpuModel("l4", "NVIDIA-L4", 23034, "ada-lovelace", (8, 9), "l4",
              _types(("g6.xlarge", 1), ("g6.2xlarge", 1), ("g6.12xlarge", 4), ("g6.48xlarge", 8)),
-             "g3.l4.xlarge", 1),
+             "g3.l4.xlarge", 1,
+             karpenter_memory_mib=22888),
     GpuModel("l40s", "NVIDIA-L40S", 46068, "ada-lovelace", (8, 9), "l40s",
              _types(("g6e.xlarge", 1), ("g6e.2xlarge", 1), ("g6e.12xlarge", 4), ("g6e.48xlarge", 8)),
-             "g3.l40s.xlarge", 1),
+             "g3.l40s.xlarge", 1,
+             karpenter_memory_mib=45776),
     GpuModel("a30", "NVIDIA-A30", 24576, "ampere", (8, 0), "a30", (), "g3.a30.xlarge", 1,
              _A30_MIG),
     GpuModel("a100-40gb", "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0), "a100",
              _types(("p4d.24xlarge", 8)), "g4.a100-40gb.8xlarge", 8,
-             _eight_slot_mig(5, 10, 10, 20, 20, 40)),
+             _eight_slot_mig(5, 10, 10, 20, 20, 40),
+             karpenter_memory_mib=40960),
     GpuModel("a100-80gb", "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0), "a100",
              _types(("p4de.24xlarge", 8)), "g4.a100-80gb.8xlarge", 8,
-             _eight_slot_mig(10, 20, 20, 40, 40, 80)),
+             _eight_slot_mig(10, 20, 20, 40, 40, 80),
+             karpenter_memory_mib=81920),
     GpuModel("h100-80gb", "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0), "h100",
              _types(("p5.48xlarge", 8)), "g5.h100.8xlarge", 8,
-             _eight_slot_mig(10, 20, 20, 40, 40, 80)),
+             _eight_slot_mig(10, 20, 20, 40, 40, 80),
+             karpenter_memory_mib=81920),
     GpuModel("h200", "NVIDIA-H200", 143771, "hopper", (9, 0), "h200",
              _types(("p5e.48xlarge", 8), ("p5en.48xlarge", 8)), "g5.h200.8xlarge", 8,
-             _eight_slot_mig(18, 35, 35, 71, 71, 141)),
+             _eight_slot_mig(18, 35, 35, 71, 71, 141),
+             karpenter_memory_mib=144384),
     GpuModel("b200", "NVIDIA-B200", 183359, "blackwell", (10, 0), "b200",
              _types(("p6-b200.48xlarge", 8)), "g6.b200.8xlarge", 8,
-             _eight_slot_mig(23, 45, 45, 90, 90, 180)),
+             _eight_slot_mig(23, 45, 45, 90, 90, 180),
+             karpenter_memory_mib=183359),
 )
 
 GPUS: dict[str, GpuModel] = {m.name: m for m in _MODELS}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
 from gpuctl.errors import ClusterError, UsageError, ValidationFailed, WaitTimeout
-from gpuctl.gpu_nodes import gpu_nodes, gpu_resources, model_of
+from gpuctl.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.client import core
 from gpuctl.kube.nodes import patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
@@ -19,7 +19,9 @@ from gpuctl.output import info
 from gpuctl.providers.base import Change
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.releases import operator_release
-from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack_from_record, stack_record
+from gpuctl.sharing import CONFIG_LABEL
+from gpuctl.stack.values import (MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, GroupSharing, choose_mig_strategy,
+                                 stack_from_record, stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
     wanted_strategy = strategy or current_strategy or "single"
     targets = plan_targets(nodes, text, wanted_strategy)  # every check before the first write
     layout = targets[0].layout
+    _check_mps(gpu_nodes(v1), {t.node for t in targets}, layout, wanted_strategy)
     name = config_name(layout)
     steps: list[StepResult] = []
 
@@ -92,6 +95,17 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
                 for t in targets}
     steps.append(run_step("verify-allocatable", lambda: _verify(v1, expected, timeout), report))
     return steps, expected
+
+
+def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout, strategy: str) -> None:
+    """The device plugin refuses MPS on MIG devices and under the mixed strategy: check both before any write."""
+    mps = {n.metadata.name: nodegroup_of(n) or n.metadata.name for n in cluster_nodes
+           if ((n.metadata.labels or {}).get(CONFIG_LABEL) or "").startswith("mps-")}
+    if layout.enabled and (shared := sorted(targets & set(mps))):
+        raise UsageError("LAYOUT", f"node {shared[0]} shares its GPUs with MPS, which the device plugin refuses "
+                         "on MIG devices", "apply the layout to a node group without MPS")
+    groups = [GroupSharing(g, "mps") for g in sorted(set(mps.values()))]
+    choose_mig_strategy(strategy, [*groups, GroupSharing("LAYOUT", "none", layout.profiles)], "--strategy")
 
 
 def _set_strategy(v1, helm: HelmTarget, stack) -> Change:  # noqa: ANN001

@@ -22,11 +22,12 @@ from gpuctl.mig_apply import label_mig_config, wait_for_mig_state
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
-from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, render_plugin_config
+from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, plugin_configs
 from gpuctl.spec import NodeGroupSpec
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.owners import check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
+from gpuctl.status import PLUGIN_SELECTOR
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
@@ -37,7 +38,6 @@ from gpuctl.validate import SMOKE_IMAGE, Check, check_capacity, expected_resourc
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 CAPACITY_TIMEOUT_S = 120.0
 MIG_TIMEOUT_S = 300.0
 LOCK_TIMEOUT_S = 300.0
@@ -163,13 +163,13 @@ def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ..
 
 def gpu_config_data(stack: StackSpec, sharings: list[Sharing], layouts: list[MigLayout],
                     existing_mig: dict[str, dict[str, int] | None]) -> dict[str, dict[str, str]]:
-    """ConfigMap name -> data: the stack record, the device-plugin configs of these sharings, and the
-    mig-parted configs of these layouts beside all-disabled and the `existing_mig` ones."""
-    return {
-        STACK_CONFIGMAP: {"stack.json": stack_record(stack)},
-        DEVICE_PLUGIN_CONFIGMAP: {s.config_key: render_plugin_config(s) for s in sharings if s.config_key},
-        MIG_CONFIGMAP: {"config.yaml": mig_parted_config(layouts, existing_mig)},
-    }
+    """ConfigMap name -> data: the stack record, the device-plugin configs of these sharings (none at
+    all without sharing), and the mig-parted configs of these layouts beside all-disabled and the
+    `existing_mig` ones."""
+    data = {STACK_CONFIGMAP: {"stack.json": stack_record(stack)},
+            DEVICE_PLUGIN_CONFIGMAP: plugin_configs(sharings),
+            MIG_CONFIGMAP: {"config.yaml": mig_parted_config(layouts, existing_mig)}}
+    return {name: keys for name, keys in data.items() if keys}
 
 
 def write_gpu_config(v1, stack: StackSpec, sharings: list[Sharing],  # noqa: ANN001

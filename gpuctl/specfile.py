@@ -19,9 +19,9 @@ from gpuctl.errors import UsageError
 from gpuctl.mig import MigLayout, parse_layout
 from gpuctl.naming import check_count, check_name
 from gpuctl.providers.options import ALLOWED, CloudOptions
-from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing
+from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
 from gpuctl.spec import MAX_GPUS_PER_NODE
-from gpuctl.stack.values import MIG_STRATEGIES, NFD_OWNERS
+from gpuctl.stack.values import NFD_OWNERS, GroupSharing, choose_mig_strategy
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
 from gpuctl.tenants import Tenant, tenant_from_flags
 from gpuctl.validate import SMOKE_IMAGE
@@ -57,7 +57,7 @@ class GpuClusterDoc:
     node_groups: tuple[NodeGroupDoc, ...]
     charts: str | None = None
     nfd: str = "standalone"
-    mig_strategy: str = "mixed"
+    mig_strategy: str | None = None  # None: chosen from the node groups (choose_mig_strategy)
     smoke_image: str = SMOKE_IMAGE
     validate: bool = True
     karpenter: bool = False
@@ -199,7 +199,7 @@ def parse(doc: Any) -> GpuClusterDoc:
         node_groups=tuple(_node_group(g, f"spec.nodeGroups[{i}]") for i, g in enumerate(groups)),
         charts=_typed(operator.get("charts"), "spec.gpuOperator.charts", str, "upstream"),
         nfd=_typed(operator.get("nfd"), "spec.gpuOperator.nfd", str, "standalone") or "standalone",
-        mig_strategy=_typed(operator.get("migStrategy"), "spec.gpuOperator.migStrategy", str, "mixed") or "mixed",
+        mig_strategy=_typed(operator.get("migStrategy"), "spec.gpuOperator.migStrategy", str, "mixed"),
         smoke_image=_typed(operator.get("smokeImage"), "spec.gpuOperator.smokeImage", str, SMOKE_IMAGE) or SMOKE_IMAGE,
         validate=True if operator.get("validate") is None else _typed(operator["validate"],
                                                                       "spec.gpuOperator.validate", bool, "true"),
@@ -254,17 +254,23 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
             raise UsageError(f"spec.provider.{key}", f"not used by cloud {doc.cloud}", "drop it")
     if doc.nfd not in NFD_OWNERS:
         raise UsageError("spec.gpuOperator.nfd", f"unknown owner {doc.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
-    if doc.mig_strategy not in MIG_STRATEGIES:
-        raise UsageError("spec.gpuOperator.migStrategy", f"unknown strategy {doc.mig_strategy!r}", "use mixed or single")
     if doc.karpenter and doc.cloud != "eks":
         raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud eks, not {doc.cloud}", "drop it")
     seen: set[str] = set()
     valid = [_validate_group(doc, g, f"spec.nodeGroups[{i}]", seen) for i, g in enumerate(doc.node_groups)]
+    mig_strategy(doc, valid)
     names = [t.name for t in doc.tenants]
     for i, name in enumerate(names):
         if name in names[:i]:
             raise UsageError(f"spec.tenants[{i}].name", f"duplicate tenant {name!r}", "give each team one entry")
     return valid
+
+
+def mig_strategy(doc: GpuClusterDoc, groups: list[ValidGroup]) -> str:
+    """The operator's MIG strategy for these node groups (one rule: choose_mig_strategy)."""
+    return choose_mig_strategy(doc.mig_strategy, [
+        GroupSharing(g.doc.name, g.doc.sharing.strategy, g.mig.profiles if g.mig else ()) for g in groups],
+        "spec.gpuOperator.migStrategy")
 
 
 def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: set[str]) -> ValidGroup:
@@ -296,6 +302,9 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
                              "use up to 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric")
     taints = tuple(parse_taint(t, f"{path}.taints[{i}]") for i, t in enumerate(group.taints or ()))
     mig = parse_layout(group.mig_layout, model, f"{path}.sharing.mig.layout") if group.mig_layout else None
+    if group.sharing.config_key:
+        kind = "timeSlicing" if group.sharing.strategy == "time-slicing" else "mps"
+        check_sharing_fits(group.sharing, model, f"{path}.sharing.{kind}.replicas")
     return ValidGroup(group, model, per_node, taints, mig)
 
 
@@ -333,7 +342,8 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 -
         g.doc.sharing, g.mig, dict(g.doc.labels)) for g in groups)
     ships_driver = get_provider(doc.cloud, doc.options).ships_driver
     stack = StackSpec(charts=doc.charts or "upstream", nfd=doc.nfd, driver=not ships_driver,
-                      toolkit=not ships_driver, mig_strategy=doc.mig_strategy, taints=all_taints(plans))
+                      toolkit=not ships_driver, mig_strategy=mig_strategy(doc, groups), taints=all_taints(plans),
+                      shares_gpus=any(g.doc.sharing.config_key for g in groups))
     options = replace(doc.options, karpenter=doc.karpenter)
     return PlatformSpec(doc.name, doc.cloud, plans, stack, smoke_image=doc.smoke_image, validate=doc.validate,
                         options=options, tenants=doc.tenants)

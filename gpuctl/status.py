@@ -6,19 +6,39 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
 from gpuctl.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
+from gpuctl.kube.client import api_error
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 COLUMNS = ("node", "nodegroup", "product", "gpus", "sharing", "replicas", "mig_config", "mig_state",
-           "allocatable", "taints")
+           "device_plugin", "allocatable", "taints")
+PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"  # the operator's device-plugin pods
+
+
+def plugin_state(pod: Any | None) -> str:
+    """`ready`, `missing`, or why the node's device-plugin pod is not serving (e.g. CrashLoopBackOff: <error>)."""
+    if pod is None:
+        return "missing"
+    for status in pod.status.container_statuses or []:
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None:
+            return f"{waiting.reason}: {waiting.message}" if waiting.message else str(waiting.reason)
+        if not status.ready:
+            return "not ready"
+    return "ready" if pod.status.phase == "Running" else str(pod.status.phase).lower()
 
 
 def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str, Any]]:
     from kubernetes.client import CoreV1Api
 
+    v1 = CoreV1Api(client)
+    try:
+        pods = {p.spec.node_name: p for p in v1.list_pod_for_all_namespaces(label_selector=PLUGIN_SELECTOR).items}
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "listing device-plugin pods") from None
     rows = []
-    for node in gpu_nodes(CoreV1Api(client), nodegroup):
+    for node in gpu_nodes(v1, nodegroup):
         labels = node.metadata.labels or {}
         rows.append({
             "node": node.metadata.name,
@@ -29,6 +49,7 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
             "replicas": int(labels.get("nvidia.com/gpu.replicas", "1")),
             "mig_config": labels.get("nvidia.com/mig.config"),
             "mig_state": labels.get("nvidia.com/mig.config.state"),
+            "device_plugin": plugin_state(pods.get(node.metadata.name)),
             "allocatable": gpu_resources(node),
             "taints": [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
                        for t in node.spec.taints or []],

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 SMOKE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 SMOKE_NAMESPACE = "gpuctl-system"
 SMOKE_TIMEOUT_S = 120.0
-DEVICE_PLUGIN_MARKER = "nvidia-device-plugin"
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,9 @@ def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs
     """What the device plugin should advertise on `node`, from its labels and the operator's ConfigMaps."""
     labels = node.metadata.labels or {}
     gpus = int(labels.get(L.GPU_COUNT, "0"))
-    mig_config = labels.get("nvidia.com/mig.config")
-    if mig_config and mig_config in mig_configs:
-        layout = layout_from_counts(mig_config, mig_configs[mig_config])
+    mig_config = labels.get("nvidia.com/mig.config", "")
+    layout = layout_from_counts(mig_config, mig_configs[mig_config]) if mig_config in mig_configs else None
+    if layout is not None and layout.enabled:
         strategy = labels.get("nvidia.com/mig.strategy", "single")  # GFD reports the operator's strategy
         return {k: v for k, v in advertised_resources(layout, gpus, strategy).items() if v}
     key = labels.get(CONFIG_LABEL)
@@ -63,17 +62,21 @@ def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> 
 
 
 def check_device_plugins(client: ApiClient) -> Check:
-    from kubernetes.client import AppsV1Api
+    """Exactly one device-plugin DaemonSet (the MPS control daemon is not one), with every pod ready."""
+    from gpuctl.stack.owners import is_device_plugin, list_daemon_sets
 
-    try:
-        sets = AppsV1Api(client).list_daemon_set_for_all_namespaces().items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing DaemonSets") from None
-    plugins = [f"{d.metadata.namespace}/{d.metadata.name}" for d in sets if DEVICE_PLUGIN_MARKER in d.metadata.name]
-    if len(plugins) == 1:
-        return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {plugins[0]}")
-    return Check("device-plugin", False, f"expected exactly one device-plugin DaemonSet, found {len(plugins)}: "
-                 f"{', '.join(plugins) or 'none'}")
+    plugins = [d for d in list_daemon_sets(client) if is_device_plugin(d.metadata.name)]
+    names = [f"{d.metadata.namespace}/{d.metadata.name}" for d in plugins]
+    if len(plugins) != 1:
+        return Check("device-plugin", False, f"expected exactly one device-plugin DaemonSet, found {len(plugins)}: "
+                     f"{', '.join(names) or 'none'}")
+    status = plugins[0].status
+    desired = (status.desired_number_scheduled or 0) if status else 0
+    ready = (status.number_ready or 0) if status else 0
+    if ready < desired:
+        return Check("device-plugin", False, f"{names[0]}: {ready} of {desired} pods ready; "
+                     f"see 'kubectl logs -n {plugins[0].metadata.namespace} ds/{plugins[0].metadata.name}'")
+    return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {names[0]} ({ready} pods ready)")
 
 
 def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],

@@ -38,7 +38,7 @@ def create(
     taint: Taints = None,
     nfd: Annotated[str, typer.Option("--nfd", help="Who deploys Node Feature Discovery: standalone or operator.")] = "standalone",
     charts: Annotated[Optional[str], typer.Option("--charts", help="Chart source: upstream, bundled, a directory, or an oci:// mirror (default: per cloud).")] = None,
-    mig_strategy: Annotated[str, typer.Option("--mig-strategy", help="GPU Operator MIG strategy: mixed or single.")] = "mixed",
+    mig_strategy: Annotated[Optional[str], typer.Option("--mig-strategy", help="GPU Operator MIG strategy: mixed or single (default: mixed, single with MPS).")] = None,
     smoke_image: Annotated[Optional[str], typer.Option("--smoke-image", help="CUDA smoke-test image.")] = None,
     validate: Annotated[bool, typer.Option("--validate/--no-validate", help="Run the CUDA smoke test at the end.")] = True,
     region: Region = None,
@@ -64,10 +64,10 @@ def create(
     from gpuctl.platform import GroupPlan, PlatformSpec
     from gpuctl.providers import check_cloud, get_provider
     from gpuctl.providers.base import Change
-    from gpuctl.sharing import sharing_from_flags
+    from gpuctl.sharing import check_sharing_fits, sharing_from_flags
     from gpuctl.spec import node_group_from_flags
     from gpuctl.stack.charts import GPU_OPERATOR, chart_ref
-    from gpuctl.stack.values import StackSpec, check_stack
+    from gpuctl.stack.values import GroupSharing, StackSpec, check_stack, choose_mig_strategy
     from gpuctl.taints import DEFAULT_GPU_TAINTS, parse_taint
     from gpuctl.validate import SMOKE_IMAGE
 
@@ -80,12 +80,15 @@ def create(
                                   cloud=cloud, min_nodes=min_nodes, max_nodes=max_nodes, flavor=flavor,
                                   instance_type=instance_type, taints=taints)
     share = sharing_from_flags(slices, sharing)
+    check_sharing_fits(share, group.gpu, "--slices")
+    strategy = choose_mig_strategy(mig_strategy, [GroupSharing(group.name, share.strategy)], "--mig-strategy")
     options = cloud_options(region, os_cloud, profile, template=template, keypair=keypair, ami_type=ami_type,
                             node_role=node_role, subnets=subnet, kubernetes_version=kubernetes_version,
                             karpenter=karpenter, exec_auth=exec_auth)
     provider = get_provider(cloud, options)
     stack = check_stack(StackSpec(charts=charts or provider.default_charts, nfd=nfd, driver=not provider.ships_driver,
-                                  toolkit=not provider.ships_driver, mig_strategy=mig_strategy, taints=taints))
+                                  toolkit=not provider.ships_driver, mig_strategy=strategy, taints=taints,
+                                  shares_gpus=share.config_key is not None))
     chart_ref(GPU_OPERATOR, stack.charts)
     spec = PlatformSpec(name, cloud, (GroupPlan(group, share),), stack,
                         smoke_image=smoke_image or SMOKE_IMAGE, validate=validate, options=options)

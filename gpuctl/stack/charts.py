@@ -17,8 +17,8 @@ GPU_OPERATOR = "gpu-operator"
 NFD = "node-feature-discovery"
 
 UPSTREAM = {
-    GPU_OPERATOR: ("https://helm.ngc.nvidia.com/nvidia", "v25.10.1"),
-    NFD: ("https://kubernetes-sigs.github.io/node-feature-discovery/charts", "0.17.3"),
+    GPU_OPERATOR: ("https://helm.ngc.nvidia.com/nvidia", "v26.7.0"),
+    NFD: ("https://kubernetes-sigs.github.io/node-feature-discovery/charts", "0.19.0"),
 }
 
 

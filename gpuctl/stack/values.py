@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuctl.errors import UsageError
+from gpuctl.sharing import DEFAULT_CONFIG_KEY
 from gpuctl.taints import Taint, tolerations
 
 NAMESPACE = "gpu-operator"
@@ -25,27 +26,64 @@ class StackSpec:
     toolkit: bool = False
     mig_strategy: str = "mixed"
     taints: tuple[Taint, ...] = ()
+    shares_gpus: bool = False  # some node group shares its GPUs: point the plugin at gpuctl's configs
 
 
 def check_stack(spec: StackSpec) -> StackSpec:
     if spec.nfd not in NFD_OWNERS:
         raise UsageError("--nfd", f"unknown owner {spec.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
-    if spec.mig_strategy not in MIG_STRATEGIES:
-        raise UsageError("--mig-strategy", f"unknown strategy {spec.mig_strategy!r}", "use mixed or single")
     return spec
 
 
+@dataclass(frozen=True)
+class GroupSharing:
+    """What one node group asks of the device plugin, for the cluster-wide MIG strategy."""
+
+    name: str
+    strategy: str  # none | time-slicing | mps
+    mig_profiles: tuple[str, ...] = ()  # the group's MIG layout, one entry per instance; () without MIG
+
+
+def choose_mig_strategy(requested: str | None, groups: list[GroupSharing], field: str) -> str:
+    """The operator's one mig.strategy for every node group, or a UsageError naming `field` and the groups.
+
+    The device plugin refuses MPS under `mixed` (k8s-device-plugin cmd/nvidia-device-plugin/main.go,
+    validateFlags), and `single` needs one MIG profile per GPU; default: `mixed` unless MPS is in use.
+    """
+    mps = [g.name for g in groups if g.strategy == "mps"]
+    mixed_only = [g.name for g in groups if len(set(g.mig_profiles)) > 1]
+    if requested is not None and requested not in MIG_STRATEGIES:
+        raise UsageError(field, f"unknown strategy {requested!r}", "use mixed or single")
+    if mps and mixed_only:
+        raise UsageError(field, f"node group {mps[0]!r} uses MPS, which the device plugin refuses under the "
+                         f"mixed MIG strategy that node group {mixed_only[0]!r} needs for its several MIG profiles",
+                         f"give {mixed_only[0]!r} a layout of one profile, or use time-slicing on {mps[0]!r}")
+    if requested == "mixed" and mps:
+        raise UsageError(field, f"node group {mps[0]!r} uses MPS, which the device plugin refuses under the "
+                         "mixed MIG strategy", "use the single MIG strategy, or time-slicing")
+    if requested == "single" and mixed_only:
+        raise UsageError(field, f"node group {mixed_only[0]!r} has several MIG profiles per GPU, which the "
+                         "single MIG strategy cannot advertise", "use the mixed MIG strategy")
+    return requested or ("single" if mps else "mixed")
+
+
 def operator_values(spec: StackSpec) -> dict[str, Any]:
-    return {
+    """GPU Operator chart values (v26.7 keys). `devicePlugin.config` only where gpuctl wrote configs:
+    the config-manager exits on a ConfigMap with no keys."""
+    values: dict[str, Any] = {
         "nfd": {"enabled": spec.nfd == "operator"},
         "driver": {"enabled": spec.driver},
         "toolkit": {"enabled": spec.toolkit},
-        "devicePlugin": {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": ""}},
         "mig": {"strategy": spec.mig_strategy},
         "migManager": {"enabled": True, "config": {"name": MIG_CONFIGMAP, "default": "all-disabled"}},
         "dcgmExporter": {"enabled": True},
         "daemonsets": {"tolerations": tolerations(spec.taints)},
     }
+    if spec.shares_gpus:
+        values["devicePlugin"] = {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": DEFAULT_CONFIG_KEY}}
+    if spec.nfd == "operator":  # the NFD subchart's worker must reach the tainted GPU nodes too
+        values["node-feature-discovery"] = nfd_values(spec)
+    return values
 
 
 def nfd_values(spec: StackSpec) -> dict[str, Any]:

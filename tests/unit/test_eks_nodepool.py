@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import jinja2
 import pytest
 
-from gpuctl.catalog import get_gpu
+from gpuctl.catalog import GPUS, get_gpu
 from gpuctl.providers.eks.karpenter import is_subset, render_ec2nodeclass, render_nodepool
 from gpuctl.spec import NodeGroupSpec
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
@@ -21,6 +24,7 @@ def test_nodepool_for_a100_nodes() -> None:
                                               "gpuctl.dev/gpus-per-node": "8"}
     assert template["spec"]["requirements"] == [
         {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["a100"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "In", "values": ["40960"]},
         {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In", "values": ["8"]},
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "spot"]},
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
@@ -31,6 +35,31 @@ def test_nodepool_for_a100_nodes() -> None:
     assert template["spec"]["expireAfter"] == "720h"
     assert pool["spec"]["limits"] == {"nvidia.com/gpu": 24}
     assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"}
+
+
+UPSTREAM_TYPES = Path(__file__).parents[3] / "shared/upstream/karpenter-provider-aws-v1.14.1/instance-types-gpu.json"
+
+
+def _admits(requirements: list[dict], labels: dict[str, str]) -> bool:
+    # capacity type is an offering of an instance type, not one of its labels
+    return all(labels.get(r["key"]) in r["values"] for r in requirements if r["key"] != "karpenter.sh/capacity-type")
+
+
+@pytest.mark.parametrize("gpu", [m.name for m in GPUS.values() if m.instance_types])
+def test_nodepool_admits_only_instance_types_of_its_gpu(gpu: str) -> None:
+    """Against Karpenter's own instance-type labels: a pool admits the catalog's instance types and no
+    type whose GPUs differ from theirs (p4d's A100 40 GB and p4de's A100 80 GB are both `a100`)."""
+    model = get_gpu(gpu)
+    upstream = json.loads(UPSTREAM_TYPES.read_text())
+    for per_node in sorted({t.gpus for t in model.instance_types}):
+        pool = render_nodepool(NodeGroupSpec("g", model, 1, per_node), DEFAULT_GPU_TAINTS, 1)
+        requirements = pool["spec"]["template"]["spec"]["requirements"]
+        admitted = {name for name, labels in upstream.items() if _admits(requirements, labels)}
+        ours = {t.name for t in model.instance_types if t.gpus == per_node}
+        assert ours <= admitted, (gpu, per_node)
+        gpu_of = {upstream[n]["karpenter.k8s.aws/instance-gpu-name"] + "/" + upstream[n]["karpenter.k8s.aws/instance-gpu-memory"]
+                  for n in admitted | ours}
+        assert len(gpu_of) == 1, (gpu, per_node, sorted(admitted))
 
 
 def test_taint_without_value_is_rendered_without_one() -> None:

@@ -3,9 +3,14 @@ import yaml
 
 from gpuctl.errors import UsageError
 from gpuctl.kube.nodes import node_patch
-from gpuctl.sharing import NO_SHARING, Sharing, parse_plugin_config, render_plugin_config, sharing_from_flags
+from dataclasses import replace
+
+from gpuctl.catalog import get_gpu
+from gpuctl.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
+                            render_plugin_config, sharing_from_flags)
 from gpuctl.stack.charts import chart_ref
-from gpuctl.stack.values import StackSpec, check_stack, operator_values, stack_from_record, stack_record
+from gpuctl.stack.values import (GroupSharing, StackSpec, check_stack, choose_mig_strategy, operator_values,
+                                 stack_from_record, stack_record)
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
 
 
@@ -13,10 +18,44 @@ def test_slices_mean_time_slicing_with_a_slice_n_key() -> None:
     sharing = sharing_from_flags(4, None)
     assert sharing == Sharing("time-slicing", 4) and sharing.config_key == "slice-4"
     doc = yaml.safe_load(render_plugin_config(sharing))
-    assert doc == {"version": "v1", "flags": {"migStrategy": "none"},
+    assert doc == {"version": "v1",  # no flags: under the operator MIG_STRATEGY overrides them
                    "sharing": {"timeSlicing": {"renameByDefault": False, "failRequestsGreaterThanOne": False,
                                                "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
     assert parse_plugin_config(render_plugin_config(sharing)) == sharing
+
+
+def test_plugin_configs_have_a_default_and_are_empty_without_sharing() -> None:
+    assert plugin_configs([NO_SHARING, NO_SHARING]) == {}  # never an operator pointed at a ConfigMap with no keys
+    configs = plugin_configs([NO_SHARING, Sharing("time-slicing", 4), Sharing("mps", 2)])
+    assert sorted(configs) == ["default", "mps-2", "slice-4"]
+    assert yaml.safe_load(configs["default"]) == {"version": "v1"}
+
+
+@pytest.mark.parametrize("gpu,limit", [("t4", 48), ("a100-40gb", 48)])
+def test_mps_replicas_are_bounded_like_the_mps_daemon(gpu: str, limit: int) -> None:
+    model = get_gpu(gpu)
+    check_sharing_fits(Sharing("mps", limit), model, "--slices")
+    check_sharing_fits(Sharing("time-slicing", limit + 1), model, "--slices")  # the bound is MPS's
+    with pytest.raises(UsageError, match=f"--slices: mps on {gpu} takes at most {limit} replicas"):
+        check_sharing_fits(Sharing("mps", limit + 1), model, "--slices")
+    older = replace(model, compute_capability=(7, 0))
+    assert max_replicas("mps", older) == 16
+
+
+def test_mig_strategy_follows_the_node_groups() -> None:
+    mixed_layout = ("3g.20gb", "2g.10gb", "2g.10gb")
+    assert choose_mig_strategy(None, [GroupSharing("a", "time-slicing")], "--mig-strategy") == "mixed"
+    assert choose_mig_strategy(None, [GroupSharing("a", "mps")], "--mig-strategy") == "single"
+    assert choose_mig_strategy(None, [GroupSharing("a", "mps"), GroupSharing("m", "none", ("1g.5gb",) * 7)],
+                               "f") == "single"
+    with pytest.raises(UsageError, match="--mig-strategy: node group 'a' uses MPS"):
+        choose_mig_strategy("mixed", [GroupSharing("a", "mps")], "--mig-strategy")
+    with pytest.raises(UsageError, match="node group 'a' uses MPS.*node group 'm'"):
+        choose_mig_strategy(None, [GroupSharing("a", "mps"), GroupSharing("m", "none", mixed_layout)], "f")
+    with pytest.raises(UsageError, match="node group 'm' has several MIG profiles"):
+        choose_mig_strategy("single", [GroupSharing("m", "none", mixed_layout)], "f")
+    with pytest.raises(UsageError, match="unknown strategy"):
+        choose_mig_strategy("none", [], "f")
 
 
 def test_mps_and_none() -> None:
@@ -69,25 +108,44 @@ def test_node_patch_writes_only_differences_and_keeps_other_taints() -> None:
 
 def test_operator_values_carry_sharing_mig_and_tolerations() -> None:
     spec = StackSpec(charts="bundled", nfd="standalone", driver=False, toolkit=False, mig_strategy="mixed",
-                     taints=DEFAULT_GPU_TAINTS)
+                     taints=DEFAULT_GPU_TAINTS, shares_gpus=True)
     values = operator_values(spec)
     assert values["nfd"] == {"enabled": False}  # one owner: the standalone release
     assert values["driver"] == {"enabled": False} and values["toolkit"] == {"enabled": False}
-    assert values["devicePlugin"]["config"]["name"] == "gpuctl-device-plugin-config"
+    assert values["devicePlugin"]["config"] == {"name": "gpuctl-device-plugin-config", "default": "default"}
     assert values["mig"] == {"strategy": "mixed"}
     assert values["migManager"]["config"] == {"name": "gpuctl-mig-parted-config", "default": "all-disabled"}
     assert values["dcgmExporter"] == {"enabled": True}
     assert values["daemonsets"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true",
                                                     "effect": "NoSchedule"}]
+    assert "node-feature-discovery" not in values
     assert stack_from_record(stack_record(spec)) == spec
     with pytest.raises(UsageError, match="--nfd"):
         check_stack(StackSpec(charts="bundled", nfd="both"))
 
 
+def test_operator_values_without_sharing_name_no_plugin_config() -> None:
+    spec = StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS)
+    assert "devicePlugin" not in operator_values(spec)  # config-manager exits on a ConfigMap with no keys
+
+
+def test_operator_nfd_worker_tolerates_the_gpu_taints() -> None:
+    taints = (*DEFAULT_GPU_TAINTS, Taint("dedicated", "gpu", "NoSchedule"))
+    values = operator_values(StackSpec(charts="bundled", nfd="operator", taints=taints))
+    assert values["nfd"] == {"enabled": True}
+    assert values["node-feature-discovery"]["worker"]["tolerations"] == [t.toleration() for t in taints]
+
+
+def test_stack_records_of_older_releases_still_read() -> None:
+    old = '{"charts": "bundled", "driver": false, "mig_strategy": "mixed", "nfd": "standalone", "taints": [], ' \
+          '"toolkit": false}'
+    assert stack_from_record(old).shares_gpus is False
+
+
 def test_chart_sources() -> None:
     upstream = chart_ref("gpu-operator", "upstream")
     assert (upstream.ref, upstream.repo, upstream.version) == ("gpu-operator", "https://helm.ngc.nvidia.com/nvidia",
-                                                               "v25.10.1")
+                                                               "v26.7.0")
     assert chart_ref("node-feature-discovery", "oci://mirror.example/charts/").ref == \
         "oci://mirror.example/charts/node-feature-discovery"
     assert chart_ref("gpu-operator", "bundled").ref.endswith("templates/charts/gpu-operator")

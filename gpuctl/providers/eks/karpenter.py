@@ -50,7 +50,8 @@ def render_nodepool(group: NodeGroupSpec, taints: tuple[Taint, ...], max_nodes: 
     node_labels = {L.NODEGROUP: name, L.GPU_MODEL: group.gpu.name, L.GPUS_PER_NODE: str(group.gpus_per_node)}
     return yaml.safe_load(render_template(
         "gpu-nodepool.yaml.j2", directory="nodepools", resource_name=name, managed_labels=MANAGED, node_labels=node_labels,
-        node_class=NODE_CLASS, gpu_name=group.gpu.karpenter_name, gpus_per_node=group.gpus_per_node,
+        node_class=NODE_CLASS, gpu_name=group.gpu.karpenter_name,
+        gpu_memory_mib=group.gpu.karpenter_memory_mib, gpus_per_node=group.gpus_per_node,
         capacity_types=list(CAPACITY_TYPES), taints=[t.as_dict() for t in taints], expire_after=EXPIRE_AFTER,
         gpu_limit=max_nodes * group.gpus_per_node, consolidate_after=CONSOLIDATE_AFTER))
 
