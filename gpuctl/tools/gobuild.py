@@ -116,12 +116,33 @@ def _build_helm(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path)
     _go_install(go, [f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], ldflags, workdir, out, log)
 
 
+UPSTREAMCHECK_SOURCE = Path(__file__).parent / "upstreamcheck"
+
+
+def _build_upstreamcheck(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
+    # gpuctl's own module; go.sum beside it pins every upstream module, so the build is
+    # reproducible. go-nvml's nvml package is cgo, hence a C compiler (and CGO_ENABLED=1).
+    cc = (subprocess.run([go, "env", "CC"], capture_output=True, text=True).stdout.split() or ["gcc"])[0]
+    if shutil.which(cc) is None:
+        raise ToolError(f"building upstreamcheck needs a C compiler ({cc!r} not found): go-nvml uses cgo",
+                        "install gcc (e.g. 'apt-get install gcc') and rerun")
+    for stale in workdir.glob("*.go"):
+        stale.unlink()
+    for src in UPSTREAMCHECK_SOURCE.iterdir():
+        if src.suffix == ".go" or src.name in ("go.mod", "go.sum"):
+            shutil.copyfile(src, workdir / src.name)
+    # -Wno-deprecated-declarations: NVML's header marks dozens of calls deprecated; keep the log readable.
+    _run([go, "build", "-mod=mod", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "upstreamcheck"), "."],
+         workdir, log, CGO_ENABLED="1", CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations")
+
+
 Recipe = Callable[[str, list[Tool], Path, Path, Path], None]
 RECIPES: dict[str, Recipe] = {
     "kubernetes": _build_kubernetes,
     "etcd": _build_etcd,
     "kwok": _build_kwok,
     "helm": _build_helm,
+    "upstreamcheck": _build_upstreamcheck,
 }
 
 

@@ -78,6 +78,8 @@ def _link_from_path(tool: Tool) -> Path | None:
 
 
 def _download(tool: Tool) -> str | None:
+    if tool.url is None:
+        return "no release download; gpuctl builds it from its own Go source"
     dest = cached_path(tool)
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_suffix(".partial")

@@ -9,6 +9,8 @@ KUBERNETES_VERSION = "v1.36.3"
 HELM_VERSION = "v3.21.4"
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
+# gpuctl's own checker, built from gpuctl/tools/upstreamcheck; must equal `Version` in its main.go.
+UPSTREAMCHECK_VERSION = "v1"
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,7 @@ class Tool:
     version: str
     version_args: tuple[str, ...]  # prints a line containing the version
     recipe: str  # which Go build produces it: see gpuctl/tools/gobuild.py
-    url: str  # official release download
+    url: str | None  # official release download; None: no release, always built from source
     member: str | None = None  # path inside the .tar.gz at `url`; None for a bare binary
     checksum_url: str | None = None  # sha256 published beside the download
 
@@ -51,9 +53,11 @@ def _tools() -> dict[str, Tool]:
         _kube_tool("kube-controller-manager", ("--version",)),
         _kube_tool("kube-scheduler", ("--version",)),
         _kube_tool("kubectl", ("version", "--client")),
+        Tool("upstreamcheck", UPSTREAMCHECK_VERSION, ("--version",), "upstreamcheck", None),
     ]
     return {t.name: t for t in tools}
 
 
 TOOLS: dict[str, Tool] = _tools()
-SIM_TOOLS: tuple[str, ...] = tuple(TOOLS)  # the sim cluster and its tests need every one
+CHECK_TOOLS: tuple[str, ...] = ("upstreamcheck",)  # check gpuctl's outputs against upstream Go code
+SIM_TOOLS: tuple[str, ...] = tuple(TOOLS)  # the sim cluster needs every one (its device plugin uses upstreamcheck)

@@ -1,11 +1,15 @@
-"""The simulated GPU Operator of a sim cluster: what the device plugin, GPU Feature Discovery,
-the MIG manager and the CUDA runtime do on real GPU nodes, played against kwok's fake nodes.
+"""The simulated GPU Operator of a sim cluster: what the operator, the device plugin, GPU Feature
+Discovery, the MIG manager and the CUDA runtime do on real GPU nodes, played against kwok's fake nodes.
 
-It runs as long as the sim cluster runs (started and stopped with it) and is idle until the
-GPU Operator chart is installed, which leaves its values in the gpu-operator-sim-settings ConfigMap.
-Faithful to upstream where it matters to gpuctl:
-- allocatable nvidia.com/gpu = GPUs x replicas of the node's device-plugin config, and the
-  labels nvidia.com/gpu.replicas, .sharing-strategy and product "-SHARED";
+It runs as long as the sim cluster runs (started and stopped with it) and is idle until a
+ClusterPolicy exists: like the real operator it takes its inputs from the ClusterPolicy the chart
+renders (gpuctl's bundled stand-in chart, or NVIDIA's own through --charts DIR). Faithful to upstream
+where it matters to gpuctl:
+- the operator's node labels and DaemonSets, with their names, labels and node selectors (operands.py);
+- the device plugin loads each node's config with the real plugin's code (device_plugin.py); a
+  config it refuses leaves the node without GPUs and the plugin pod crash-looping;
+- allocatable nvidia.com/gpu = GPUs x replicas, labels nvidia.com/gpu.replicas, .sharing-strategy,
+  nvidia.com/mps.capable and product "-SHARED" (GPU Feature Discovery);
 - an edited config is NOT reloaded until the node's device-plugin pod restarts (upstream defect);
 - nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed;
 - a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version.
@@ -16,118 +20,160 @@ Run: python -m gpuctl.providers.sim.operator --kubeconfig FILE --logs DIR
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
-from gpuctl.gpu_nodes import model_of
 from gpuctl.errors import UsageError
+from gpuctl.gpu_nodes import model_of
 from gpuctl.kube.client import api_client, core, is_not_found
-from gpuctl.kube.objects import MERGE_PATCH
+from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
+from gpuctl.providers.sim.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.providers.sim.nodes import CUDA_VERSION
-from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, parse_plugin_config
+from gpuctl.providers.sim.operands import (CLUSTER_POLICY, DEVICE_PLUGIN, MIG_CONFIG, OPERANDS, Policy, is_gpu_node,
+                                           node_labels, render_daemon_set, HASH_ANNOTATION)
+from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.stack.values import NAMESPACE
+from gpuctl.tools.installer import find_tool
 
 log = logging.getLogger("gpuctl.sim.operator")
 
 POLL_S = 1.0
-SETTINGS_CONFIGMAP = "gpu-operator-sim-settings"
-PLUGIN_APP = "nvidia-device-plugin-daemonset"
 LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod loaded, and when
 MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
-EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stage (templates/sim/stages.yaml)
+EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stages (templates/sim/stages.yaml)
+CRASH = "sim.gpuctl.dev/crash"  # a plugin pod that exited with this error; its Stage makes it not ready
 MIG_STATE = "nvidia.com/mig.config.state"
-MIG_CONFIG = "nvidia.com/mig.config"
 CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
 GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
-
-
-@dataclass(frozen=True)
-class Settings:
-    plugin_configmap: str
-    plugin_default: str
-    mig_configmap: str
-    mig_strategy: str
 
 
 class SimOperator:
     def __init__(self, kubeconfig: Path, logs: Path) -> None:
         self.v1 = core(api_client(kubeconfig))
-        from kubernetes.client import CustomObjectsApi
+        from kubernetes.client import AppsV1Api, CustomObjectsApi
 
         self.custom = CustomObjectsApi(self.v1.api_client)
+        self.apps = AppsV1Api(self.v1.api_client)
         self.logs = logs
+        self.upstreamcheck = find_tool("upstreamcheck")
 
-    def settings(self) -> Settings | None:
+    def policy(self) -> Policy | None:
         try:
-            data = self.v1.read_namespaced_config_map(SETTINGS_CONFIGMAP, NAMESPACE).data or {}
+            items = self.custom.list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
         except Exception as exc:  # noqa: BLE001
             if is_not_found(exc):
-                return None
+                return None  # no ClusterPolicy CRD: the GPU Operator is not installed
             raise
-        values = json.loads(data["values.json"])
-        return Settings(values["devicePlugin"]["config"]["name"], values["devicePlugin"]["config"]["default"],
-                        values["migManager"]["config"]["name"], values["mig"]["strategy"])
+        if not items:
+            return None
+        first = sorted(items, key=lambda i: i["metadata"]["creationTimestamp"])[0]
+        return Policy(first["metadata"]["name"], first["metadata"]["uid"], first.get("spec") or {})
 
-    def _config_map(self, name: str) -> dict[str, str]:
+    def _config_map(self, name: str) -> dict[str, str] | None:
         try:
             return self.v1.read_namespaced_config_map(name, NAMESPACE).data or {}
         except Exception as exc:  # noqa: BLE001
             if is_not_found(exc):
-                return {}
+                return None
             raise
 
     def reconcile(self) -> None:
-        settings = self.settings()
-        if settings is None:
-            return  # the GPU Operator is not installed
-        plugin_configs = self._config_map(settings.plugin_configmap)
-        try:
-            mig_configs = parse_mig_parted_config(self._config_map(settings.mig_configmap).get("config.yaml", ""))
+        policy = self.policy()
+        if policy is None:
+            return
+        nodes = [n for n in self.v1.list_node().items if is_gpu_node(n.metadata.labels or {})]
+        if nodes:  # the operator creates no DaemonSet in a cluster without GPU nodes
+            self._ensure_daemon_sets(policy)
+        plugin_name, _ = policy.plugin_config
+        plugin_configs = self._config_map(plugin_name) if plugin_name else None
+        mig_name, _ = policy.mig_config
+        try:  # without a custom ConfigMap the real MIG manager generates configs from the hardware
+            text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
+            mig_configs = parse_mig_parted_config(text) if text else {}
         except ValueError:
             mig_configs = {}
-        plugin_pods = {p.spec.node_name: p.metadata.uid for p in self.v1.list_namespaced_pod(
-            NAMESPACE, label_selector=f"app={PLUGIN_APP}").items if p.spec.node_name and p.status.phase == "Running"}
-        for node in self.v1.list_node(label_selector=f"{L.NFD_NVIDIA_PCI}=true").items:
-            self._reconcile_node(node, settings, plugin_configs, mig_configs, plugin_pods.get(node.metadata.name))
+        plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
+            NAMESPACE, label_selector=f"app={DEVICE_PLUGIN}").items if p.spec.node_name and p.status.phase == "Running"}
+        for node in nodes:
+            self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
+                                 plugin_pods.get(node.metadata.name))
         self._run_cuda_samples()
 
-    def _reconcile_node(self, node: Any, settings: Settings, plugin_configs: dict[str, str],
-                        mig_configs: dict[str, dict[str, int] | None], plugin_pod: str | None) -> None:
+    def _ensure_daemon_sets(self, policy: Policy) -> None:
+        existing = {d.metadata.name: d for d in self.apps.list_namespaced_daemon_set(NAMESPACE).items}
+        for operand in OPERANDS:
+            current = existing.get(operand.name)
+            if not policy.enabled(operand):
+                owned = current is not None and any(r.uid == policy.uid for r in current.metadata.owner_references or [])
+                if owned:
+                    self.apps.delete_namespaced_daemon_set(operand.name, NAMESPACE)
+                continue
+            body = render_daemon_set(operand, policy)
+            if current is None or (current.metadata.annotations or {}).get(HASH_ANNOTATION) != \
+                    body["metadata"]["annotations"][HASH_ANNOTATION]:
+                self.apps.patch_namespaced_daemon_set(operand.name, NAMESPACE, body, field_manager="gpu-operator",
+                                                      force=True, _content_type=APPLY_PATCH)
+
+    def _load(self, node: Any, model: GpuModel, policy: Policy, plugin_name: str,
+              plugin_configs: dict[str, str] | None, mig_enabled: bool) -> PluginLoad:
+        labels = node.metadata.labels or {}
+        if plugin_name and plugin_configs is None:
+            return PluginLoad(error=f'configmap "{plugin_name}" not found')  # the pod cannot mount it
+        if self.upstreamcheck is None:
+            return PluginLoad(error="upstreamcheck is not installed: run 'gpuctl sim install'")
+        _, default = policy.plugin_config
+        return load_plugin_config(self.upstreamcheck, plugin_configs, labels.get(CONFIG_LABEL, ""), default,
+                                  policy.mig_strategy, model.compute_capability, mig_enabled)
+
+    def _reconcile_node(self, node: Any, policy: Policy, plugin_name: str, plugin_configs: dict[str, str] | None,
+                        mig_configs: dict[str, dict[str, int] | None], plugin_pod: Any) -> None:
         labels = node.metadata.labels or {}
         annotations = node.metadata.annotations or {}
         model = model_of(labels)
         if model is None:
             return
         gpus = int(labels.get(L.GPU_COUNT, "1"))
-        want_labels: dict[str, str | None] = {"nvidia.com/gpu.present": "true"}
+        want_labels: dict[str, str | None] = dict(node_labels(policy, labels, model.mig is not None))
         want_annotations: dict[str, str | None] = {}
+        applied = annotations.get(MIG_APPLIED)
+        mig_enabled = bool(applied and applied in mig_configs and layout_from_counts(applied, mig_configs[applied]).enabled)
 
-        # Device plugin: load the node's config when its plugin pod (re)starts or the label changes.
-        key = labels.get(CONFIG_LABEL) or settings.plugin_default or ""
+        # Device plugin: load the node's config when its pod (re)starts, the label or the MIG strategy
+        # changes, or (a crash loop) while the last load failed.
+        key = labels.get(CONFIG_LABEL, "")
+        inputs = hashlib.sha256(json.dumps([key, policy.mig_strategy, policy.plugin_config, mig_enabled]).encode()).hexdigest()[:12]
         loaded = json.loads(annotations.get(LOADED, "null"))
-        if plugin_pod is not None and (loaded is None or loaded["key"] != key or loaded["pod"] != plugin_pod):
-            try:
-                sharing = parse_plugin_config(plugin_configs[key]) if key else NO_SHARING
-            except (KeyError, ValueError):
-                sharing = NO_SHARING  # upstream logs an error and serves the GPUs unshared
-            loaded = {"key": key, "pod": plugin_pod, "strategy": sharing.strategy, "replicas": sharing.replicas}
-            want_annotations[LOADED] = json.dumps(loaded, sort_keys=True)
-        sharing = Sharing(loaded["strategy"], loaded["replicas"]) if loaded else NO_SHARING
+        pod_uid = plugin_pod.metadata.uid if plugin_pod is not None else None
+        if pod_uid is not None and (loaded is None or loaded["pod"] != pod_uid or loaded["inputs"] != inputs
+                                    or loaded.get("error")):
+            result = self._load(node, model, policy, plugin_name, plugin_configs, mig_enabled)
+            if loaded and loaded.get("error") and loaded["pod"] == pod_uid and result.error is None:
+                self.v1.delete_namespaced_pod(plugin_pod.metadata.name, NAMESPACE)  # the crash loop restarts it
+                result = PluginLoad(error=loaded["error"])  # until then it still has the old outcome
+            elif result.error is not None and (plugin_pod.metadata.annotations or {}).get(CRASH) != result.error:
+                self.v1.patch_namespaced_pod(plugin_pod.metadata.name, NAMESPACE,
+                                             {"metadata": {"annotations": {CRASH: result.error}}},
+                                             _content_type=MERGE_PATCH)
+            loaded = {"pod": pod_uid, "inputs": inputs, "strategy": result.sharing.strategy,
+                      "replicas": result.sharing.replicas, "error": result.error}
+            if json.dumps(loaded, sort_keys=True) != annotations.get(LOADED):
+                want_annotations[LOADED] = json.dumps(loaded, sort_keys=True)
+        serving = loaded is not None and pod_uid is not None and loaded["pod"] == pod_uid and not loaded.get("error")
+        sharing = Sharing(loaded["strategy"], loaded["replicas"]) if serving else NO_SHARING
 
         # MIG manager: pending first, then success or failed against the GPU's real geometry.
-        resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas}
+        resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas if serving else 0}
         product = model.product
-        mig_wanted = labels.get(MIG_CONFIG)
-        applied = annotations.get(MIG_APPLIED)
+        mig_wanted = labels.get(MIG_CONFIG) or want_labels.get(MIG_CONFIG)
         if mig_wanted and mig_wanted != applied:
             if labels.get(MIG_STATE) != "pending":
                 want_labels[MIG_STATE] = "pending"
@@ -136,23 +182,27 @@ class SimOperator:
                 want_labels[MIG_STATE] = "success" if ok else "failed"
                 if ok:
                     want_annotations[MIG_APPLIED] = applied = mig_wanted
-        if applied and model.mig is not None and mig_wanted == applied and applied in mig_configs:
+        if serving and applied and model.mig is not None and mig_wanted == applied and applied in mig_configs:
             layout = layout_from_counts(applied, mig_configs[applied])
             try:
-                resources = advertised_resources(layout, gpus, settings.mig_strategy)
+                resources = advertised_resources(layout, gpus, policy.mig_strategy)
             except UsageError:
                 want_labels[MIG_STATE] = "failed"
             else:
-                sharing = NO_SHARING
-                if layout.enabled and settings.mig_strategy == "single" and layout.profiles:
-                    product = f"{model.product}-MIG-{layout.profiles[0]}"
-            want_labels["nvidia.com/mig.strategy"] = settings.mig_strategy
+                if layout.enabled:
+                    sharing = NO_SHARING
+                    if policy.mig_strategy == "single" and layout.profiles:
+                        product = f"{model.product}-MIG-{layout.profiles[0]}"
+                else:
+                    resources = {L.GPU_RESOURCE: gpus * sharing.replicas}
+            want_labels["nvidia.com/mig.strategy"] = policy.mig_strategy
         if sharing.replicas > 1:
             product += "-SHARED"
         want_labels.update({
             L.GPU_PRODUCT: product,
             "nvidia.com/gpu.replicas": str(sharing.replicas),
             "nvidia.com/gpu.sharing-strategy": sharing.strategy,
+            L.MPS_CAPABLE: str(sharing.strategy == "mps").lower(),
         })
         self._patch_node(node, want_labels, want_annotations, resources)
 
