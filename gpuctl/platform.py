@@ -33,7 +33,8 @@ from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPA
 from gpuctl.steps import Reporter, StepResult, run_step
 from gpuctl.taints import Taint
 from gpuctl.tenants import Tenant, ensure_tenant
-from gpuctl.validate import SMOKE_IMAGE, Check, check_capacity, expected_resources, read_configs, validate_cluster
+from gpuctl.validate import (SMOKE_IMAGE, Check, check_capacity, check_device_plugins, expected_resources,
+                             read_configs, validate_cluster)
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -214,16 +215,20 @@ def _capacity_check(client: ApiClient, selector: str) -> Check:
 
 
 def _wait_capacity(client: ApiClient, selector: str, checks: list[Check]) -> Change:
+    """Until allocatable matches the configuration and every device-plugin pod is ready (a restarted
+    pod serves before its DaemonSet counts it ready)."""
     deadline = time.monotonic() + CAPACITY_TIMEOUT_S
-    check = _capacity_check(client, selector)
-    while not check.ok and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while True:
         check = _capacity_check(client, selector)
+        plugins = check_device_plugins(client)
+        if (check.ok and plugins.ok) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     checks.append(check)
     if not check.ok:
         raise WaitTimeout(f"allocatable GPUs did not reach the configuration within {CAPACITY_TIMEOUT_S:.0f}s: "
                           f"{check.detail}", "check the device-plugin pods in namespace gpu-operator")
-    return Change.NO_CHANGE  # waiting changes nothing; the result is in the checks
+    return Change.NO_CHANGE  # waiting changes nothing; the results are checks
 
 
 def _validate(client: ApiClient, group: str, spec: PlatformSpec, checks: list[Check]) -> Change:

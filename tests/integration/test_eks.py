@@ -138,7 +138,8 @@ def test_karpenter_nodepool_and_ec2nodeclass_exist(eks: Eks) -> None:
     assert spec["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert spec["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpuctl-gpu"}
     assert pool["spec"]["limits"] == {"nvidia.com/gpu": 1}
-    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"}
+    assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m",
+                                          "budgets": [{"nodes": "10%"}]}  # the real CRD's default
     assert {f["manager"] for f in pool["metadata"]["managedFields"]} == {"gpuctl"}
     node_class = api.get_cluster_custom_object(*NODECLASS)["spec"]
     assert node_class["role"] == "gpuctl-eks1-node"

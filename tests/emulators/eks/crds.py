@@ -1,4 +1,8 @@
-"""Install the project's minimal Karpenter v1 CRDs, so NodePools are real API objects in a sim cluster."""
+"""Install Karpenter's own v1 CRDs, so NodePools are real API objects in a sim cluster.
+
+The CRDs are karpenter-provider-aws v1.14.1's (pkg/apis/crds), read unmodified from
+../shared/upstream: the API server validates a NodePool or EC2NodeClass exactly as on EKS.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import yaml
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-CRDS = Path(__file__).with_name("karpenter-crds.yaml")
+UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream" / "karpenter-provider-aws-v1.14.1"
+CRDS = (UPSTREAM / "karpenter.sh_nodepools.yaml", UPSTREAM / "karpenter.k8s.aws_ec2nodeclasses.yaml")
 
 
 def install_karpenter_crds(client: ApiClient, timeout: float = 60.0) -> None:
@@ -20,7 +25,8 @@ def install_karpenter_crds(client: ApiClient, timeout: float = 60.0) -> None:
 
     api = ApiextensionsV1Api(client)
     names = []
-    for crd in yaml.safe_load_all(CRDS.read_text()):
+    for path in CRDS:
+        crd = yaml.safe_load(path.read_text())
         api.create_custom_resource_definition(crd)
         names.append(crd["metadata"]["name"])
     deadline = time.monotonic() + timeout
