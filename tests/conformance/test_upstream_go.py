@@ -1,0 +1,89 @@
+"""gpuctl's MIG geometry and the configs it writes, against NVIDIA's own Go code through upstreamcheck
+(built from the Go module proxy: k8s-device-plugin v0.19.3, mig-parted v0.14.4, go-nvml v0.13.3-1;
+`upstreamcheck version` prints them). The operator v26.7.0 ships device plugin v0.20.0 and MIG manager
+v0.15.0, which the proxy does not serve; their differences are listed in README.md."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuctl.catalog import GPUS
+from gpuctl.mig import config_name, mig_parted_config, parse_layout
+from gpuctl.sharing import DEFAULT_CONFIG_KEY, Sharing, plugin_configs
+from gpuctl.tools.installer import ensure_tools, find_tool
+
+
+@pytest.fixture(scope="module")
+def upstreamcheck() -> Path:
+    return find_tool("upstreamcheck") or ensure_tools(["upstreamcheck"])[0].path
+
+
+def run(tool: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(tool), *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("gpu", ["a100-40gb", "a100-80gb", "a30"])
+def test_catalog_geometry_matches_go_nvml_placements(upstreamcheck: Path, gpu: str) -> None:
+    """Every MIG profile gpuctl knows starts where, and is as wide as, go-nvml's mock GPU says
+    (the H100/H200/B200 mocks model 7 memory slots, unlike NVIDIA's MIG user guide: not compared)."""
+    proc = run(upstreamcheck, "mig-placements", "--gpu", gpu)
+    assert proc.returncode == 0, proc.stderr
+    mock = {p["name"]: p for p in json.loads(proc.stdout)["profiles"]}
+    geometry = GPUS[gpu].mig
+    assert geometry is not None
+    for profile in geometry.profiles:
+        placements = mock[profile.name]["placements"]
+        assert tuple(p["start"] for p in placements) == profile.starts, profile.name
+        assert {p["size"] for p in placements} == {profile.width}, profile.name
+
+
+def test_mig_parted_reads_the_configs_gpuctl_writes(upstreamcheck: Path, tmp_path: Path) -> None:
+    a100 = GPUS["a100-40gb"]
+    layouts = [parse_layout(text, a100) for text in ("3g.20gb-2x2g.10gb", "all-1g.5gb", "all-balanced")]
+    config = tmp_path / "config.yaml"
+    config.write_text(mig_parted_config(layouts, {}))
+    proc = run(upstreamcheck, "mig-parted", "--file", str(config))
+    assert proc.returncode == 0, proc.stderr
+    configs = json.loads(proc.stdout)["configs"]
+    assert configs["all-disabled"][0]["mig-enabled"] is False
+    for layout in layouts:
+        [entry] = configs[config_name(layout)]
+        assert entry["mig-enabled"] is True and entry["mig-devices"] == dict(Counter(layout.profiles))
+
+
+@pytest.mark.parametrize("strategy,sharing,node_config", [
+    ("mixed", Sharing("time-slicing", 4), "slice-4"),
+    ("single", Sharing("mps", 4), "mps-4"),
+    ("mixed", Sharing("time-slicing", 4), ""),  # an unlabelled node gets the default: no sharing
+])
+def test_the_device_plugin_loads_the_configs_gpuctl_writes(upstreamcheck: Path, tmp_path: Path, strategy: str,
+                                                           sharing: Sharing, node_config: str) -> None:
+    for key, text in plugin_configs([sharing]).items():
+        (tmp_path / key).write_text(text)
+    args = ["plugin-config", "--dir", str(tmp_path), "--mig-strategy", strategy, "--default", DEFAULT_CONFIG_KEY,
+            "--compute-capability", "7.5"]
+    proc = run(upstreamcheck, *args, *(["--node-config", node_config] if node_config else []))
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout)
+    assert loaded["selected"] == (node_config or DEFAULT_CONFIG_KEY)
+    if node_config:
+        assert loaded["sharing"]["strategy"] == sharing.strategy
+        assert [r["replicas"] for r in loaded["sharing"]["resources"]] == [sharing.replicas]
+    else:
+        assert loaded["sharing"]["strategy"] == "none"
+
+
+def test_the_device_plugin_refuses_what_gpuctl_refuses(upstreamcheck: Path, tmp_path: Path) -> None:
+    """The rules gpuctl checks before any write are the plugin's: MPS under mixed, too many MPS clients."""
+    for key, text in plugin_configs([Sharing("mps", 49)]).items():
+        (tmp_path / key).write_text(text)
+    base = ["plugin-config", "--dir", str(tmp_path), "--node-config", "mps-49", "--compute-capability", "7.5"]
+    mixed = run(upstreamcheck, *base, "--mig-strategy", "mixed")
+    assert mixed.returncode == 1 and "using --mig-strategy=mixed is not supported with MPS" in mixed.stderr
+    too_many = run(upstreamcheck, *base, "--mig-strategy", "single")
+    assert too_many.returncode == 1 and "maximum allowed replicas exceeded: 49 > 48" in too_many.stderr
