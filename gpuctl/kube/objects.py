@@ -49,9 +49,11 @@ def ensure_config_map_keys(v1: CoreV1Api, namespace: str, name: str, data: dict[
     differing = {k for k, v in data.items() if (current or {}).get(k) != v}
     if current is not None and not differing:
         return Change.NO_CHANGE, set()
+    # Server-side apply removes fields this manager applied before and leaves out now: apply every key
+    # the ConfigMap keeps, not only the differing ones, or the configs in use would be dropped.
     body = {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": namespace, "labels": MANAGED},
-            "data": {k: data[k] for k in sorted(differing)}}
+            "data": dict(sorted({**(current or {}), **data}.items()))}
     try:
         v1.patch_namespaced_config_map(name, namespace, body, field_manager=L.MANAGER, force=True,
                                        _content_type=APPLY_PATCH)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuctl.resources import data_dir
+from gpuctl.stack.owners import is_device_plugin
 from tests.conftest import run_gpuctl
 
 CREATE = ("cluster", "create", "--cloud", "sim", "--name", "stack", "--gpu", "t4", "--nodes", "2", "--slices", "4")
@@ -65,7 +66,10 @@ def test_one_device_plugin_and_tolerations_everywhere(stack: dict[str, str]) -> 
 
     apps = client.AppsV1Api(config.new_client_from_config(stack["KUBECONFIG"]))
     sets = apps.list_daemon_set_for_all_namespaces().items
-    assert [d.metadata.name for d in sets if "device-plugin" in d.metadata.name] == ["nvidia-device-plugin-daemonset"]
+    # The operator always creates the MPS control daemon beside the plugin; it is not a second plugin.
+    assert sorted(d.metadata.name for d in sets if "device-plugin" in d.metadata.name) == [
+        "nvidia-device-plugin-daemonset", "nvidia-device-plugin-mps-control-daemon"]
+    assert [d.metadata.name for d in sets if is_device_plugin(d.metadata.name)] == ["nvidia-device-plugin-daemonset"]
     # NFD is standalone: the operator's own NFD is off (one owner per component).
     assert not [d for d in sets if d.metadata.name.startswith("gpu-operator-node-feature-discovery")]
     for ds in sets:
@@ -121,7 +125,7 @@ def test_failed_helm_upgrade_rolls_back_and_exits_5(stack: dict[str, str], tmp_p
     broken = charts / "gpu-operator" / "templates" / "broken.yaml"
     broken.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_A_Valid_Name\n")
     chart_yaml = charts / "gpu-operator" / "Chart.yaml"
-    chart_yaml.write_text(chart_yaml.read_text().replace("version: 25.10.1-sim", "version: 25.10.2-sim"))
+    chart_yaml.write_text(chart_yaml.read_text().replace("version: v26.7.0-sim", "version: v26.7.1-sim"))
     proc = run_gpuctl(*CREATE, "--charts", str(charts), env=stack)
     assert proc.returncode == 5, proc.stderr
     assert "helm upgrade of gpu-operator failed and was rolled back" in proc.stderr
