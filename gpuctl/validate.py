@@ -73,7 +73,7 @@ def check_device_plugins(client: ApiClient) -> Check:
     status = plugins[0].status
     desired = (status.desired_number_scheduled or 0) if status else 0
     ready = (status.number_ready or 0) if status else 0
-    if ready < desired:
+    if desired == 0 or ready < desired:  # none scheduled yet: no node advertises GPUs from this plugin
         return Check("device-plugin", False, f"{names[0]}: {ready} of {desired} pods ready; "
                      f"see 'kubectl logs -n {plugins[0].metadata.namespace} ds/{plugins[0].metadata.name}'")
     return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {names[0]} ({ready} pods ready)")
