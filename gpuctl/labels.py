@@ -20,6 +20,11 @@ DRIVER_MAJOR = "nvidia.com/cuda.driver-version.major"
 CUDA_RUNTIME = "nvidia.com/cuda.runtime-version.full"
 MIG_CAPABLE = "nvidia.com/mig.capable"
 MPS_CAPABLE = "nvidia.com/mps.capable"
+# The MIG manager's config choice and its answer.
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+# The `app` label (and name) of the GPU Operator's device-plugin DaemonSet and pods.
+DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 # Written by Node Feature Discovery for NVIDIA's PCI vendor id.
 NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
 

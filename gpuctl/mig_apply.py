@@ -27,8 +27,6 @@ from gpuctl.steps import Reporter, StepResult, run_step
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
 
-MIG_CONFIG = "nvidia.com/mig.config"
-MIG_STATE = "nvidia.com/mig.config.state"
 DEFAULT_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 5.0
 
@@ -127,8 +125,8 @@ def _write_config(v1, layout: MigLayout) -> Change:  # noqa: ANN001
 def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN001
     """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
     patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
-    moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(MIG_CONFIG) != name]
-    return Change.UPDATED if patch_nodes(v1, moving, {MIG_CONFIG: name, MIG_STATE: None}).patched else Change.NO_CHANGE
+    moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
+    return Change.UPDATED if patch_nodes(v1, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched else Change.NO_CHANGE
 
 
 def wait_for_mig_state(v1, names: list[str], config: str, timeout: float) -> Change:  # noqa: ANN001
@@ -136,7 +134,7 @@ def wait_for_mig_state(v1, names: list[str], config: str, timeout: float) -> Cha
     started = time.monotonic()
     last_report = started
     while True:
-        states = {n: (v1.read_node(n).metadata.labels or {}).get(MIG_STATE, "unknown") for n in names}
+        states = {n: (v1.read_node(n).metadata.labels or {}).get(L.MIG_STATE, "unknown") for n in names}
         failed = sorted(n for n, s in states.items() if s == "failed")
         if failed:
             raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",

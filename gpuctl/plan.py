@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from gpuctl import labels as L
 from gpuctl.errors import ClusterError, GpuctlError
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.nodes import list_nodes_json, node_patch
@@ -27,7 +28,6 @@ from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
 from gpuctl.tenants import BINDING, QUOTA, contains, read_or_none, tenant_manifests
 
-MIG_CONFIG = "nvidia.com/mig.config"
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
         if group.mig is not None:
             name = config_name(group.mig)
             nodes = list_nodes_json(v1, selectors[group.spec.name])
-            moving = [n["metadata"]["name"] for n in nodes if (n["metadata"].get("labels") or {}).get(MIG_CONFIG) != name]
+            moving = [n["metadata"]["name"] for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
             planned.append(PlannedStep(f"apply-mig/{group.spec.name}", Change.UPDATED if moving else Change.NO_CHANGE,
                                        f"{name} on {', '.join(moving)}" if moving else ""))
     for tenant in spec.tenants:

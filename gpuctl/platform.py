@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuctl import labels as L
 from gpuctl.errors import ValidationFailed, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core
 from gpuctl.kube.lock import cluster_lock
@@ -27,7 +28,6 @@ from gpuctl.spec import NodeGroupSpec
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.owners import check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
-from gpuctl.status import PLUGIN_SELECTOR
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
@@ -193,7 +193,7 @@ def _restart_device_plugin(v1, changed_in_use: set[str]) -> Change:  # noqa: ANN
     if not changed_in_use:
         return Change.NO_CHANGE
     try:
-        v1.delete_collection_namespaced_pod(NAMESPACE, label_selector=PLUGIN_SELECTOR)
+        v1.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"app={L.DEVICE_PLUGIN_APP}")
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, "restarting the device-plugin pods") from None
     return Change.UPDATED

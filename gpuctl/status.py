@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 COLUMNS = ("node", "nodegroup", "product", "gpus", "sharing", "replicas", "mig_config", "mig_state",
            "device_plugin", "allocatable", "taints")
-PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"  # the operator's device-plugin pods
+PLUGIN_SELECTOR = f"app={L.DEVICE_PLUGIN_APP}"  # the operator's device-plugin pods
 
 
 def plugin_state(pod: Any | None) -> str:
@@ -47,8 +47,8 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
             "gpus": int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or 0),
             "sharing": labels.get("nvidia.com/gpu.sharing-strategy", "none"),
             "replicas": int(labels.get("nvidia.com/gpu.replicas", "1")),
-            "mig_config": labels.get("nvidia.com/mig.config"),
-            "mig_state": labels.get("nvidia.com/mig.config.state"),
+            "mig_config": labels.get(L.MIG_CONFIG),
+            "mig_state": labels.get(L.MIG_STATE),
             "device_plugin": plugin_state(pods.get(node.metadata.name)),
             "allocatable": gpu_resources(node),
             "taints": [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"

@@ -37,7 +37,7 @@ def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs
     """What the device plugin should advertise on `node`, from its labels and the operator's ConfigMaps."""
     labels = node.metadata.labels or {}
     gpus = int(labels.get(L.GPU_COUNT, "0"))
-    mig_config = labels.get("nvidia.com/mig.config", "")
+    mig_config = labels.get(L.MIG_CONFIG, "")
     layout = layout_from_counts(mig_config, mig_configs[mig_config]) if mig_config in mig_configs else None
     if layout is not None and layout.enabled:
         strategy = labels.get("nvidia.com/mig.strategy", "single")  # GFD reports the operator's strategy

@@ -23,7 +23,6 @@ CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 GPU_PRESENT = "nvidia.com/gpu.present"
 DEPLOY = "nvidia.com/gpu.deploy."
 HASH_ANNOTATION = "nvidia.com/last-applied-hash"
-MIG_CONFIG = "nvidia.com/mig.config"
 # NFD labels that make a node a GPU node (state_manager.go gpuNodeLabels).
 GPU_NODE_LABELS = ("feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
                    "feature.node.kubernetes.io/pci-0300_10de.present")
@@ -46,7 +45,7 @@ OPERANDS = (
     Operand("nvidia-driver-daemonset", "driver", "driver", labels={"app.kubernetes.io/component": "nvidia-driver"}),
     Operand("nvidia-container-toolkit-daemonset", "toolkit", "container-toolkit"),
     Operand("nvidia-operator-validator", None, "operator-validator", labels={"app.kubernetes.io/part-of": "gpu-operator"}),
-    Operand("nvidia-device-plugin-daemonset", "devicePlugin", "device-plugin"),
+    Operand(L.DEVICE_PLUGIN_APP, "devicePlugin", "device-plugin"),
     Operand("nvidia-device-plugin-mps-control-daemon", "devicePlugin", "device-plugin",
             selector={L.MPS_CAPABLE: "true"}),
     Operand("nvidia-dcgm", "dcgm", "dcgm"),
@@ -55,7 +54,6 @@ OPERANDS = (
     Operand("nvidia-mig-manager", "migManager", "mig-manager"),
     Operand("nvidia-node-status-exporter", "nodeStatusExporter", "node-status-exporter", default_on=False),
 )
-DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
 MIG_MANAGER = next(o for o in OPERANDS if o.name == "nvidia-mig-manager")
 DEFAULT_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -108,8 +106,8 @@ def node_labels(policy: Policy, labels: dict[str, str], mig_capable: bool) -> di
     components = DEPLOY_COMPONENTS + (("mig-manager",) if mig_capable else ())
     wanted.update({DEPLOY + c: "true" for c in components if not labels.get(DEPLOY + c)})
     mig_name, mig_default = policy.mig_config
-    if mig_capable and policy.enabled(MIG_MANAGER) and not labels.get(MIG_CONFIG) and mig_default == "all-disabled":
-        wanted[MIG_CONFIG] = "all-disabled"  # nodelabeling_controller.go: the MIG manager's starting point
+    if mig_capable and policy.enabled(MIG_MANAGER) and not labels.get(L.MIG_CONFIG) and mig_default == "all-disabled":
+        wanted[L.MIG_CONFIG] = "all-disabled"  # nodelabeling_controller.go: the MIG manager's starting point
     return {k: v for k, v in wanted.items() if labels.get(k) != v}
 
 

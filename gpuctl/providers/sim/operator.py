@@ -38,8 +38,8 @@ from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
 from gpuctl.providers.sim.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.providers.sim.nodes import CUDA_VERSION
-from gpuctl.providers.sim.operands import (CLUSTER_POLICY, DEVICE_PLUGIN, MIG_CONFIG, OPERANDS, Policy, is_gpu_node,
-                                           node_labels, render_daemon_set, HASH_ANNOTATION)
+from gpuctl.providers.sim.operands import (CLUSTER_POLICY, HASH_ANNOTATION, OPERANDS, Policy, is_gpu_node, node_labels,
+                                           render_daemon_set)
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.tools.installer import find_tool
@@ -51,7 +51,6 @@ LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod lo
 MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
 EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stages (templates/sim/stages.yaml)
 CRASH = "sim.gpuctl.dev/crash"  # a plugin pod that exited with this error; its Stage makes it not ready
-MIG_STATE = "nvidia.com/mig.config.state"
 CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
 GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
 
@@ -102,7 +101,7 @@ class SimOperator:
         except ValueError:
             mig_configs = {}
         plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
-            NAMESPACE, label_selector=f"app={DEVICE_PLUGIN}").items if p.spec.node_name and p.status.phase == "Running"}
+            NAMESPACE, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items if p.spec.node_name and p.status.phase == "Running"}
         for node in nodes:
             self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
                                  plugin_pods.get(node.metadata.name))
@@ -173,13 +172,13 @@ class SimOperator:
         # MIG manager: pending first, then success or failed against the GPU's real geometry.
         resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas if serving else 0}
         product = model.product
-        mig_wanted = labels.get(MIG_CONFIG) or want_labels.get(MIG_CONFIG)
+        mig_wanted = labels.get(L.MIG_CONFIG) or want_labels.get(L.MIG_CONFIG)
         if mig_wanted and mig_wanted != applied:
-            if labels.get(MIG_STATE) != "pending":
-                want_labels[MIG_STATE] = "pending"
+            if labels.get(L.MIG_STATE) != "pending":
+                want_labels[L.MIG_STATE] = "pending"
             else:
                 ok = self._mig_fits(model, mig_configs, mig_wanted)
-                want_labels[MIG_STATE] = "success" if ok else "failed"
+                want_labels[L.MIG_STATE] = "success" if ok else "failed"
                 if ok:
                     want_annotations[MIG_APPLIED] = applied = mig_wanted
         if serving and applied and model.mig is not None and mig_wanted == applied and applied in mig_configs:
@@ -187,7 +186,7 @@ class SimOperator:
             try:
                 resources = advertised_resources(layout, gpus, policy.mig_strategy)
             except UsageError:
-                want_labels[MIG_STATE] = "failed"
+                want_labels[L.MIG_STATE] = "failed"
             else:
                 if layout.enabled:
                     sharing = NO_SHARING
