@@ -11,6 +11,7 @@ from gpuctl.errors import ClusterError
 from gpuctl.output import info
 from gpuctl.providers.base import Change
 from gpuctl.stack.charts import ChartRef
+from gpuctl.stack.crds import apply_crds
 from gpuctl.tools.installer import ensure_tools
 
 TIMEOUT = "5m"
@@ -58,9 +59,12 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
         current = await client.get_proceedable_revision(release.name, namespace=release.namespace)
         if not await client.should_install_or_upgrade_release(current, chart, release.values):
             return Change.NO_CHANGE
+        crds = list(await chart.crds()) if current is not None else []
     except HelmError as exc:
         raise ClusterError(f"helm: cannot read chart or release {release.name}: {_reason(exc)}",
                            "check --charts and the cluster connection") from None
+    if crds:
+        apply_crds(target.kubeconfig, target.context, crds)
     try:
         # atomic: a failed install or upgrade is rolled back (or uninstalled) by helm itself.
         await client.install_or_upgrade_release(release.name, chart, release.values, namespace=release.namespace,

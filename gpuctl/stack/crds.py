@@ -1,0 +1,31 @@
+"""CRDs of a chart being upgraded: helm installs a chart's crds/ once and never upgrades them
+(helm.sh/docs/chart_best_practices/custom_resource_definitions). NVIDIA's upgrade guide has the CRDs
+of the new chart applied before `helm upgrade` ("Option 1: Manually Upgrading CRDs",
+docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/upgrade.html); the chart's own
+pre-upgrade hook does the same from the operator image, so applying them first is safe either way
+and makes the new ClusterPolicy fields exist before the upgraded chart writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuctl import labels as L
+from gpuctl.kube.client import api_client, api_error
+from gpuctl.kube.objects import APPLY_PATCH
+
+
+def apply_crds(kubeconfig: Path | None, context: str | None, crds: list[dict[str, Any]]) -> None:
+    """Server-side apply each CustomResourceDefinition of `crds` (other kinds are ignored)."""
+    from kubernetes.client import ApiextensionsV1Api
+
+    api = ApiextensionsV1Api(api_client(kubeconfig, context))
+    for crd in crds:
+        if not crd or crd.get("kind") != "CustomResourceDefinition":
+            continue
+        name = crd["metadata"]["name"]
+        try:
+            api.patch_custom_resource_definition(name, crd, field_manager=L.MANAGER, force=True,
+                                                 _content_type=APPLY_PATCH)
+        except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
+            raise api_error(exc, f"upgrading CRD {name}") from None
