@@ -10,8 +10,6 @@ The Python API the CLI is built on:
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
 # gpuctl.api.__all__ (a test keeps them equal); listed here so that looking up a submodule
@@ -24,8 +22,8 @@ _API = frozenset({
 })
 
 
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: `gpuctl --help` imports this package and must stay fast.
+def __getattr__(name: str) -> object:
+    # Loaded on first use: `gpuctl --help` imports this package and must stay fast (not even typing).
     if name not in _API:
         raise AttributeError(f"module 'gpuctl' has no attribute {name!r}")
     import importlib

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuctl.kubeconfig import remove_context
+from gpuctl.kubeconfig import check_kubeconfig, remove_context
 from gpuctl.plan import PlannedStep, plan_platform
 from gpuctl.platform import GroupPlan, PlatformResult, PlatformSpec, apply_platform
 from gpuctl.render import render
@@ -31,11 +31,14 @@ def _provider(cloud: str, options: CloudOptions | None) -> Provider:
 
 
 def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None,
-                   options: CloudOptions | None = None) -> Change:
-    """Delete the cluster and remove its context from the kubeconfig it was merged into."""
+                   options: CloudOptions | None = None, context: str | None = None) -> Change:
+    """Delete the cluster and remove its context (`context`, else the provider's name) from the
+    kubeconfig it was merged into; a context of that name pointing elsewhere is left alone."""
+    check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
     change = provider.delete_cluster(name)
-    remove_context(provider.context_name(name), kubeconfig)
+    entry = provider.context_name(name)
+    remove_context(context or entry, kubeconfig, cluster=entry)
     return change
 
 

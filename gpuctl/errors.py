@@ -68,6 +68,18 @@ class WaitTimeout(GpuctlError):
     exit_code = ExitCode.TIMEOUT
 
 
+class RequestTimeout(GpuctlError):
+    """A server (kube-apiserver, a cloud API) took no connection or gave no answer within the request
+    deadline (gpuctl/timeouts.py). Not a WaitTimeout: nothing was being waited for, and code that turns
+    a failed wait into another error must let this one through."""
+
+    exit_code = ExitCode.TIMEOUT
+
+    def __init__(self, message: str, hint: str | None = None, server: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.server = server
+
+
 class NotFound(GpuctlError):
     """A named cluster or node group does not exist (a usage error: the name is wrong)."""
 

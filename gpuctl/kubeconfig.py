@@ -1,4 +1,6 @@
-"""Write cluster credentials the way eksctl does: a standalone file, or merged into the default."""
+"""Kubeconfig files: read bounded and strictly, and written the way kubectl and eksctl do, by
+merging one cluster's entries into the file (the default one or `--kubeconfig FILE`) and keeping
+every other context in it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,12 @@ from typing import Any
 
 import yaml
 
+from gpuctl.errors import UsageError
+from gpuctl.strict_yaml import read_yaml
+
 _SECTIONS = ("clusters", "users", "contexts")
+MAX_BYTES = 8 << 20  # embedded certificates of many clusters fit; a runaway file does not
+FIELD = "--kubeconfig"
 
 
 def default_path() -> Path:
@@ -19,10 +26,52 @@ def default_path() -> Path:
     return Path(first) if first else Path.home() / ".kube" / "config"
 
 
+def read_paths(path: Path | None) -> list[Path]:
+    """The files a client would read: `path`, else every existing entry of $KUBECONFIG, else ~/.kube/config."""
+    if path is not None:
+        return [path]
+    env = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return [p for p in env if p.exists()] if env else [Path.home() / ".kube" / "config"]
+
+
+def read_kubeconfig(path: Path) -> dict[str, Any]:
+    """A kubeconfig read strictly (size cap, UTF-8, no aliases, no duplicate keys) and shape-checked."""
+    doc = read_yaml(path, FIELD, MAX_BYTES)
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise UsageError(FIELD, f"{path} is not a kubeconfig (not a mapping)", "fix or replace the file")
+    for section in _SECTIONS:
+        items = doc.get(section)
+        if items is None:
+            continue
+        if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("name"), str)
+                                                  for i in items):
+            raise UsageError(FIELD, f"{path}: {section} must be a list of named entries", "fix or replace the file")
+    if not isinstance(doc.get("current-context", ""), (str, type(None))):
+        raise UsageError(FIELD, f"{path}: current-context must be a string", "fix or replace the file")
+    return doc
+
+
+def check_kubeconfig(path: Path | None) -> None:
+    """Before anything is started: every kubeconfig gpuctl would read is sound, and the one it would
+    write can be written (an existing file must be a kubeconfig; its directory must be writable)."""
+    for candidate in read_paths(path):
+        if candidate.exists() or candidate.is_symlink():
+            read_kubeconfig(candidate)
+    target = path or default_path()
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(FIELD, f"cannot write {target}: {parent} is not a writable directory",
+                         "pass --kubeconfig with a path you can write")
+
+
 def _load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"apiVersion": "v1", "kind": "Config", "preferences": {}}
-    return yaml.safe_load(path.read_text()) or {}
+    return read_kubeconfig(path)
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
@@ -39,15 +88,23 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
         raise
 
 
-def write_kubeconfig(entry: dict[str, Any], path: Path | None) -> tuple[Path, bool]:
-    """Write `entry` (a one-context kubeconfig) to `path`, or merge it into the default file.
+def named(entry: dict[str, Any], context: str | None) -> dict[str, Any]:
+    """`entry` (a one-context kubeconfig) with its context called `context` (cluster and user keep their names)."""
+    if not context:
+        return entry
+    [item] = entry["contexts"]
+    return {**entry, "contexts": [{**item, "name": context}], "current-context": context}
 
-    Either way its context becomes current and entries with the same names are replaced.
+
+def write_kubeconfig(entry: dict[str, Any], path: Path | None) -> tuple[Path, bool]:
+    """Merge `entry` (a one-context kubeconfig) into `path`, or into the default file.
+
+    Its context becomes current; entries with the same names are replaced, all others are kept.
     Returns the file and whether it changed (an identical file is not rewritten).
     """
     target = path or default_path()
     before = _load(target) if target.exists() else None
-    doc = dict(before) if path is None and before else {"apiVersion": "v1", "kind": "Config", "preferences": {}}
+    doc = dict(before) if before else {"apiVersion": "v1", "kind": "Config", "preferences": {}}
     for section in _SECTIONS:
         names = {item["name"] for item in entry[section]}
         kept = [item for item in doc.get(section) or [] if item.get("name") not in names]
@@ -59,14 +116,17 @@ def write_kubeconfig(entry: dict[str, Any], path: Path | None) -> tuple[Path, bo
     return target, True
 
 
-def remove_context(context: str, path: Path | None = None) -> bool:
-    """Remove a context and the cluster and user it names; return True if anything changed."""
+def remove_context(context: str, path: Path | None = None, cluster: str | None = None) -> bool:
+    """Remove a context and the cluster and user it names; return True if anything changed.
+    With `cluster`, only a context that points at that cluster entry (one gpuctl wrote) is removed."""
     target = path or default_path()
     if not target.exists():
         return False
     doc = _load(target)
     ctx = next((c for c in doc.get("contexts") or [] if c.get("name") == context), None)
-    if ctx is None:
+    if ctx is None or not isinstance(ctx.get("context"), dict):
+        return False
+    if cluster is not None and ctx["context"].get("cluster") != cluster:
         return False
     drop = {"contexts": context, "clusters": ctx["context"].get("cluster"), "users": ctx["context"].get("user")}
     for section in _SECTIONS:

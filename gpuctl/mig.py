@@ -7,18 +7,19 @@ passes here is one mig-parted can create. Pure functions: no I/O, no Kubernetes.
 
 from __future__ import annotations
 
-import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-import yaml
-
 from gpuctl.catalog import GpuModel, MigGeometry, MigProfile
 from gpuctl.errors import UsageError
+from gpuctl.naming import shown
 
 NAMED = ("all-disabled", "all-enabled", "all-balanced")  # plus all-<profile> for each profile
+_LAYOUT = re.compile(r"[A-Za-z0-9.+-]{1,200}")  # ASCII only: whitespace, control characters and '٣' are refused
+_COUNT = re.compile(r"[0-9]{1,9}")
 _SYNTAX_HINT = "write profiles joined by '-', e.g. 3g.20gb-2x2g.10gb, or a named config such as all-balanced"
 _PLAN_HINT = "see 'gpuctl mig plan' for the slot map, or use all-balanced"
 _LABEL_MAX = 63  # Kubernetes label value limit
@@ -66,11 +67,11 @@ def _layout_text(names: Sequence[str]) -> str:
 
 def _parse_custom(text: str, geo: MigGeometry, model: GpuModel, field: str) -> list[MigProfile]:
     counts: Counter[MigProfile] = Counter()
-    for token in (t.strip() for t in text.split("-")):
+    for token in text.split("-"):
         # profile names never contain "x", so an "x" always marks a repeat count
         count_text, _, name = token.rpartition("x") if "x" in token else ("1", "", token)
-        if not token or not name or not count_text.isdigit():
-            raise UsageError(field, f"malformed MIG layout entry '{token}' in '{text}'", _SYNTAX_HINT)
+        if not token or not name or not _COUNT.fullmatch(count_text):
+            raise UsageError(field, f"malformed MIG layout entry {shown(token)}", _SYNTAX_HINT)
         if int(count_text) == 0:
             raise UsageError(field, f"repeat count 0 in '{token}'", _SYNTAX_HINT)
         counts[_profile(geo, name, model, field)] += int(count_text)
@@ -91,9 +92,9 @@ def _check_counts(counts: Counter[MigProfile], geo: MigGeometry, model: GpuModel
 def parse_layout(text: str, model: GpuModel, field: str = "LAYOUT") -> MigLayout:
     """Parse and validate a layout for one GPU of `model`; an invalid one raises UsageError."""
     geo = _geometry(model, field)
-    name = text.strip().lower()
-    if not name:
-        raise UsageError(field, "empty MIG layout", _SYNTAX_HINT)
+    if not _LAYOUT.fullmatch(text):
+        raise UsageError(field, f"{shown(text)} is not a MIG layout", _SYNTAX_HINT)
+    name = text.lower()
     if name in ("all-disabled", "all-enabled"):
         return MigLayout(name, (), name == "all-enabled")
     if name == "all-balanced":
@@ -240,6 +241,8 @@ def config_name(layout: MigLayout) -> str:
     name = _label_safe(layout.name if layout.name.startswith("all-") else f"custom-{layout.name}")
     if len(name) <= _LABEL_MAX:
         return name
+    import hashlib  # OpenSSL: only for the rare name over the label limit
+
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
     return f"{name[:_LABEL_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
 
@@ -253,6 +256,8 @@ def _entry(counts: dict[str, int] | None) -> list[dict[str, object]]:
 def mig_parted_config(layouts: Iterable[MigLayout], existing: dict[str, dict[str, int] | None] | None = None) -> str:
     """The `config.yaml` of a mig-parted ConfigMap: all-disabled, the `existing` configs (as read by
     parse_mig_parted_config; other node groups may use them) and every layout given."""
+    import yaml  # `mig validate` and `mig plan` never load it
+
     configs = {name: _entry(counts) for name, counts in (existing or {}).items()}
     configs["all-disabled"] = _entry(None)
     added: set[str] = set()
@@ -274,6 +279,8 @@ def layout_from_counts(name: str, counts: dict[str, int] | None) -> MigLayout:
 
 def parse_mig_parted_config(text: str) -> dict[str, dict[str, int] | None]:
     """Config name -> {profile: count}, or None where MIG is disabled. Raises ValueError."""
+    import yaml
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -15,7 +15,7 @@ from gpuctl.kube.client import core
 from gpuctl.kube.nodes import patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 from gpuctl.mig import MigLayout, advertised_resources, config_name, mig_parted_config, parse_layout, parse_mig_parted_config
-from gpuctl.output import info
+from gpuctl.progress import waiting
 from gpuctl.providers.base import Change
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.releases import operator_release
@@ -131,37 +131,34 @@ def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN00
 
 def wait_for_mig_state(v1, names: list[str], config: str, timeout: float) -> Change:  # noqa: ANN001
     """Block until the MIG manager reports success on every node; fail fast on 'failed'."""
-    started = time.monotonic()
-    last_report = started
-    while True:
-        states = {n: (v1.read_node(n).metadata.labels or {}).get(L.MIG_STATE, "unknown") for n in names}
-        failed = sorted(n for n, s in states.items() if s == "failed")
-        if failed:
-            raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
-                               "see the nvidia-mig-manager pod logs on those nodes")
-        if all(s == "success" for s in states.values()):
-            return Change.PASSED
-        elapsed = time.monotonic() - started
-        if elapsed > timeout:
-            pending = sorted(n for n, s in states.items() if s != "success")
-            raise WaitTimeout(f"MIG config {config} not applied after {timeout:.0f}s on {', '.join(pending)}",
-                              "a node stuck in 'pending' may need its GPU workloads drained")
-        if time.monotonic() - last_report >= PROGRESS_EVERY_S:
-            done = sum(s == "success" for s in states.values())
-            info(f"  waiting for nvidia.com/mig.config.state=success: {done}/{len(names)} nodes ({elapsed:.0f}s)")
-            last_report = time.monotonic()
-        time.sleep(0.5)
+    with waiting(f"{L.MIG_STATE}=success", timeout, every=PROGRESS_EVERY_S) as wait:
+        while True:
+            states = {n: (v1.read_node(n).metadata.labels or {}).get(L.MIG_STATE, "unknown") for n in names}
+            failed = sorted(n for n, s in states.items() if s == "failed")
+            if failed:
+                raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
+                                   "see the nvidia-mig-manager pod logs on those nodes")
+            if all(s == "success" for s in states.values()):
+                return Change.PASSED
+            if wait.elapsed > timeout:
+                pending = sorted(n for n, s in states.items() if s != "success")
+                raise WaitTimeout(f"MIG config {config} not applied after {timeout:.0f}s on {', '.join(pending)}",
+                                  "a node stuck in 'pending' may need its GPU workloads drained")
+            wait.update(f"{sum(s == 'success' for s in states.values())}/{len(names)} nodes")
+            time.sleep(0.5)
 
 
 def _verify(v1, expected: dict[str, dict[str, int]], timeout: float) -> Change:  # noqa: ANN001
     deadline = time.monotonic() + min(timeout, 60.0)
-    while True:
-        wrong = {n: gpu_resources(v1.read_node(n)) for n in expected}
-        wrong = {n: r for n, r in wrong.items() if r != expected[n]}
-        if not wrong:
-            return Change.PASSED
-        if time.monotonic() > deadline:
+    with waiting("the MIG resources to be allocatable", min(timeout, 60.0)) as wait:
+        while True:
+            wrong = {n: gpu_resources(v1.read_node(n)) for n in expected}
+            wrong = {n: r for n, r in wrong.items() if r != expected[n]}
+            if not wrong:
+                return Change.PASSED
             node, got = next(iter(wrong.items()))
-            raise ValidationFailed(f"allocatable on {node} is {got}, expected {expected[node]}",
-                                   "check the device-plugin pods after the MIG change")
-        time.sleep(0.5)
+            if time.monotonic() > deadline:
+                raise ValidationFailed(f"allocatable on {node} is {got}, expected {expected[node]}",
+                                       "check the device-plugin pods after the MIG change")
+            wait.update(f"{node} has {got or 'none'}, expected {expected[node]}")
+            time.sleep(0.5)

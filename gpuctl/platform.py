@@ -14,30 +14,26 @@ from typing import TYPE_CHECKING
 from gpuctl import labels as L
 from gpuctl.errors import ValidationFailed, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core
-from gpuctl.kube.lock import cluster_lock
-from gpuctl.kube.nodes import converge_nodes, list_nodes_json
 from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_config_map_data
-from gpuctl.kubeconfig import write_kubeconfig
+from gpuctl.naming import check_duration, check_text
 from gpuctl.mig import MigLayout, config_name, mig_parted_config, parse_mig_parted_config
-from gpuctl.mig_apply import label_mig_config, wait_for_mig_state
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, plugin_configs
 from gpuctl.spec import NodeGroupSpec
-from gpuctl.stack.helm import HelmTarget, ensure_release
-from gpuctl.stack.owners import check_single_owners
-from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
 from gpuctl.taints import Taint
-from gpuctl.tenants import Tenant, ensure_tenant
+from gpuctl.tenants import Tenant, check_ownership, ensure_tenant
 from gpuctl.validate import (SMOKE_IMAGE, Check, check_capacity, check_device_plugins, expected_resources,
                              read_configs, validate_cluster)
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from gpuctl.stack.helm import HelmTarget
 
 CAPACITY_TIMEOUT_S = 120.0
 MIG_TIMEOUT_S = 300.0
@@ -79,7 +75,18 @@ class PlatformResult:
 
 
 def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter,
-                   lock_timeout: float = LOCK_TIMEOUT_S) -> PlatformResult:
+                   lock_timeout: float = LOCK_TIMEOUT_S, context: str | None = None) -> PlatformResult:
+    """Converge the cluster to `spec`; its context (named `context`, else the provider's name) is
+    merged into `kubeconfig` (else the default file)."""
+    # The lock, kubeconfig and Helm machinery load here: `render` and `--export-spec` never need them.
+    from gpuctl.kube.lock import cluster_lock
+    from gpuctl.kubeconfig import check_kubeconfig, named, write_kubeconfig
+    from gpuctl.stack.helm import HelmTarget
+
+    check_duration(lock_timeout, "--lock-timeout")
+    if context is not None:
+        check_text(context, "--context", maximum=253)
+    check_kubeconfig(kubeconfig)
     provider = get_provider(spec.cloud, spec.options)
     name = spec.name
     result = PlatformResult()
@@ -93,7 +100,7 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     step("ensure-cluster", lambda: provider.ensure_cluster(name))
     for group in spec.groups:
         step(f"ensure-nodegroup/{group.spec.name}", lambda g=group: provider.ensure_node_group(name, g.spec))
-    entry = provider.kubeconfig(name)
+    entry = named(provider.kubeconfig(name), context)
 
     def kubeconfig_step() -> Change:
         path, changed = write_kubeconfig(entry, kubeconfig)
@@ -108,6 +115,8 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     # Another apply may be writing: lock, unless there is nothing to write (a re-apply stays write-free).
     from gpuctl.plan import plan_cluster
 
+    for index, tenant in enumerate(spec.tenants):  # before any write to the cluster
+        check_ownership(client, tenant, f"spec.tenants[{index}].adopt")
     planned = plan_cluster(spec, client, selectors, helm)
     writes = any(p.action is not Change.NO_CHANGE for p in planned)
     with cluster_lock(client, name, lock_timeout) if writes else nullcontext():
@@ -117,6 +126,10 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
 
 def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, selectors: dict[str, str],
                    helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult) -> None:
+    from gpuctl.stack.helm import ensure_release
+    from gpuctl.stack.owners import check_single_owners
+    from gpuctl.stack.releases import nfd_release, operator_release
+
     v1 = core(client)
     for title, action in provider.cluster_steps(spec.name, client):
         step(title, action)
@@ -145,8 +158,9 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
     for group in spec.groups:
         step(f"wait-capacity/{group.spec.name}",
              lambda g=group: _wait_capacity(client, selectors[g.spec.name], result.checks))
-    for tenant in spec.tenants:
-        step(f"ensure-tenant/{tenant.name}", lambda t=tenant: ensure_tenant(client, t))
+    for index, tenant in enumerate(spec.tenants):
+        step(f"ensure-tenant/{tenant.name}", lambda t=tenant, i=index: ensure_tenant(
+            client, t, adopt_field=f"spec.tenants[{i}].adopt"))
     # The smoke test proves a change; a converged cluster is left alone (`gpuctl validate` re-checks it).
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     if spec.validate:
@@ -158,6 +172,8 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
 def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...],  # noqa: ANN001
                     labels: dict[str, str] | None = None) -> Change:
     """Taints, the device-plugin config label and the group's labels: one patch per node that differs."""
+    from gpuctl.kube.nodes import converge_nodes
+
     update = converge_nodes(v1, selector, {CONFIG_LABEL: sharing.config_key, **(labels or {})}, taints)
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
@@ -200,6 +216,9 @@ def _restart_device_plugin(v1, changed_in_use: set[str]) -> Change:  # noqa: ANN
 
 
 def _apply_mig(v1, selector: str, layout: MigLayout) -> Change:  # noqa: ANN001
+    from gpuctl.kube.nodes import list_nodes_json
+    from gpuctl.mig_apply import label_mig_config, wait_for_mig_state
+
     nodes = list_nodes_json(v1, selector)
     name = config_name(layout)
     change = label_mig_config(v1, nodes, name)
@@ -217,16 +236,21 @@ def _capacity_check(client: ApiClient, selector: str) -> Check:
 def _wait_capacity(client: ApiClient, selector: str, checks: list[Check]) -> Change:
     """Until allocatable matches the configuration and every device-plugin pod is ready (a restarted
     pod serves before its DaemonSet counts it ready)."""
+    from gpuctl.progress import waiting
+
     deadline = time.monotonic() + CAPACITY_TIMEOUT_S
-    while True:
-        check = _capacity_check(client, selector)
-        plugins = check_device_plugins(client)
-        if (check.ok and plugins.ok) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)
+    with waiting(f"allocatable GPUs on nodes {selector}", CAPACITY_TIMEOUT_S) as wait:
+        while True:
+            check = _capacity_check(client, selector)
+            plugins = check_device_plugins(client)
+            if (check.ok and plugins.ok) or time.monotonic() >= deadline:
+                break
+            wait.update(plugins.detail if check.ok else check.detail)
+            time.sleep(0.5)
     checks.append(check)
     if not check.ok:
-        raise WaitTimeout(f"allocatable GPUs did not reach the configuration within {CAPACITY_TIMEOUT_S:.0f}s: "
+        raise WaitTimeout(f"allocatable GPUs on nodes {selector} did not reach the configuration within "
+                          f"{CAPACITY_TIMEOUT_S:.0f}s: "
                           f"{check.detail}", "check the device-plugin pods in namespace gpu-operator")
     return Change.NO_CHANGE  # waiting changes nothing; the results are checks
 

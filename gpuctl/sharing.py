@@ -40,22 +40,6 @@ class Sharing:
 NO_SHARING = Sharing("none", 1)
 
 
-def sharing_from_flags(slices: int | None, strategy: str | None) -> Sharing:
-    """`--slices N [--sharing time-slicing|mps|none]`; errors name the flag."""
-    chosen = strategy or ("time-slicing" if slices else "none")
-    if chosen not in STRATEGIES:
-        raise UsageError("--sharing", f"unknown strategy {chosen!r}", f"use one of: {', '.join(STRATEGIES)}")
-    if chosen == "none":
-        if slices not in (None, 1):
-            raise UsageError("--slices", f"{slices} slices need a sharing strategy", "drop --sharing none or --slices")
-        return NO_SHARING
-    if slices is None:
-        raise UsageError("--slices", f"--sharing {chosen} needs the number of slices", "pass --slices N (N >= 2)")
-    if not 2 <= slices <= MAX_REPLICAS:
-        raise UsageError("--slices", f"must be between 2 and {MAX_REPLICAS}, got {slices}", "pass e.g. --slices 4")
-    return Sharing(chosen, slices)
-
-
 def max_replicas(strategy: str, model: GpuModel) -> int:
     """The most replicas the device plugin accepts: an MPS server takes 48 clients from compute
     capability 7.5 on, 16 before (k8s-device-plugin cmd/mps-control-daemon/mps/device.go, maxClients)."""

@@ -32,17 +32,16 @@ def site_config_path() -> Path:
 def _load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    import yaml
+    from gpuctl.strict_yaml import read_yaml
 
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(str(path), f"not valid YAML ({exc.__class__.__name__})", "fix the file's syntax") from None
+    doc = read_yaml(path, str(path)) or {}
     if not isinstance(doc, dict):
         raise UsageError(str(path), "must be a mapping", "see the example in gpuctl/site.py")
     for section, value in doc.items():
         if section not in _KNOWN:
             raise UsageError(f"{path}: {section}", "unknown key", f"use one of: {', '.join(_KNOWN)}")
+        if value is not None and not isinstance(value, dict):
+            raise UsageError(f"{path}: {section}", "must be a mapping", "see the example in gpuctl/site.py")
         for key in value or {}:
             if key not in _KNOWN[section]:
                 raise UsageError(f"{path}: {section}.{key}", "unknown key",

@@ -9,7 +9,7 @@ pure: nothing here talks to a cloud or a cluster.
 from __future__ import annotations
 
 import difflib
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,20 +17,20 @@ from typing import Any
 from gpuctl.catalog import GPUS, GpuModel
 from gpuctl.errors import UsageError
 from gpuctl.mig import MigLayout, parse_layout
-from gpuctl.naming import check_count, check_name
+from gpuctl.naming import MAX_NODES, check_count, check_label_key, check_label_value, check_name, check_text
 from gpuctl.providers.options import ALLOWED, CloudOptions
+from gpuctl.stack.charts import GPU_OPERATOR, NFD, chart_ref
+from gpuctl.strict_yaml import read_yaml
 from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
-from gpuctl.spec import MAX_GPUS_PER_NODE
+from gpuctl.spec import MAX_GPUS_PER_NODE, NodeGroupSpec
 from gpuctl.stack.values import NFD_OWNERS, GroupSharing, choose_mig_strategy
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
-from gpuctl.tenants import Tenant, tenant_from_flags
+from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taints
+from gpuctl.tenants import Tenant, make_tenant
 from gpuctl.validate import SMOKE_IMAGE
 
 API_VERSION = "gpuctl.dev/v1alpha1"
 KIND = "GpuCluster"
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _KIND_NAMES = {int: "an integer", str: "a string", bool: "a boolean"}
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def _node_group(value: Any, path: str) -> NodeGroupDoc:
 
 _PROVIDER_KEYS = {"cloud": "cloud", "region": "region", "osCloud": "os_cloud", "template": "template",
                   "keypair": "keypair", "profile": "profile", "amiType": "ami_type", "nodeRole": "node_role",
-                  "subnets": "subnets", "kubernetesVersion": "kubernetes_version"}
+                  "subnets": "subnets", "kubernetesVersion": "kubernetes_version", "execAuth": "exec_auth"}
 
 
 def parse(doc: Any) -> GpuClusterDoc:
@@ -181,6 +181,8 @@ def parse(doc: Any) -> GpuClusterDoc:
             subnets = _str_list(provider.get(key), f"spec.provider.{key}")
             if subnets:
                 options["subnets"] = subnets
+        elif key == "execAuth":
+            options[attr] = bool(_typed(provider.get(key), f"spec.provider.{key}", bool, "true"))
         elif key != "cloud" and provider.get(key) is not None:
             options[attr] = _typed(provider[key], f"spec.provider.{key}", str, "a name")
     groups = spec["nodeGroups"]
@@ -209,20 +211,17 @@ def parse(doc: Any) -> GpuClusterDoc:
 
 
 def _tenant(value: Any, path: str) -> Tenant:
-    doc = _mapping(value, path, ("name", "gpus", "mig", "group"), ("name",))
+    doc = _mapping(value, path, ("name", "gpus", "mig", "group", "adopt"), ("name",))
     mig = doc.get("mig") or {}
     if not isinstance(mig, dict):
         raise UsageError(f"{path}.mig", "must be a mapping of profile: count", "e.g. mig: {3g.20gb: 2}")
     for profile, count in mig.items():
+        _typed(profile, f"{path}.mig", str, "3g.20gb")
         _typed(count, f"{path}.mig.{profile}", int, "2")
-    try:
-        return tenant_from_flags(_typed(doc["name"], f"{path}.name", str, "team-a"),
-                                 _typed(doc.get("gpus"), f"{path}.gpus", int, "4") or 0,
-                                 [f"{p}={n}" for p, n in mig.items()],
-                                 _typed(doc.get("group"), f"{path}.group", str, "team-a-devs"))
-    except UsageError as err:
-        field_name = {"NAME": "name", "--gpus": "gpus", "--mig": "mig", "--group": "group"}[err.field]
-        raise UsageError(f"{path}.{field_name}", err.message.split(": ", 1)[1], err.hint) from None
+    return make_tenant(_typed(doc["name"], f"{path}.name", str, "team-a"),
+                       _typed(doc.get("gpus"), f"{path}.gpus", int, "4") or 0, mig,
+                       _typed(doc.get("group"), f"{path}.group", str, "team-a-devs"),
+                       bool(_typed(doc.get("adopt"), f"{path}.adopt", bool, "true")), path)
 
 
 # -- pass 2: defaults -----------------------------------------------------------------------
@@ -233,7 +232,8 @@ def apply_defaults(doc: GpuClusterDoc) -> GpuClusterDoc:
     groups = []
     for group in doc.node_groups:
         model = GPUS.get(group.gpu)
-        per_node = group.gpus_per_node or (model.default_gpus_per_node if model else None)
+        per_node = group.gpus_per_node if group.gpus_per_node is not None else (
+            model.default_gpus_per_node if model else None)
         groups.append(replace(group, gpus_per_node=per_node,
                               taints=group.taints if group.taints is not None else tuple(map(str, DEFAULT_GPU_TAINTS))))
     charts = doc.charts or ("bundled" if doc.cloud == "sim" else "upstream")
@@ -249,9 +249,15 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     if doc.cloud not in ALLOWED:
         raise UsageError("spec.provider.cloud", f"unknown cloud {doc.cloud!r}", f"use one of: {', '.join(ALLOWED)}")
     for attr, value in vars(doc.options).items():
+        key = next((k for k, a in _PROVIDER_KEYS.items() if a == attr), attr)
         if value not in (None, False, ()) and attr not in ALLOWED[doc.cloud]:
-            key = next(k for k, a in _PROVIDER_KEYS.items() if a == attr)
             raise UsageError(f"spec.provider.{key}", f"not used by cloud {doc.cloud}", "drop it")
+        for i, text in enumerate(value if isinstance(value, tuple) else (value,)):
+            if isinstance(text, str):
+                check_text(text, f"spec.provider.{key}" + (f"[{i}]" if isinstance(value, tuple) else ""), 255)
+    check_text(doc.smoke_image, "spec.gpuOperator.smokeImage")
+    chart_ref(GPU_OPERATOR, doc.charts or "upstream", "spec.gpuOperator.charts")
+    chart_ref(NFD, doc.charts or "upstream", "spec.gpuOperator.charts")
     if doc.nfd not in NFD_OWNERS:
         raise UsageError("spec.gpuOperator.nfd", f"unknown owner {doc.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
     if doc.karpenter and doc.cloud != "eks":
@@ -282,7 +288,7 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     if model is None:
         raise UsageError(f"{path}.gpu", f"unknown GPU {group.gpu!r}", f"use one of: {', '.join(GPUS)}")
     check_count(group.nodes, f"{path}.nodes")
-    per_node = group.gpus_per_node or model.default_gpus_per_node
+    per_node = model.default_gpus_per_node if group.gpus_per_node is None else group.gpus_per_node
     check_count(per_node, f"{path}.gpusPerNode", maximum=MAX_GPUS_PER_NODE)
     if group.min_nodes is not None and not 0 <= group.min_nodes <= group.nodes:
         raise UsageError(f"{path}.minNodes", f"must be between 0 and nodes ({group.nodes}), got {group.min_nodes}",
@@ -290,17 +296,19 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     if group.max_nodes is not None and group.max_nodes < group.nodes:
         raise UsageError(f"{path}.maxNodes", f"must be at least nodes ({group.nodes}), got {group.max_nodes}",
                          "raise maxNodes")
+    if group.max_nodes is not None:
+        check_count(group.max_nodes, f"{path}.maxNodes", maximum=MAX_NODES)
+    for key, value in (("flavor", group.flavor), ("instanceType", group.instance_type)):
+        if value is not None:
+            check_text(value, f"{path}.{key}", maximum=255)
     if group.flavor and doc.cloud != "openstack":
         raise UsageError(f"{path}.flavor", f"only for cloud openstack, not {doc.cloud}", "use instanceType on eks")
     if group.instance_type and doc.cloud != "eks":
         raise UsageError(f"{path}.instanceType", f"only for cloud eks, not {doc.cloud}", "use flavor on openstack")
     for key, value in group.labels.items():
-        if len(key) > 316 or not _LABEL_KEY.match(key):
-            raise UsageError(f"{path}.labels.{key}", "invalid label key", "use a prefix/name key such as team")
-        if len(value) > 63 or not _LABEL_VALUE.match(value):
-            raise UsageError(f"{path}.labels.{key}", f"invalid label value {value!r}",
-                             "use up to 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric")
-    taints = tuple(parse_taint(t, f"{path}.taints[{i}]") for i, t in enumerate(group.taints or ()))
+        check_label_key(key, f"{path}.labels")
+        check_label_value(value, f"{path}.labels.{key}")
+    taints = parse_taints(group.taints or (), f"{path}.taints")
     mig = parse_layout(group.mig_layout, model, f"{path}.sharing.mig.layout") if group.mig_layout else None
     if group.sharing.config_key:
         kind = "timeSlicing" if group.sharing.strategy == "time-slicing" else "mps"
@@ -309,37 +317,53 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
 
 
 def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
-    """Read, default and validate a GpuCluster file; every error names its field."""
-    import yaml
+    """Read (bounded and strict), default and validate a GpuCluster file; every error names its field."""
+    return load_document(read_yaml(path, "-f"))
 
+
+def load_document(raw: Any, flags: Mapping[str, str] | None = None) -> tuple[GpuClusterDoc, list[ValidGroup]]:
+    """Parse, default and validate a GpuCluster document. A command line's document comes with
+    `flags`, field path -> flag: an error in a field that came from a flag then names the flag."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError("-f", f"cannot read {path}: {exc.strerror}", "pass a readable GpuCluster file") from None
+        doc = apply_defaults(parse(raw))
+        return doc, validate(doc)
+    except UsageError as err:
+        raise as_flag_error(err, flags or {}) from None
+
+
+def load_tenant(raw: Any, flags: Mapping[str, str]) -> Tenant:
+    """One `spec.tenants[]` entry given on a command line (field paths under `tenant`)."""
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError("-f", f"{path} is not valid YAML{where}", "fix the syntax") from None
-    doc = apply_defaults(parse(raw))
-    return doc, validate(doc)
+        return _tenant(raw, "tenant")
+    except UsageError as err:
+        raise as_flag_error(err, flags) from None
+
+
+def as_flag_error(err: UsageError, flags: Mapping[str, str]) -> UsageError:
+    """`err` with its field path replaced by the flag the value came from (longest matching path)."""
+    matches = [path for path in flags if err.field == path or err.field.startswith((f"{path}.", f"{path}["))]
+    if not matches:
+        return err
+    return UsageError(flags[max(matches, key=len)], err.message.removeprefix(f"{err.field}: "), err.hint)
 
 
 # -- to and from the internal model ---------------------------------------------------------
+
+
+def node_group_spec(group: ValidGroup) -> NodeGroupSpec:
+    """The provider-facing model of a validated node group."""
+    doc = group.doc
+    return NodeGroupSpec(doc.name, group.gpu, doc.nodes, group.gpus_per_node, doc.min_nodes, doc.max_nodes,
+                         doc.flavor, doc.instance_type, group.taints)
 
 
 def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 - gpuctl.platform.PlatformSpec
     """The same PlatformSpec `gpuctl cluster create` builds from flags."""
     from gpuctl.platform import GroupPlan, PlatformSpec, all_taints
     from gpuctl.providers import get_provider
-    from gpuctl.spec import NodeGroupSpec
     from gpuctl.stack.values import StackSpec
 
-    plans = tuple(GroupPlan(
-        NodeGroupSpec(g.doc.name, g.gpu, g.doc.nodes, g.gpus_per_node, g.doc.min_nodes, g.doc.max_nodes,
-                      g.doc.flavor, g.doc.instance_type, g.taints),
-        g.doc.sharing, g.mig, dict(g.doc.labels)) for g in groups)
+    plans = tuple(GroupPlan(node_group_spec(g), g.doc.sharing, g.mig, dict(g.doc.labels)) for g in groups)
     ships_driver = get_provider(doc.cloud, doc.options).ships_driver
     stack = StackSpec(charts=doc.charts or "upstream", nfd=doc.nfd, driver=not ships_driver,
                       toolkit=not ships_driver, mig_strategy=mig_strategy(doc, groups), taints=all_taints(plans),
@@ -382,6 +406,7 @@ def export_spec(spec: Any) -> str:
         body["karpenter"] = {"enabled": True}
     if spec.tenants:
         body["tenants"] = [{"name": t.name, "gpus": t.gpus, **({"mig": dict(t.mig)} if t.mig else {}),
-                            **({"group": t.group} if t.group else {})} for t in spec.tenants]
+                            **({"group": t.group} if t.group else {}), **({"adopt": True} if t.adopt else {})}
+                           for t in spec.tenants]
     doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": spec.name}, "spec": body}
     return yaml.safe_dump(doc, sort_keys=False)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.errors import UsageError
+from gpuctl.naming import check_label_key, check_label_value, shown
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 @dataclass(frozen=True)
@@ -39,13 +38,25 @@ def parse_taint(text: str, field: str = "--taint") -> Taint:
     """Parse `key=value:Effect` or `key:Effect` (kubectl taint syntax)."""
     body, sep, effect = text.rpartition(":")
     if not sep or effect not in EFFECTS:
-        raise UsageError(field, f"{text!r} has no valid effect", f"write key=value:Effect with Effect one of {', '.join(EFFECTS)}")
+        raise UsageError(field, f"{shown(text)} has no valid effect",
+                         f"write key=value:Effect with Effect one of {', '.join(EFFECTS)}")
     key, _, value = body.partition("=")
-    if len(key) > 316 or not _KEY.match(key):
-        raise UsageError(field, f"invalid taint key {key!r}", "use a label-style key such as nvidia.com/gpu")
-    if len(value) > 63 or not _VALUE.match(value):
-        raise UsageError(field, f"invalid taint value {value!r}", "use up to 63 letters, digits, '-', '_' or '.'")
-    return Taint(key, value, effect)
+    return Taint(check_label_key(key, field), check_label_value(value, field), effect)
+
+
+def parse_taints(texts: Iterable[str], field: str) -> tuple[Taint, ...]:
+    """Parse a list of taints; one key may carry each effect once, as the API server requires.
+    `field` is a flag (`--taint`) or a list's field path (each item then gets its index)."""
+    taints: list[Taint] = []
+    flag = field.startswith("-")
+    for i, text in enumerate(texts):
+        where = field if flag else f"{field}[{i}]"
+        taint = parse_taint(text, where)
+        if any((t.key, t.effect) == (taint.key, taint.effect) for t in taints):
+            raise UsageError(where, f"duplicate taint {taint.key}:{taint.effect}",
+                             "give each key one value per effect")
+        taints.append(taint)
+    return tuple(taints)
 
 
 def tolerations(taints: tuple[Taint, ...]) -> list[dict[str, Any]]:

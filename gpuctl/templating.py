@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
-
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.resources import data_dir
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 
 @lru_cache(maxsize=None)
 def _environment(directory: str) -> Environment:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined  # ~50 ms: only when a template renders
+
     return Environment(
         loader=FileSystemLoader(str(data_dir(directory))),
         undefined=StrictUndefined,

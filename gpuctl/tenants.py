@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
@@ -11,7 +11,7 @@ from gpuctl.errors import NotFound, UsageError
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH
 from gpuctl.mig import resource_name
-from gpuctl.naming import check_name
+from gpuctl.naming import check_count, check_name, check_text, shown
 from gpuctl.providers.base import Change
 
 if TYPE_CHECKING:
@@ -21,7 +21,13 @@ TENANT_LABEL = "gpuctl.dev/tenant"
 QUOTA = "gpuctl-gpu-quota"
 BINDING = "gpuctl-tenant"
 TENANT_ROLE = "edit"  # the built-in ClusterRole for a team's own namespace
-_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
+_PROFILE = re.compile(r"[1-9][0-9]?g\.[1-9][0-9]{0,3}gb(\+me)?")
+MAX_QUOTA = 100_000  # GPUs or MIG instances per team: far above any cluster, far below overflow
+# Namespaces a tenant may never be, even with --adopt: the cluster's own and the GPU stack's.
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator",
+                                 "kueue-system", "karpenter"})
+RESERVED_PREFIXES = ("kube-", "openshift-", "gpuctl-")
+ADOPTED = "gpuctl.dev/adopted"  # annotation on a namespace gpuctl took over and must not delete
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class Tenant:
     gpus: int
     mig: dict[str, int] = field(default_factory=dict)  # profile -> instances
     group: str | None = None
+    adopt: bool = False  # may take over an existing namespace gpuctl did not create
 
     def hard(self) -> dict[str, str]:
         quota = {f"requests.{L.GPU_RESOURCE}": str(self.gpus)}
@@ -37,26 +44,39 @@ class Tenant:
         return quota
 
 
-def tenant_from_flags(name: str, gpus: int, mig: list[str], group: str | None) -> Tenant:
-    check_name(name, "NAME")
-    if gpus < 0:
-        raise UsageError("--gpus", f"must be at least 0, got {gpus}", "pass --gpus 0 or more")
-    profiles: dict[str, int] = {}
-    for item in mig:
-        profile, sep, count = item.partition("=")
-        if not sep or not _PROFILE.match(profile) or not count.isdigit() or int(count) < 1:
-            raise UsageError("--mig", f"{item!r} is not PROFILE=COUNT", "write e.g. --mig 3g.20gb=2")
-        profiles[profile] = int(count)
-    if group is not None and not group.strip():
-        raise UsageError("--group", "must not be empty", "pass the identity group of the team")
-    return Tenant(name, gpus, profiles, group)
+def check_tenant_name(name: str, field: str) -> str:
+    """A tenant name is a namespace name that is not the cluster's or the GPU stack's."""
+    check_name(name, field)
+    if name in RESERVED_NAMESPACES or name.startswith(RESERVED_PREFIXES):
+        raise UsageError(field, f"{name!r} is a system namespace, not a team's",
+                         "choose another name; teams get a namespace of their own")
+    return name
+
+
+def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, adopt: bool, path: str) -> Tenant:
+    """A checked Tenant; errors name `path`.name, .gpus, .mig and .group (a flag's name through flags.py)."""
+    check_tenant_name(name, f"{path}.name")
+    check_count(gpus, f"{path}.gpus", minimum=0, maximum=MAX_QUOTA)
+    for profile, count in mig.items():
+        if not _PROFILE.fullmatch(profile):
+            raise UsageError(f"{path}.mig", f"{shown(profile)} is not a MIG profile", "write e.g. 3g.20gb: 2")
+        check_count(count, f"{path}.mig", maximum=MAX_QUOTA)
+    if group is not None:
+        check_text(group, f"{path}.group", maximum=253)
+        if group.startswith("system:"):
+            raise UsageError(f"{path}.group", f"{shown(group)} is a Kubernetes system group",
+                             "bind the team's own identity group")
+    return Tenant(name, gpus, dict(mig), group, adopt)
 
 
 def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
     """(kind, object) of the tenant: namespace, quota and, with a group, binding."""
     labels = {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}
+    # An adopted namespace is the team's, not gpuctl's: it is marked, never labelled as made by gpuctl.
+    namespace_meta = {"name": tenant.name, "labels": {TENANT_LABEL: tenant.name},
+                      "annotations": {ADOPTED: "true"}} if tenant.adopt else {"name": tenant.name, "labels": labels}
     objects = [
-        ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant.name, "labels": labels}}),
+        ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": namespace_meta}),
         ("quota", {"apiVersion": "v1", "kind": "ResourceQuota",
                    "metadata": {"name": QUOTA, "namespace": tenant.name, "labels": labels},
                    "spec": {"hard": tenant.hard()}}),
@@ -70,11 +90,37 @@ def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
     return objects
 
 
-def ensure_tenant(client: ApiClient, tenant: Tenant) -> Change:
-    """Observe the three objects; apply (server-side, field manager gpuctl) only those that differ."""
+def ownership(namespace: Any, name: str) -> str | None:
+    """"created" or "adopted" when the namespace is gpuctl's tenant `name`; None otherwise."""
+    labels = namespace.metadata.labels or {}
+    if labels.get(TENANT_LABEL) != name:
+        return None
+    if (namespace.metadata.annotations or {}).get(ADOPTED) == "true":
+        return "adopted"
+    return "created" if labels.get(L.MANAGED_BY) == L.MANAGER else None
+
+
+def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt") -> Tenant:
+    """Refuse an existing namespace gpuctl did not make (unless adopted); reads only. Returns the
+    tenant as it must be applied: who made its namespace does not change."""
+    from kubernetes.client import CoreV1Api
+
+    v1 = CoreV1Api(client)
+    existing = read_or_none(lambda: v1.read_namespace(tenant.name), "namespace", tenant.name)
+    owner = ownership(existing, tenant.name) if existing is not None else None
+    if existing is not None and owner is None and not tenant.adopt:
+        raise UsageError(adopt_field, f"namespace {tenant.name!r} exists and gpuctl did not create it",
+                         "choose another tenant name, or adopt it (gpuctl will then never delete it)")
+    return replace(tenant, adopt=owner == "adopted") if owner is not None else tenant
+
+
+def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt") -> Change:
+    """Observe the three objects; apply (server-side, field manager gpuctl) only those that differ.
+    An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    tenant = check_ownership(client, tenant, adopt_field)
     calls = {
         "namespace": (lambda: v1.read_namespace(tenant.name),
                       lambda body: v1.patch_namespace(tenant.name, body, field_manager=L.MANAGER, force=True,
@@ -151,16 +197,27 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
 
 
 def remove_tenant(client: ApiClient, name: str) -> Change:
-    from kubernetes.client import CoreV1Api
+    """Delete what gpuctl made for tenant `name`: its namespace, or in an adopted namespace only the
+    quota and binding gpuctl wrote (and its marks on the namespace)."""
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
-    v1 = CoreV1Api(client)
+    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
-    if ns is None or (ns.metadata.labels or {}).get(TENANT_LABEL) != name:
+    owner = ownership(ns, name) if ns is not None else None
+    if owner is None:
         raise NotFound(f"no gpuctl tenant {name!r}", "see 'gpuctl tenant list'")
     try:
-        v1.delete_namespace(name)
+        if owner == "created":
+            v1.delete_namespace(name)
+            return Change.DELETED
+        selector = f"{L.MANAGED_BY}={L.MANAGER}"
+        for quota in v1.list_namespaced_resource_quota(name, label_selector=selector).items:
+            v1.delete_namespaced_resource_quota(quota.metadata.name, name)
+        for binding in rbac.list_namespaced_role_binding(name, label_selector=selector).items:
+            rbac.delete_namespaced_role_binding(binding.metadata.name, name)
+        v1.patch_namespace(name, {"metadata": {"labels": {TENANT_LABEL: None}, "annotations": {ADOPTED: None}}})
     except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"deleting namespace {name}") from None
+        raise api_error(exc, f"removing tenant {name}") from None
     return Change.DELETED
 
 

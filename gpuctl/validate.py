@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
+from gpuctl.errors import WaitTimeout
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.mig import advertised_resources, layout_from_counts, parse_mig_parted_config
+from gpuctl.progress import waiting
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE
 
@@ -103,6 +105,7 @@ def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: di
 
     v1 = CoreV1Api(client)
     ensure_namespace(v1, SMOKE_NAMESPACE)
+    _await_default_service_account(v1)
     name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
     try:
         v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, resource, node_labels, tolerations),
@@ -119,12 +122,31 @@ def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: di
                 raise api_error(exc, "deleting the smoke-test pod") from None
 
 
+def _await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
+    """A new namespace's `default` ServiceAccount comes from kube-controller-manager a moment later;
+    until then the ServiceAccount admission plugin refuses every pod in it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v1.read_namespaced_service_account("default", SMOKE_NAMESPACE)
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not is_not_found(exc):
+                raise api_error(exc, f"reading {SMOKE_NAMESPACE}/default") from None
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"namespace {SMOKE_NAMESPACE} got no default ServiceAccount in {timeout:g}s",
+                              "check that kube-controller-manager runs")
+        time.sleep(0.2)
+
+
 def _await_smoke_test(v1: Any, name: str, resource: str, timeout: float) -> Check:
     deadline = time.monotonic() + timeout
     pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
-    while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
-        time.sleep(0.5)
-        pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
+    with waiting(f"smoke-test pod {SMOKE_NAMESPACE}/{name} to finish", timeout) as wait:
+        while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+            wait.update(f"{pod.status.phase}" + (f" on {pod.spec.node_name}" if pod.spec.node_name else ""))
+            time.sleep(0.5)
+            pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
     phase = pod.status.phase
     where = f"on {pod.spec.node_name}" if pod.spec.node_name else "unscheduled"
     if phase not in ("Succeeded", "Failed"):

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl.cli.settings import settings
+from gpuctl.cli.types import seconds
 from gpuctl.output import emit, info
 
 SpecFile = Annotated[Path, typer.Option("-f", "--filename", help="GpuCluster spec file.")]
@@ -16,7 +17,7 @@ SpecFile = Annotated[Path, typer.Option("-f", "--filename", help="GpuCluster spe
 def apply(
     ctx: typer.Context,
     filename: SpecFile,
-    lock_timeout: Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another apply on the same cluster.")] = 300.0,
+    lock_timeout: Annotated[float, typer.Option("--lock-timeout", parser=seconds, help="Seconds to wait for another apply on the same cluster.")] = 300.0,
 ) -> None:
     """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
     from gpuctl import api

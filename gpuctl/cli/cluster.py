@@ -12,6 +12,7 @@ from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, Instan
                                 NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Template, Yes,
                                 cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
+from gpuctl.cli.types import count
 from gpuctl.output import emit, info
 from gpuctl.steps import StepResult
 
@@ -33,10 +34,10 @@ def create(
     nodes: Nodes = 1,
     gpus_per_node: GpusPerNode = None,
     nodegroup_name: Annotated[str, typer.Option("--nodegroup-name", help="Name of the GPU node group.")] = "gpu",
-    slices: Annotated[Optional[int], typer.Option("--slices", help="Share each GPU N ways (time-slicing unless --sharing says otherwise).")] = None,
+    slices: Annotated[Optional[int], typer.Option("--slices", parser=count, help="Share each GPU N ways (time-slicing unless --sharing says otherwise).")] = None,
     sharing: Annotated[Optional[str], typer.Option("--sharing", help="time-slicing, mps or none.")] = None,
     taint: Taints = None,
-    nfd: Annotated[str, typer.Option("--nfd", help="Who deploys Node Feature Discovery: standalone or operator.")] = "standalone",
+    nfd: Annotated[Optional[str], typer.Option("--nfd", help="Who deploys Node Feature Discovery: standalone (default) or operator.")] = None,
     charts: Annotated[Optional[str], typer.Option("--charts", help="Chart source: upstream, bundled, a directory, or an oci:// mirror (default: per cloud).")] = None,
     mig_strategy: Annotated[Optional[str], typer.Option("--mig-strategy", help="GPU Operator MIG strategy: mixed or single (default: mixed, single with MPS).")] = None,
     smoke_image: Annotated[Optional[str], typer.Option("--smoke-image", help="CUDA smoke-test image.")] = None,
@@ -59,49 +60,34 @@ def create(
     export_spec: Annotated[bool, typer.Option("--export-spec", help="Print the GpuCluster spec of this command line and stop.")] = False,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
-    from gpuctl import api
-    from gpuctl.naming import check_name
-    from gpuctl.platform import GroupPlan, PlatformSpec
-    from gpuctl.providers import check_cloud, get_provider
+    from gpuctl.cli.documents import cluster_document, sharing_document
     from gpuctl.providers.base import Change
-    from gpuctl.sharing import check_sharing_fits, sharing_from_flags
-    from gpuctl.spec import node_group_from_flags
-    from gpuctl.stack.charts import GPU_OPERATOR, chart_ref
-    from gpuctl.stack.values import GroupSharing, StackSpec, check_stack, choose_mig_strategy
-    from gpuctl.taints import DEFAULT_GPU_TAINTS, parse_taint
-    from gpuctl.validate import SMOKE_IMAGE
+    from gpuctl.specfile import export_spec as render_spec
+    from gpuctl.specfile import load_document, to_platform
 
     opts = settings(ctx)
-    # Every input is checked before anything is started.
-    check_cloud(cloud)
-    check_name(name, "--name")
-    taints = tuple(parse_taint(t) for t in taint) if taint else DEFAULT_GPU_TAINTS
-    group = node_group_from_flags(nodegroup_name, gpu, nodes, gpus_per_node, name_field="--nodegroup-name",
-                                  cloud=cloud, min_nodes=min_nodes, max_nodes=max_nodes, flavor=flavor,
-                                  instance_type=instance_type, taints=taints)
-    share = sharing_from_flags(slices, sharing)
-    check_sharing_fits(share, group.gpu, "--slices")
-    strategy = choose_mig_strategy(mig_strategy, [GroupSharing(group.name, share.strategy)], "--mig-strategy")
-    options = cloud_options(region, os_cloud, profile, template=template, keypair=keypair, ami_type=ami_type,
-                            node_role=node_role, subnets=subnet, kubernetes_version=kubernetes_version,
-                            karpenter=karpenter, exec_auth=exec_auth)
-    provider = get_provider(cloud, options)
-    stack = check_stack(StackSpec(charts=charts or provider.default_charts, nfd=nfd, driver=not provider.ships_driver,
-                                  toolkit=not provider.ships_driver, mig_strategy=strategy, taints=taints,
-                                  shares_gpus=share.config_key is not None))
-    chart_ref(GPU_OPERATOR, stack.charts)
-    spec = PlatformSpec(name, cloud, (GroupPlan(group, share),), stack,
-                        smoke_image=smoke_image or SMOKE_IMAGE, validate=validate, options=options)
+    # The command line is a GpuCluster document: every input is checked before anything is started.
+    raw, flags = cluster_document(
+        name, cloud,
+        group={"name": nodegroup_name, "gpu": gpu, "nodes": nodes, "gpusPerNode": gpus_per_node,
+               "minNodes": min_nodes, "maxNodes": max_nodes, "flavor": flavor, "instanceType": instance_type,
+               "taints": taint, "sharing": sharing_document(slices, sharing)},
+        provider={"region": region, "os_cloud": os_cloud, "profile": profile, "template": template,
+                  "keypair": keypair, "ami_type": ami_type, "node_role": node_role, "subnets": subnet,
+                  "kubernetes_version": kubernetes_version, "exec_auth": exec_auth},
+        operator={"charts": charts, "nfd": nfd, "migStrategy": mig_strategy, "smokeImage": smoke_image,
+                  "validate": validate},
+        karpenter=karpenter)
+    spec = to_platform(*load_document(raw, flags))
     if export_spec:
-        from gpuctl.specfile import export_spec as render_spec
-
         print(render_spec(spec), end="")
         return
+    from gpuctl import api  # the cluster machinery: not for --export-spec
 
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
-    groups = [asdict(g) for g in api.list_node_groups(cloud, name, options)]
+    groups = [asdict(g) for g in api.list_node_groups(cloud, name, spec.options)]
     if opts.output == "table":
         emit(groups, opts.output, NODEGROUP_COLUMNS)
     else:
@@ -127,10 +113,13 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
            os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Delete a cluster and everything gpuctl made for it, and drop its kubeconfig context."""
     from gpuctl import api
+    from gpuctl.naming import check_name
     from gpuctl.providers import check_cloud
 
     check_cloud(cloud)
+    check_name(name, "--name")
     options = cloud_options(region, os_cloud, profile)
     confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?")
-    change = api.delete_cluster(cloud, name, settings(ctx).kubeconfig, options)
+    opts = settings(ctx)
+    change = api.delete_cluster(cloud, name, opts.kubeconfig, options, context=opts.context)
     info(f"cluster {name!r} {change.value}")

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl import __version__
-from gpuctl.cli import apply, cluster, gpus, mig, nodegroup, sim, status, tenant, validate
+from gpuctl.cli.lazy import LazyGroup, install_fast_coercion
 from gpuctl.cli.settings import make_settings
 from gpuctl.errors import ExitCode, GpuctlError
 
@@ -19,26 +19,61 @@ try:  # typer >= 0.22 vendors click; older releases use click itself
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
-app = typer.Typer(
-    name="gpuctl",
-    help="Turn a cloud account into a working, shared GPU platform on Kubernetes.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(nodegroup.app, name="nodegroup")
-app.add_typer(mig.app, name="mig")
-app.add_typer(sim.app, name="sim")
-app.add_typer(tenant.app, name="tenant")
-app.command("apply")(apply.apply)
-app.command("plan")(apply.plan)
-app.command("render")(apply.render)
-app.command("gpus")(gpus.gpus)
-app.command("status")(status.status)
-app.command("validate")(validate.validate)
+# Each subcommand: the module under gpuctl.cli and its typer app (a group) or function (a command),
+# in the order `gpuctl --help` lists them (typer lists commands before groups). A module is imported
+# only when its command runs or help lists it, so `gpuctl gpus` never loads the others.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": ("apply", "apply"),
+    "plan": ("apply", "plan"),
+    "render": ("apply", "render"),
+    "gpus": ("gpus", "gpus"),
+    "status": ("status", "status"),
+    "validate": ("validate", "validate"),
+    "cluster": ("cluster", "app"),
+    "nodegroup": ("nodegroup", "app"),
+    "mig": ("mig", "app"),
+    "sim": ("sim", "app"),
+    "tenant": ("tenant", "app"),
+}
+
+
+def _new_app(**kwargs: object) -> typer.Typer:
+    return typer.Typer(
+        name="gpuctl",
+        help="Turn a cloud account into a working, shared GPU platform on Kubernetes.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def load_command(name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
+    """Subcommand `name`, built exactly as under a root app that registered it alone."""
+    from importlib import import_module
+
+    module, attr = COMMANDS[name]
+    target = getattr(import_module(f"gpuctl.cli.{module}"), attr)
+    holder = _new_app()
+    holder.callback()(lambda: None)  # a callback makes the holder a group, as the root is
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name)(target)
+    return typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined,no-any-return]
+
+
+class _RootGroup(LazyGroup):
+    names = tuple(COMMANDS)
+
+    def load(self, name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
+        return load_command(name)
+
+
+install_fast_coercion()
+app = _new_app(cls=_RootGroup)
 
 
 def _version(value: bool) -> None:
@@ -90,34 +125,70 @@ def hoist_global_options(args: list[str]) -> list[str]:
     return hoisted + rest
 
 
+MAX_ERROR_LINE = 1000
+
+
 def _fail(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    """Print the one error line: redacted, on one line, control characters escaped, bounded."""
+    from gpuctl.redact import redact
+
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(redact(message).split()))
+    if len(line) > MAX_ERROR_LINE:
+        line = f"{line[:MAX_ERROR_LINE]}..."
+    print(f"error: {line}", file=sys.stderr)
     return code
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code; errors become one line on stderr."""
+    """Run the CLI and return its exit code; errors become one line on stderr.
+
+    stderr goes through gpuctl.redact for the whole command: no line printed there (errors, logs,
+    --debug tracebacks) carries a registered credential. --debug adds the traceback and keeps the code.
+    """
+    from gpuctl.redact import RedactingStream
+
     args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GPUCTL_DEBUG", "") not in ("", "0")
+    stderr = sys.stderr
+    sys.stderr = RedactingStream(stderr)
+    try:
+        return _run(args, debug)
+    finally:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+        sys.stderr = stderr
+
+
+def _traceback(debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+
+
+def _run(args: list[str], debug: bool) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="gpuctl", standalone_mode=False)
         return result if isinstance(result, int) else ExitCode.OK
     except GpuctlError as exc:
-        if debug:
-            raise
+        _traceback(debug)
         return _fail(exc.one_line(), exc.exit_code)
     except click_exceptions.UsageError as exc:
         where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx else ""
-        return _fail(" ".join(exc.format_message().split()).rstrip(".") + where, ExitCode.USAGE)
+        # typer reports a `parser=` refusal through pydantic, which prefixes "Value error, "
+        message = exc.format_message().replace("Value error, ", "")
+        return _fail(message.rstrip(".") + where, ExitCode.USAGE)
     except click_exceptions.ClickException as exc:
         return _fail(" ".join(exc.format_message().split()), exc.exit_code)
     except typer.Exit as exc:
         return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
+        _traceback(debug)
         return _fail("interrupted", ExitCode.INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the one boundary: never a traceback unless asked
-        if debug:
-            raise
-        return _fail(f"unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback",
-                     ExitCode.FAILURE)
+        _traceback(debug)
+        hint = "" if debug else "; rerun with --debug for the traceback"
+        return _fail(" ".join(f"unexpected {type(exc).__name__}: {exc}".split()) + hint, ExitCode.FAILURE)

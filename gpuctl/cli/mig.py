@@ -8,6 +8,7 @@ import typer
 
 from gpuctl.cli.options import Gpu
 from gpuctl.cli.settings import settings
+from gpuctl.cli.types import seconds
 from gpuctl.output import emit
 
 app = typer.Typer(help="Validate, plan and apply MIG layouts.", no_args_is_help=True)
@@ -53,7 +54,7 @@ def apply(
     nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Node group to configure.")] = None,
     selector: Annotated[Optional[str], typer.Option("--selector", "-l", help="Label selector of the nodes.")] = None,
     strategy: Annotated[Optional[str], typer.Option("--strategy", help="MIG strategy: mixed or single (default: the operator's).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the MIG manager.")] = 300.0,
+    timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds to wait for the MIG manager.")] = 300.0,
 ) -> None:
     """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write."""
     from gpuctl.cli.cluster import print_step
@@ -62,9 +63,15 @@ def apply(
     from gpuctl.mig_apply import apply_mig
     from gpuctl.stack.helm import HelmTarget
 
+    from gpuctl.naming import check_name, check_text
+
     opts = settings(ctx)
     if nodegroup is None and selector is None:
         raise UsageError("--nodegroup", "no nodes targeted", "pass --nodegroup NAME or --selector LABELS")
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    if selector is not None:
+        check_text(selector, "--selector")
     client = api_client(opts.kubeconfig, opts.context)
     steps, expected = apply_mig(client, HelmTarget(opts.kubeconfig, opts.context), layout, nodegroup, selector,
                                 strategy, timeout, print_step)

@@ -35,15 +35,19 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         max_nodes: MaxNodes = None, taint: Taints = None) -> None:
     """Add a GPU node group (or converge an existing one to these values)."""
     from gpuctl import api
-    from gpuctl.spec import node_group_from_flags
-    from gpuctl.taints import DEFAULT_GPU_TAINTS, parse_taint
+    from gpuctl.cli.documents import cluster_document
+    from gpuctl.specfile import load_document, node_group_spec
 
-    _checked(cloud, cluster)
-    spec = node_group_from_flags(name, gpu, nodes, gpus_per_node, cloud=cloud, min_nodes=min_nodes,
-                                 max_nodes=max_nodes, flavor=flavor, instance_type=instance_type,
-                                 taints=tuple(parse_taint(t) for t in taint) if taint else DEFAULT_GPU_TAINTS)
-    options = cloud_options(region, os_cloud, profile, keypair=keypair, ami_type=ami_type, node_role=node_role,
-                            subnets=subnet)
+    # The same document and validators as `cluster create` and spec files; errors name these flags.
+    raw, flags = cluster_document(
+        cluster, cloud,
+        group={"name": name, "gpu": gpu, "nodes": nodes, "gpusPerNode": gpus_per_node, "minNodes": min_nodes,
+               "maxNodes": max_nodes, "flavor": flavor, "instanceType": instance_type, "taints": taint},
+        provider={"region": region, "os_cloud": os_cloud, "profile": profile, "keypair": keypair,
+                  "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
+        operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
+    doc, [group] = load_document(raw, flags)
+    spec, options = node_group_spec(group), doc.options
     change = api.add_node_group(cloud, cluster, spec, options)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)

@@ -6,11 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuctl.cli.types import count
+
 Cloud = Annotated[str, typer.Option("--cloud", help="Provider: sim (a local simulated GPU cluster), openstack (Magnum) or eks.")]
 ClusterName = Annotated[str, typer.Option("--cluster", help="Cluster name.")]
-Nodes = Annotated[int, typer.Option("--nodes", help="Number of GPU nodes.")]
+Nodes = Annotated[int, typer.Option("--nodes", parser=count, help="Number of GPU nodes.")]
 GpusPerNode = Annotated[
-    Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: from the GPU catalog).")
+    Optional[int], typer.Option("--gpus-per-node", parser=count, help="GPUs per node (default: from the GPU catalog).")
 ]
 Gpu = Annotated[str, typer.Option("--gpu", help="GPU model from 'gpuctl gpus' (t4, a100-40gb, ...).")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -24,12 +26,20 @@ Profile = Annotated[Optional[str], typer.Option("--profile", help="AWS: named pr
 def cloud_options(region: str | None = None, os_cloud: str | None = None, profile: str | None = None,
                   **more: object):  # noqa: ANN201 - gpuctl.providers.options.CloudOptions
     """CloudOptions from flags; a flag the cloud does not use is refused when the provider is made."""
-    from gpuctl.providers.options import CloudOptions
+    from gpuctl.naming import check_text
+    from gpuctl.providers.options import FLAGS, CloudOptions
 
-    given = {k: v for k, v in more.items() if v not in (None, False, [], ())}
+    given = {k: v for k, v in dict(more, region=region, os_cloud=os_cloud, profile=profile).items()
+             if v not in (None, False, [], ())}
     if "subnets" in given:
         given["subnets"] = tuple(given["subnets"])  # type: ignore[arg-type]
-    return CloudOptions(region=region, os_cloud=os_cloud, profile=profile, **given)  # type: ignore[arg-type]
+    for key, value in given.items():
+        for text in value if isinstance(value, tuple) else (value,):
+            if isinstance(text, str):
+                check_text(text, FLAGS[key], maximum=255)
+    return CloudOptions(**given)  # type: ignore[arg-type]
+
+
 Template = Annotated[Optional[str], typer.Option("--template", help="OpenStack: Magnum cluster template to create from.")]
 Flavor = Annotated[Optional[str], typer.Option("--flavor", help="OpenStack: GPU node flavor (default: site config, then catalog).")]
 Keypair = Annotated[Optional[str], typer.Option("--keypair", help="OpenStack: Nova keypair for the nodes.")]
@@ -37,6 +47,6 @@ InstanceType = Annotated[Optional[str], typer.Option("--instance-type", help="EK
 AmiType = Annotated[Optional[str], typer.Option("--ami-type", help="EKS: AL2023_x86_64_NVIDIA (default) or BOTTLEROCKET_x86_64_NVIDIA.")]
 NodeRole = Annotated[Optional[str], typer.Option("--node-role", help="EKS: node IAM role ARN (default: created with the managed policies it needs).")]
 Subnets = Annotated[Optional[list[str]], typer.Option("--subnet", help="EKS: subnet id for the nodes (repeatable).")]
-MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", help="Autoscaler minimum (default: --nodes).")]
-MaxNodes = Annotated[Optional[int], typer.Option("--max-nodes", help="Autoscaler maximum (default: --nodes).")]
+MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: --nodes).")]
+MaxNodes = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: --nodes).")]
 Taints = Annotated[Optional[list[str]], typer.Option("--taint", help="GPU node taint key=value:Effect (repeatable; default nvidia.com/gpu=true:NoSchedule).")]

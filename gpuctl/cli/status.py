@@ -16,7 +16,10 @@ def status(
 ) -> None:
     """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints."""
     from gpuctl.kube.client import api_client
+    from gpuctl.naming import check_name
     from gpuctl.status import COLUMNS, gpu_status
 
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
     opts = settings(ctx)
     emit(gpu_status(api_client(opts.kubeconfig, opts.context), nodegroup), opts.output, COLUMNS)

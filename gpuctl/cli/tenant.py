@@ -8,6 +8,7 @@ import typer
 
 from gpuctl.cli.options import Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
+from gpuctl.cli.types import count
 from gpuctl.output import emit, info
 
 app = typer.Typer(help="Onboard teams onto the shared GPU pool.", no_args_is_help=True)
@@ -18,15 +19,18 @@ TenantName = Annotated[str, typer.Argument(help="Team name; also the namespace."
 def add(
     ctx: typer.Context,
     name: TenantName,
-    gpus: Annotated[int, typer.Option("--gpus", help="Quota on requests.nvidia.com/gpu.")] = 0,
+    gpus: Annotated[int, typer.Option("--gpus", parser=count, help="Quota on requests.nvidia.com/gpu.")] = 0,
     mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2.")] = None,
     group: Annotated[Optional[str], typer.Option("--group", help="Group bound to the 'edit' role in the namespace.")] = None,
+    adopt: Annotated[bool, typer.Option("--adopt", help="Take over an existing namespace gpuctl did not create; 'tenant remove' then deletes only gpuctl's objects in it.")] = False,
 ) -> None:
     """Create or update a tenant: Namespace, ResourceQuota on GPU resources, RoleBinding."""
+    from gpuctl.cli.documents import tenant_document
     from gpuctl.kube.client import api_client
-    from gpuctl.tenants import ensure_tenant, over_allocatable, tenant_from_flags
+    from gpuctl.specfile import load_tenant
+    from gpuctl.tenants import ensure_tenant, over_allocatable
 
-    tenant = tenant_from_flags(name, gpus, mig or [], group)
+    tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt))
     opts = settings(ctx)
     client = api_client(opts.kubeconfig, opts.context)
     for warning in over_allocatable(client, tenant):
@@ -48,13 +52,13 @@ def list_(ctx: typer.Context) -> None:
 
 @app.command()
 def remove(ctx: typer.Context, name: TenantName, yes: Yes = False) -> None:
-    """Delete a tenant's namespace (and everything in it)."""
+    """Delete what gpuctl made for a tenant: its namespace (and everything in it), or in an adopted
+    namespace only gpuctl's quota and binding."""
     from gpuctl.kube.client import api_client
-    from gpuctl.naming import check_name
-    from gpuctl.tenants import remove_tenant
+    from gpuctl.tenants import check_tenant_name, remove_tenant
 
-    check_name(name, "NAME")
-    confirm_or_refuse(yes, f"Delete tenant {name!r} and its namespace?")
+    check_tenant_name(name, "NAME")
+    confirm_or_refuse(yes, f"Delete tenant {name!r}?")
     opts = settings(ctx)
     change = remove_tenant(api_client(opts.kubeconfig, opts.context), name)
     info(f"tenant {name!r}: {change.value}")

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl.cli.settings import settings
+from gpuctl.cli.types import seconds
 from gpuctl.output import emit
 
 COLUMNS = ("check", "ok", "detail")
@@ -16,13 +17,18 @@ def validate(
     ctx: typer.Context,
     nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Validate this node group only.")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="CUDA smoke-test image (default: NVIDIA's vectoradd sample).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the smoke-test pod may take.")] = 120.0,
+    timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds the smoke-test pod may take.")] = 120.0,
 ) -> None:
     """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test."""
     from gpuctl.errors import ValidationFailed
     from gpuctl.kube.client import api_client
+    from gpuctl.naming import check_name, check_text
     from gpuctl.validate import SMOKE_IMAGE, validate_cluster
 
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    if image is not None:
+        check_text(image, "--image")
     opts = settings(ctx)
     checks = validate_cluster(api_client(opts.kubeconfig, opts.context), nodegroup, image or SMOKE_IMAGE, timeout)
     emit([c.as_dict() for c in checks], opts.output, COLUMNS)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.errors import WaitTimeout
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.output import info
+from gpuctl.progress import waiting
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -87,17 +87,14 @@ def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[No
 
     api = CoordinationV1Api(client)
     holder = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
-    started = last_report = time.monotonic()
-    while (other := _try_acquire(api, holder)) is not None:
-        waited = time.monotonic() - started
-        if waited > timeout:
-            raise WaitTimeout(f"another gpuctl apply holds the lock on cluster {cluster!r} "
-                              f"(lease {LEASE_NAMESPACE}/{LEASE}, holder {other.spec.holder_identity})",
-                              "wait for it to finish, or raise --lock-timeout")
-        if time.monotonic() - last_report >= REPORT_EVERY_S:
-            info(f"  waiting for the apply lock held by {other.spec.holder_identity} ({waited:.0f}s)")
-            last_report = time.monotonic()
-        time.sleep(1)
+    with waiting("the apply lock", timeout, every=REPORT_EVERY_S) as wait:
+        while (other := _try_acquire(api, holder)) is not None:
+            if wait.elapsed > timeout:
+                raise WaitTimeout(f"another gpuctl apply holds the lock on cluster {cluster!r} "
+                                  f"(lease {LEASE_NAMESPACE}/{LEASE}, holder {other.spec.holder_identity})",
+                                  "wait for it to finish, or raise --lock-timeout")
+            wait.update(what=f"the apply lock held by {other.spec.holder_identity}")
+            time.sleep(1)
     stop = threading.Event()
 
     def renew() -> None:

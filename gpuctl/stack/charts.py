@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuctl.errors import UsageError
+from gpuctl.naming import check_text, shown
 from gpuctl.resources import data_dir
 
 GPU_OPERATOR = "gpu-operator"
@@ -29,8 +30,9 @@ class ChartRef:
     version: str | None = None
 
 
-def chart_ref(chart: str, source: str) -> ChartRef:
+def chart_ref(chart: str, source: str, field: str = "--charts") -> ChartRef:
     """Resolve `chart` from `source`: "upstream", "bundled", a directory, or an oci:// prefix."""
+    check_text(source, field, maximum=4096)
     if source == "upstream":
         repo, version = UPSTREAM[chart]
         return ChartRef(chart, repo=repo, version=version)
@@ -39,8 +41,12 @@ def chart_ref(chart: str, source: str) -> ChartRef:
     if source.startswith("oci://"):
         return ChartRef(f"{source.rstrip('/')}/{chart}", version=UPSTREAM[chart][1])
     directory = Path(source).expanduser() / chart
-    if not (directory / "Chart.yaml").exists():
-        raise UsageError("--charts", f"no {chart} chart in {source} (expected {directory}/Chart.yaml)",
+    try:
+        found = (directory / "Chart.yaml").is_file()
+    except OSError:  # a name too long for the file system, say
+        found = False
+    if not found:
+        raise UsageError(field, f"no {chart} chart in {shown(source)} (expected {chart}/Chart.yaml there)",
                          "pass a directory holding gpu-operator/ and node-feature-discovery/, "
                          "an oci:// mirror, 'upstream' or 'bundled'")
     return ChartRef(str(directory))

@@ -1,20 +1,25 @@
-"""Helm through pyhelm3 and the real `helm` binary; the one place that runs an event loop."""
+"""Helm through pyhelm3 and the real `helm` binary; the one place that runs an event loop.
+
+`render` builds `Release`s from here, so the event loop and the tool installer load only when helm runs."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuctl.errors import ClusterError
+from gpuctl.errors import ClusterError, GpuctlError, RequestTimeout
 from gpuctl.output import info
 from gpuctl.providers.base import Change
 from gpuctl.stack.charts import ChartRef
 from gpuctl.stack.crds import apply_crds
-from gpuctl.tools.installer import ensure_tools
+from gpuctl.timeouts import ENV, HELM_CHART_S, HELM_MARGIN_S, HELM_QUERY_S, scaled
 
-TIMEOUT = "5m"
+TIMEOUT = "5m"  # helm's own deadline for its waits (--wait, --atomic)
+INSTALL_DEADLINE_S = 5 * 60 + HELM_MARGIN_S  # TIMEOUT, then time for the rollback
+# What helm (client-go) says when the API server took the connection and never answered.
+_HELM: str | None = None  # the helm binary in use, to find its processes on a deadline
+_NO_ANSWER = ("tls handshake timeout", "i/o timeout", "client.timeout exceeded", "timeout awaiting response headers")
 
 
 @dataclass(frozen=True)
@@ -36,12 +41,110 @@ def _client(target: HelmTarget):  # noqa: ANN202 - pyhelm3.Client, imported lazi
 
     from pyhelm3 import Client
 
+    from gpuctl.tools.installer import ensure_tools
+
     # pyhelm3 logs every non-zero helm exit, expected ones too ("release: not found"); errors are ours to report.
     logging.getLogger("pyhelm3").setLevel(logging.CRITICAL)
 
+    global _HELM
     [helm] = ensure_tools(["helm"], info)
+    _HELM = str(helm.path)
     return Client(executable=str(helm.path), kubeconfig=target.kubeconfig, kubecontext=target.context,
                   default_timeout=TIMEOUT)
+
+
+def _server(target: HelmTarget) -> str:
+    """The API server URL of the target's context, for messages ("the kube-apiserver" when unknown)."""
+    import os
+
+    import yaml
+
+    files = [str(target.kubeconfig)] if target.kubeconfig else \
+        [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or [os.path.expanduser("~/.kube/config")]
+    docs = []
+    for file in files:
+        try:
+            docs.append(yaml.safe_load(Path(file).read_text()) or {})
+        except (OSError, yaml.YAMLError):
+            continue
+    current = target.context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    contexts = {c.get("name"): c.get("context") or {} for d in reversed(docs) for c in d.get("contexts") or []}
+    clusters = {c.get("name"): c.get("cluster") or {} for d in reversed(docs) for c in d.get("clusters") or []}
+    server = clusters.get(contexts.get(current, {}).get("cluster"), {}).get("server")
+    return f"the kube-apiserver at {server}" if server else "the kube-apiserver"
+
+
+def _hint() -> str:
+    return f"check that the API server is up and reachable (request deadline: {ENV})"
+
+
+async def _bounded(target: HelmTarget, awaitable: Any, seconds: float, doing: str, server: bool = True) -> Any:
+    """`awaitable` (one or more helm runs) with a deadline: a frozen API server must not hang helm forever.
+
+    On the deadline the helm process is killed (pyhelm3 runs it under `sh -c` and, cancelled, would
+    only stop the shell and then wait for helm) and the error names the server (exit 7)."""
+    import asyncio
+
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        return task.result()
+    _kill_helm()  # its shell reaps it and exits, which ends the task with a helm error
+    await asyncio.wait({task}, timeout=5)
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: its failure is the deadline's doing
+    whom = _server(target) if server else "the chart source"
+    raise RequestTimeout(f"helm: {doing}: no answer from {whom} within {seconds:.0f}s", _hint(), server=whom)
+
+
+def _kill_helm() -> None:
+    """SIGKILL the helm processes this process started (children of its `sh -c` children)."""
+    import os
+    import signal
+
+    if _HELM is None:
+        return
+    helm = os.path.realpath(_HELM)
+    for pid in _descendants(os.getpid()):
+        try:
+            exe = os.path.realpath(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if exe == helm:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _descendants(root: int) -> list[int]:
+    import os
+
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def _timed_out(target: HelmTarget, exc: Exception, doing: str) -> GpuctlError | None:
+    """A helm failure that is the API server not answering, as a RequestTimeout naming it."""
+    text = (getattr(exc, "stderr", b"") or b"").decode(errors="replace").lower()
+    if not any(marker in text for marker in _NO_ANSWER):
+        return None
+    whom = _server(target)
+    return RequestTimeout(f"helm: {doing}: {whom} did not answer ({_reason(exc)})", _hint(), server=whom)
 
 
 def _reason(exc: Exception) -> str:
@@ -54,23 +157,34 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
     from pyhelm3.errors import Error as HelmError
 
     client = _client(target)
+    doing = f"reading release {release.name}"
     try:
-        chart = await client.get_chart(release.chart.ref, repo=release.chart.repo, version=release.chart.version)
-        current = await client.get_proceedable_revision(release.name, namespace=release.namespace)
-        if not await client.should_install_or_upgrade_release(current, chart, release.values):
+        chart = await _bounded(target, client.get_chart(release.chart.ref, repo=release.chart.repo,
+                                                        version=release.chart.version),
+                               scaled(HELM_CHART_S), f"reading chart {release.chart.ref}", server=False)
+        current = await _bounded(target, client.get_proceedable_revision(release.name, namespace=release.namespace),
+                                 scaled(HELM_QUERY_S), doing)
+        if not await _bounded(target, client.should_install_or_upgrade_release(current, chart, release.values),
+                              scaled(HELM_QUERY_S), doing):
             return Change.NO_CHANGE
-        crds = list(await chart.crds()) if current is not None else []
+        crds = list(await _bounded(target, chart.crds(), scaled(HELM_CHART_S), f"reading chart {release.chart.ref}",
+                                   server=False)) if current is not None else []
     except HelmError as exc:
+        if (timed_out := _timed_out(target, exc, doing)) is not None:
+            raise timed_out from None
         raise ClusterError(f"helm: cannot read chart or release {release.name}: {_reason(exc)}",
                            "check --charts and the cluster connection") from None
     if crds:
         apply_crds(target.kubeconfig, target.context, crds)
     try:
         # atomic: a failed install or upgrade is rolled back (or uninstalled) by helm itself.
-        await client.install_or_upgrade_release(release.name, chart, release.values, namespace=release.namespace,
-                                                create_namespace=True, atomic=True, wait=True, timeout=TIMEOUT)
+        await _bounded(target, client.install_or_upgrade_release(
+            release.name, chart, release.values, namespace=release.namespace, create_namespace=True, atomic=True,
+            wait=True, timeout=TIMEOUT), INSTALL_DEADLINE_S, f"installing {release.name}")
     except HelmError as exc:
         verb = "upgrade" if current else "install"
+        if (timed_out := _timed_out(target, exc, f"{verb} of {release.name}")) is not None:
+            raise timed_out from None
         raise ClusterError(f"helm {verb} of {release.name} failed and was rolled back: {_reason(exc)}",
                            f"inspect with 'helm history {release.name} -n {release.namespace}'") from None
     return Change.CREATED if current is None else Change.UPDATED
@@ -78,6 +192,8 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
 
 def ensure_release(target: HelmTarget, release: Release) -> Change:
     """Install or upgrade only when the chart version or values differ from the deployed revision."""
+    import asyncio
+
     return asyncio.run(_ensure(target, release))
 
 
@@ -87,15 +203,21 @@ async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
     from pyhelm3.errors import ReleaseNotFoundError
 
     client = _client(target)
+    doing = f"reading release {release.name}"
     try:
-        chart = await client.get_chart(release.chart.ref, repo=release.chart.repo, version=release.chart.version)
+        chart = await _bounded(target, client.get_chart(release.chart.ref, repo=release.chart.repo,
+                                                        version=release.chart.version),
+                               scaled(HELM_CHART_S), f"reading chart {release.chart.ref}", server=False)
         try:
-            current = await client.get_current_revision(release.name, namespace=release.namespace)
+            current = await _bounded(target, client.get_current_revision(release.name, namespace=release.namespace),
+                                     scaled(HELM_QUERY_S), doing)
         except ReleaseNotFoundError:
             return Change.CREATED, f"install {chart.metadata.name} {chart.metadata.version}"
-        deployed = await current.chart_metadata()
-        values = await current.values()
+        deployed = await _bounded(target, current.chart_metadata(), scaled(HELM_QUERY_S), doing)
+        values = await _bounded(target, current.values(), scaled(HELM_QUERY_S), doing)
     except HelmError as exc:
+        if (timed_out := _timed_out(target, exc, doing)) is not None:
+            raise timed_out from None
         raise ClusterError(f"helm: cannot read chart or release {release.name}: {_reason(exc)}",
                            "check --charts and the cluster connection") from None
     if (deployed.name, deployed.version) != (chart.metadata.name, chart.metadata.version):
@@ -107,6 +229,8 @@ async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
 
 def plan_release(target: HelmTarget, release: Release) -> tuple[Change, str]:
     """What ensure_release would do, and why; reads only."""
+    import asyncio
+
     return asyncio.run(_plan(target, release))
 
 

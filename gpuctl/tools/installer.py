@@ -21,7 +21,6 @@ from pathlib import Path
 from gpuctl.errors import ToolError
 from gpuctl.paths import cache_dir
 from gpuctl.tools import gobuild
-from gpuctl.tools.download import download
 from gpuctl.tools.pins import TOOLS, Tool
 
 log = logging.getLogger(__name__)
@@ -78,6 +77,8 @@ def _link_from_path(tool: Tool) -> Path | None:
 
 
 def _download(tool: Tool) -> str | None:
+    from gpuctl.tools.download import download  # urllib and tarfile: only when something is missing
+
     if tool.url is None:
         return "no release download; gpuctl builds it from its own Go source"
     dest = cached_path(tool)

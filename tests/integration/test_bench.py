@@ -21,7 +21,13 @@ def test_bench_scale_runs_and_a_converged_run_writes_nothing(sim_env: dict[str, 
 
 
 def test_bench_startup_runs(sim_env: dict[str, str]) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "startup"), "--runs", "3"],
+    # --no-fail: timings on a shared CI machine are printed, not asserted; a command that fails still fails it.
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "startup"), "--runs", "3", "--no-fail"],
                           capture_output=True, text=True, env=sim_env, timeout=300)
-    assert proc.returncode in (0, 1), proc.stderr  # 1: a target missed on a loaded machine, still figures
-    assert "ratio" in proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ratio" in proc.stdout and "targets: " in proc.stdout
+    rows = {line.split("  ")[0]: line for line in proc.stdout.splitlines()}
+    for command in ("kubectl version --client", "gpuctl --help", "gpuctl gpus", "gpuctl cluster create --help",
+                    "gpuctl render -f tests/specs/good.yaml", "gpuctl cluster create --gpu t4 --export-spec",
+                    "gpuctl mig validate 3g.20gb-2x2g.10gb --gpu a100-40gb"):
+        assert " ms " in rows[command] and "FAIL (" not in rows[command], proc.stdout

@@ -141,7 +141,7 @@ def test_bad_stack_inputs_exit_2_before_any_write(stack: dict[str, str]) -> None
                            (("--sharing", "magic"), "--sharing: unknown strategy 'magic'"),
                            (("--slices", "1"), "--slices: must be between 2 and 64"),
                            (("--nfd", "both"), "--nfd: unknown owner 'both'"),
-                           (("--charts", "/nonexistent"), "--charts: no gpu-operator chart in /nonexistent")]:
+                           (("--charts", "/nonexistent"), "--charts: no gpu-operator chart in '/nonexistent'")]:
         proc = run_gpuctl(*CREATE, *extra, env=stack)
         assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
     assert v1.read_node("gpu-0").metadata.resource_version == before

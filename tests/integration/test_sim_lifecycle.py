@@ -44,6 +44,7 @@ def test_create_merges_kubeconfig_and_delete_leaves_nothing(sim_env: dict[str, s
 
     proc = run_gpuctl("cluster", "create", "--cloud", "sim", "--name", "lifecycle", "--gpu", "t4", env=sim_env)
     assert proc.returncode == 0, proc.stderr
+    assert "half-made" not in proc.stderr  # a new cluster, not a repaired one
     merged = yaml.safe_load(default.read_text())
     assert merged["current-context"] == "gpuctl-sim-lifecycle"
     assert {c["name"] for c in merged["contexts"]} == {"other", "gpuctl-sim-lifecycle"}
@@ -52,12 +53,18 @@ def test_create_merges_kubeconfig_and_delete_leaves_nothing(sim_env: dict[str, s
     kwok = KwokCluster("lifecycle")
     pids = kwok.pids()
     assert len(pids) == 6 and all(_alive(p) for p in pids.values())  # 5 control-plane components + sim operator
+    keys = list(kwok.dir.rglob("*.key"))  # the CA's and the admin's private keys: the owner's only
+    assert {k.name for k in keys} >= {"ca.key", "admin.key"}
+    assert all(stat.S_IMODE(k.stat().st_mode) == 0o600 for k in keys)
+    assert stat.S_IMODE(kwok.dir.stat().st_mode) == 0o700
 
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", "lifecycle", "--yes", env=sim_env)
     assert proc.returncode == 0, proc.stderr
     assert [p for p in pids.values() if _alive(p)] == []
     assert _processes_mentioning(str(kwok.dir)) == []
     assert not kwok.dir.exists()
+    work = kwok.dir.parents[1]  # kwokctl's work dir: gpuctl's kwokctl config and lock of the cluster go too
+    assert [p.name for p in work.iterdir() if p.name.startswith("lifecycle.")] == []
 
     left = yaml.safe_load(default.read_text())
     assert [c["name"] for c in left["contexts"]] == ["other"]

@@ -53,13 +53,49 @@ def test_tenant_lifecycle(sim_cluster: SimCluster) -> None:
     assert proc.returncode == 0, proc.stderr
     assert v1.read_namespace("team-a").status.phase == "Terminating"
     missing = run_gpuctl(*base, "tenant", "remove", "kube-system", "--yes", env=sim_cluster.env)
-    assert missing.returncode == 2 and "no gpuctl tenant 'kube-system'" in missing.stderr
+    assert missing.returncode == 2 and "NAME: 'kube-system' is a system namespace" in missing.stderr
 
 
 def test_bad_tenant_inputs(sim_cluster: SimCluster) -> None:
     for args, message in [(["Team_A!"], "NAME: 'Team_A!' is not a valid name"),
-                          (["team-b", "--gpus", "-1"], "--gpus: must be at least 0"),
+                          (["team-b", "--gpus", "-1"], "'--gpus'"),
                           (["team-b", "--mig", "3g.20gb"], "--mig: '3g.20gb' is not PROFILE=COUNT"),
-                          (["team-b", "--mig", "big=2"], "--mig: 'big=2' is not PROFILE=COUNT")]:
+                          (["team-b", "--mig", "big=2"], "--mig: 'big' is not a MIG profile")]:
         proc = run_gpuctl("--kubeconfig", str(sim_cluster.kubeconfig), "tenant", "add", *args, env=sim_cluster.env)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_tenants_own_only_what_gpuctl_made(sim_cluster: SimCluster) -> None:
+    from kubernetes import client, config
+
+    base = ("--kubeconfig", str(sim_cluster.kubeconfig))
+    v1 = client.CoreV1Api(config.new_client_from_config(str(sim_cluster.kubeconfig)))
+    v1.create_namespace({"metadata": {"name": "ml-team", "labels": {"owner": "them"}}})
+    v1.create_namespaced_config_map("ml-team", {"metadata": {"name": "theirs"}, "data": {"k": "v"}})
+
+    refused = run_gpuctl(*base, "tenant", "add", "ml-team", "--gpus", "2", env=sim_cluster.env)
+    assert refused.returncode == 2, refused.stderr
+    assert "--adopt: namespace 'ml-team' exists and gpuctl did not create it" in refused.stderr
+    assert v1.list_namespaced_resource_quota("ml-team").items == []  # nothing written
+    assert "gpuctl.dev/tenant" not in (v1.read_namespace("ml-team").metadata.labels or {})
+
+    adopted = run_gpuctl(*base, "-o", "json", "tenant", "add", "ml-team", "--gpus", "2", "--adopt",
+                         "--group", "ml-devs", env=sim_cluster.env)
+    assert adopted.returncode == 0, adopted.stderr
+    listed = {r["tenant"] for r in json.loads(run_gpuctl(*base, "-o", "json", "tenant", "list",
+                                                         env=sim_cluster.env).stdout)}
+    assert "ml-team" in listed
+    again = run_gpuctl(*base, "-o", "json", "tenant", "add", "ml-team", "--gpus", "2", "--group", "ml-devs",
+                       env=sim_cluster.env)  # once adopted, a rerun without --adopt converges
+    assert json.loads(again.stdout)["change"] == "no change", again.stderr
+
+    removed = run_gpuctl(*base, "tenant", "remove", "ml-team", "--yes", env=sim_cluster.env)
+    assert removed.returncode == 0, removed.stderr
+    namespace = v1.read_namespace("ml-team")  # the team's namespace stays, with what the team put there
+    assert namespace.status.phase == "Active" and namespace.metadata.labels.get("owner") == "them"
+    assert "gpuctl.dev/tenant" not in namespace.metadata.labels
+    assert v1.read_namespaced_config_map("theirs", "ml-team").data == {"k": "v"}
+    assert v1.list_namespaced_resource_quota("ml-team").items == []
+    again = run_gpuctl(*base, "tenant", "remove", "ml-team", "--yes", env=sim_cluster.env)
+    assert again.returncode == 2 and "no gpuctl tenant 'ml-team'" in again.stderr
+    v1.delete_namespace("ml-team")

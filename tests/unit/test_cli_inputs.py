@@ -9,7 +9,7 @@ from tests.conftest import run_gpuctl
 BAD_CREATES = [
     (["--gpu", "z100"], "--gpu: unknown GPU 'z100'; use one of: t4,"),
     (["--gpu", "t4", "--nodes", "0"], "--nodes: must be at least 1, got 0"),
-    (["--gpu", "t4", "--nodes", "-1"], "--nodes: must be at least 1, got -1"),
+    (["--gpu", "t4", "--nodes", "-1"], "'-1' is not a whole number in ASCII digits"),
     (["--gpu", "t4", "--nodes", "abc"], "'--nodes'"),
     (["--gpu", "t4", "--name", "Bad_Name!"], "--name: 'Bad_Name!' is not a valid name; use 1-40 lowercase"),
     (["--gpu", "t4", "--cloud", "gcp"], "--cloud: unknown cloud 'gcp'; use one of: sim"),

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gpuctl.catalog import get_gpu
 from gpuctl.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
-                            render_plugin_config, sharing_from_flags)
+                            render_plugin_config)
 from gpuctl.stack.charts import chart_ref
 from gpuctl.stack.values import (GroupSharing, StackSpec, check_stack, choose_mig_strategy, operator_values,
                                  stack_from_record, stack_record)
@@ -15,7 +15,7 @@ from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
 
 
 def test_slices_mean_time_slicing_with_a_slice_n_key() -> None:
-    sharing = sharing_from_flags(4, None)
+    sharing = Sharing("time-slicing", 4)
     assert sharing == Sharing("time-slicing", 4) and sharing.config_key == "slice-4"
     doc = yaml.safe_load(render_plugin_config(sharing))
     assert doc == {"version": "v1",  # no flags: under the operator MIG_STRATEGY overrides them
@@ -58,22 +58,12 @@ def test_mig_strategy_follows_the_node_groups() -> None:
         choose_mig_strategy("none", [], "f")
 
 
-def test_mps_and_none() -> None:
-    mps = sharing_from_flags(3, "mps")
+def test_mps_config_round_trips() -> None:
+    mps = Sharing("mps", 3)
     assert mps.config_key == "mps-3"
     assert "mps" in yaml.safe_load(render_plugin_config(mps))["sharing"]
     assert parse_plugin_config(render_plugin_config(mps)) == mps
-    assert sharing_from_flags(None, None) == NO_SHARING and NO_SHARING.config_key is None
-    assert sharing_from_flags(None, "none") == NO_SHARING
-
-
-@pytest.mark.parametrize("slices,strategy,field", [(1, None, "--slices"), (65, None, "--slices"),
-                                                    (None, "mps", "--slices"), (4, "none", "--slices"),
-                                                    (4, "magic", "--sharing")])
-def test_bad_sharing_flags(slices, strategy, field) -> None:  # noqa: ANN001
-    with pytest.raises(UsageError) as err:
-        sharing_from_flags(slices, strategy)
-    assert err.value.field == field
+    assert NO_SHARING.config_key is None
 
 
 def test_taints_parse_like_kubectl() -> None:

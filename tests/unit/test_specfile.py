@@ -84,8 +84,8 @@ BROKEN = [
      "spec.nodeGroups[1].sharing.mig.layuot: unknown key; did you mean layout?"),
     ("spec.nodeGroups[1].taints", ["nvidia.com/gpu=true:NoSchedul"], "spec.nodeGroups[1].taints[0]: "),
     ("spec.nodeGroups[1].taints", "nvidia.com/gpu=true:NoSchedule", "spec.nodeGroups[1].taints: must be a list"),
-    ("spec.nodeGroups[0].labels", {"bad key!": "x"}, "spec.nodeGroups[0].labels.bad key!: invalid label key"),
-    ("spec.nodeGroups[0].labels", {"team": "a b"}, "spec.nodeGroups[0].labels.team: invalid label value 'a b'"),
+    ("spec.nodeGroups[0].labels", {"bad key!": "x"}, "spec.nodeGroups[0].labels: invalid key 'bad key!'"),
+    ("spec.nodeGroups[0].labels", {"team": "a b"}, "spec.nodeGroups[0].labels.team: invalid value 'a b'"),
     ("spec.nodeGroups[0].labels", {"gpu": 4}, "spec.nodeGroups[0].labels.gpu: must be a string, got int 4"),
     ("spec.nodeGroups[0].flavor", "g2.5xlarge", "spec.nodeGroups[0].flavor: only for cloud openstack, not sim"),
     ("spec.nodeGroups[0].instanceType", "g4dn.xlarge", "spec.nodeGroups[0].instanceType: only for cloud eks, not sim"),
@@ -97,7 +97,7 @@ BROKEN = [
     ("spec.karpenter", {"enabled": True}, "spec.karpenter.enabled: Karpenter pools need cloud eks, not sim"),
     ("spec.tenants[0].gpus", -1, "spec.tenants[0].gpus: must be at least 0, got -1"),
     ("spec.tenants[0].name", "Team A", "spec.tenants[0].name: 'Team A' is not a valid name"),
-    ("spec.tenants[1].mig", {"big": 2}, "spec.tenants[1].mig: 'big=2' is not PROFILE=COUNT"),
+    ("spec.tenants[1].mig", {"big": 2}, "spec.tenants[1].mig: 'big' is not a MIG profile"),
     ("spec.tenants[1].name", "team-a", "spec.tenants[1].name: duplicate tenant 'team-a'"),
     ("spec.tenants[0].quota", 4, "spec.tenants[0].quota: unknown key"),
 ]
@@ -121,4 +121,4 @@ def test_file_errors(tmp_path: Path) -> None:
     bad.write_text("apiVersion: [\n")
     with pytest.raises(UsageError) as err:
         load_spec(bad)
-    assert "is not valid YAML at line" in err.value.one_line()
+    assert "bad.yaml at line 2: " in err.value.one_line()

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.errors import CloudError, CredentialsError, UsageError, WaitTimeout
+from gpuctl import redact
+from gpuctl.errors import CloudError, CredentialsError, RequestTimeout, UsageError, WaitTimeout
 from gpuctl.output import info
+from gpuctl.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -63,7 +65,15 @@ def translated(doing: str) -> Iterator[None]:
                              "retry later, or ask for a higher API rate quota") from None
         message = exc.response.get("Error", {}).get("Message") or str(exc)
         raise CloudError(f"{doing} failed: {code}: {message}") from None
-    except (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
+    except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
+        deadlines = request_deadlines()
+        endpoint = exc.kwargs.get("endpoint_url", "AWS")
+        raise RequestTimeout(f"{doing} failed: {endpoint} did not answer within "
+                             f"{deadlines.connect if isinstance(exc, bx.ConnectTimeoutError) else deadlines.read:.0f}s "
+                             f"({CLOUD_ATTEMPTS} attempts)",
+                             f"check the network, --region and AWS_ENDPOINT_URL (request deadline: {ENV})",
+                             server=endpoint) from None
+    except bx.EndpointConnectionError as exc:
         raise CloudError(f"{doing} failed: cannot reach {exc.kwargs.get('endpoint_url', 'AWS')}",
                          "check the network, --region and AWS_ENDPOINT_URL") from None
     except bx.BotoCoreError as exc:
@@ -93,11 +103,36 @@ class AwsSession:
         from botocore.config import Config
 
         if service not in self._clients:
-            config = Config(retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS}, connect_timeout=10,
-                            read_timeout=60)
+            deadlines = request_deadlines()
+            config = Config(retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
+                            connect_timeout=deadlines.connect, read_timeout=deadlines.read)
             with translated(f"creating the {service} client"):
-                self._clients[service] = self._session.client(service, config=config)
+                client = self._session.client(service, config=config)
+                self.register_credentials()
+            limit_timeout_retries(client)
+            self._clients[service] = client
         return self._clients[service]
+
+    def register_credentials(self) -> None:
+        """The secret key and session token in use: never printed, whatever AWS echoes."""
+        credentials = self._session.get_credentials()
+        if credentials is not None:
+            frozen = credentials.get_frozen_credentials()
+            redact.register(frozen.secret_key, frozen.token)
+
+
+def limit_timeout_retries(client: BaseClient) -> None:
+    """botocore's standard mode retries a timed-out call like a throttled one (MAX_ATTEMPTS times), so a
+    frozen endpoint would take minutes: a timeout gets CLOUD_ATTEMPTS attempts, then fails (exit 7)."""
+    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+    def stop_on_timeout(attempts: int = 0, caught_exception: BaseException | None = None, **_: Any) -> None:
+        if isinstance(caught_exception, (ConnectTimeoutError, ReadTimeoutError)) and attempts >= CLOUD_ATTEMPTS:
+            raise caught_exception
+
+    service = client.meta.service_model.service_id.hyphenize()
+    client.meta.events.register_first(f"needs-retry.{service}", stop_on_timeout,
+                                      unique_id=f"gpuctl-timeout-attempts-{service}")
 
 
 GONE = "GONE"  # the status wait_for sees once describe() finds nothing

@@ -57,8 +57,13 @@ def encode_token(url: str) -> str:
 
 
 def get_token(sts: BaseClient, cluster: str) -> str:
-    """A bearer token for `cluster`, signed with the STS client's credentials."""
-    return encode_token(presigned_url(sts, cluster))
+    """A bearer token for `cluster`, signed with the STS client's credentials (registered for redaction)."""
+    from gpuctl import redact
+
+    url = presigned_url(sts, cluster)
+    token = encode_token(url)
+    redact.register(token, url)
+    return token
 
 
 def exec_credential(token: str, now: datetime | None = None) -> dict[str, Any]:
@@ -84,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         with translated("signing an EKS token"):
             token = get_token(sts, args.cluster)
     except GpuctlError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
+        from gpuctl.redact import redact
+
+        print(f"error: {redact(exc.one_line())}", file=sys.stderr)
         return int(exc.exit_code)
     print(json.dumps(exec_credential(token)))
     return 0

@@ -15,8 +15,10 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gpuctl.errors import CloudError, CredentialsError, GpuctlError, NotFound, WaitTimeout
+from gpuctl import redact
+from gpuctl.errors import CloudError, CredentialsError, GpuctlError, NotFound, RequestTimeout, WaitTimeout
 from gpuctl.output import info
+from gpuctl.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
 
 if TYPE_CHECKING:
     from openstack.connection import Connection
@@ -43,16 +45,25 @@ def describe_cloud(os_cloud: str | None) -> str:
 
 
 def connect(os_cloud: str | None, region: str | None) -> Connection:
-    """A Connection from clouds.yaml / OS_CLOUD / OS_* through openstacksdk's own config loader."""
+    """A Connection from clouds.yaml / OS_CLOUD / OS_* through openstacksdk's own config loader.
+
+    Every request (Keystone's included) has the request deadline (keystoneauth's session timeout, for
+    connect and read alike) and is tried CLOUD_ATTEMPTS times when the connection fails or times out.
+    The password, application-credential secret or token of the config are registered for redaction.
+    """
     import keystoneauth1.exceptions as ka
     import openstack
     from openstack import exceptions as sdk
 
     try:
-        return openstack.connect(cloud=os_cloud, **({"region_name": region} if region else {}))
+        conn = openstack.connect(cloud=os_cloud, api_timeout=request_deadlines().read,
+                                 connect_retries=CLOUD_ATTEMPTS - 1, **({"region_name": region} if region else {}))
     except (sdk.ConfigException, ka.ClientException) as exc:
-        raise CredentialsError(f"OpenStack configuration of {describe_cloud(os_cloud)} is unusable: {exc}",
-                               CREDENTIALS_HINT) from None
+        raise CredentialsError(f"OpenStack configuration of {describe_cloud(os_cloud)} is unusable: "
+                               f"{redact.redact(str(exc))}", CREDENTIALS_HINT) from None
+    auth = conn.config.config.get("auth") or {}
+    redact.register(*(auth.get(k) for k in ("password", "application_credential_secret", "token")))
+    return conn
 
 
 def _detail(body: str) -> str:
@@ -94,6 +105,10 @@ def sdk_error(exc: Exception, doing: str) -> GpuctlError:
         return CredentialsError(f"{doing}: OpenStack rejected the credentials (HTTP 401)", CREDENTIALS_HINT)
     if isinstance(exc, (ka.AuthorizationFailure, ka.AuthPluginException)):
         return CredentialsError(f"{doing}: cannot authenticate: {exc}", CREDENTIALS_HINT)
+    if isinstance(exc, ka.ConnectTimeout):  # keystoneauth's name for any requests timeout, connect or read
+        return RequestTimeout(f"{doing}: {exc} (no answer within {request_deadlines().read:.0f}s, "
+                              f"{CLOUD_ATTEMPTS} attempts)",
+                              f"check auth_url, the network path to OpenStack (request deadline: {ENV})")
     if isinstance(exc, (ka.EndpointNotFound, sdk.ServiceDisabledException)):
         return CloudError(f"{doing}: this cloud has no Magnum (container-infra) endpoint: {exc}",
                           "check --region / region_name, or ask whether Magnum is deployed")
@@ -118,11 +133,17 @@ class MagnumApi:
         try:
             return action()
         except (ka.ClientException, sdk.SDKException) as exc:
+            self._register_token()
             raise sdk_error(exc, doing) from None
+
+    def _register_token(self) -> None:
+        """The Keystone token in use (cached by keystoneauth: no request), for redaction."""
+        auth_ref = getattr(getattr(self._conn.session, "auth", None), "auth_ref", None)
+        redact.register(getattr(auth_ref, "auth_token", None))
 
     def authenticate(self) -> None:
         """Get a token and find the Magnum endpoint: proves the credentials before anything is touched."""
-        self._guarded(self._conn.session.get_token, "authenticating to OpenStack")
+        redact.register(self._guarded(self._conn.session.get_token, "authenticating to OpenStack"))
         self._guarded(lambda: self._proxy.get_endpoint(), "finding Magnum")
 
     def _call(self, method: str, path: str, doing: str, body: Any = None, hint: str | None = None,
@@ -133,6 +154,7 @@ class MagnumApi:
         if absent_ok and resp.status_code == 404:
             return None
         if resp.status_code >= 400:
+            self._register_token()
             raise http_error(resp.status_code, resp.text, doing, hint)
         return resp.json() if resp.content else None
 

@@ -258,11 +258,9 @@ class MagnumProvider:
         complete before its kubelets have registered, and the flow configures nodes next."""
         if count == 0:
             return
-        from kubernetes import config
+        from gpuctl.kube.client import api_client, api_error, core
 
-        from gpuctl.kube.client import api_error, core
-
-        v1 = core(config.new_client_from_config_dict(self.kubeconfig(cluster)))
+        v1 = core(api_client(config_dict=self.kubeconfig(cluster)))
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S
         said = -1
         while True:

@@ -14,7 +14,7 @@ where it matters to gpuctl:
 - nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed;
 - a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version.
 
-Run: python -m gpuctl.providers.sim.operator --kubeconfig FILE --logs DIR
+Run: python -m gpuctl.providers.sim.operator --kubeconfig FILE --logs DIR [--stamp STAMP]
 """
 
 from __future__ import annotations
@@ -289,6 +289,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="gpuctl's simulated GPU Operator for one sim cluster")
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--logs", type=Path, required=True, help="where simulated container logs are written")
+    parser.add_argument("--stamp", default="", help="the gpuctl code it runs (kwok.operator_stamp); gpuctl reads it "
+                        "from the command line and restarts an operator of other code")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     operator = SimOperator(args.kubeconfig, args.logs)

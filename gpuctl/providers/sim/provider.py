@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,22 +17,28 @@ import yaml
 from gpuctl import labels as L
 from gpuctl.catalog import get_gpu
 from gpuctl.errors import ClusterError, NotFound, UsageError, WaitTimeout
-from gpuctl.kube.client import api_client, api_error, core, wait_for_api
-from gpuctl.kube.nodes import WORKERS
+from gpuctl.kube.client import api_client, api_error, core, is_not_found, wait_for_api
 from gpuctl.kube.objects import MERGE_PATCH
+from gpuctl.output import info
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.options import CloudOptions
-from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
-from gpuctl.providers.sim.nodes import node_name, render_node, render_system_node
+from gpuctl.providers.sim.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.spec import NodeGroupSpec
-from gpuctl.tools.pins import KUBERNETES_VERSION
 
 if TYPE_CHECKING:
+    from gpuctl.providers.sim.kwok import KwokCluster
     from kubernetes.client import ApiClient, CoreV1Api, V1Node
 
 API_TIMEOUT_S = 120.0
 IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.GPUS_PER_NODE, L.MANAGED_BY)
 NODES_READY_TIMEOUT_S = 120.0
+
+
+def _kwok():  # noqa: ANN202 - the module gpuctl.providers.sim.kwok
+    # Loaded when a cluster is touched: `render` and `--export-spec` only read the provider's facts.
+    from gpuctl.providers.sim import kwok
+
+    return kwok
 
 
 def _ready(node: V1Node) -> bool:
@@ -68,35 +73,62 @@ class SimProvider:
     # -- clusters -------------------------------------------------------------------------
 
     def ensure_cluster(self, name: str) -> Change:
-        kwok = KwokCluster(name)
-        if kwok.exists and kwok.running():
-            self._wait_for_api(kwok)
-            return Change.NO_CHANGE
-        if kwok.exists:
-            kwok.start()
-            self._wait_for_api(kwok)
-            kwok.ensure_operator()
-            return Change.STARTED
-        try:
-            kwok.create(self.apiserver_args)
-            self._wait_for_api(kwok)
-            self._ensure_system_node(kwok)
-            kwok.ensure_operator()
-        except BaseException:
-            kwok.delete()  # no half-made cluster left behind
-            raise
-        return Change.CREATED
+        """Create, start or repair the cluster. Whatever a killed gpuctl left is recognised here:
+        a half-made cluster is made again; a complete one gets back its Stages, every control-plane
+        component, the system node and an operator of the current code (kwok.py)."""
+        kwok = _kwok().KwokCluster(name)
+        with kwok.lock():
+            if kwok.complete:
+                return self._repair(kwok)
+            if kwok.on_disk:
+                info(f"  sim cluster {name!r} was left half-made (an interrupted create): making it again")
+                kwok.remove()
+            try:
+                kwok.create(self.apiserver_args)
+                self._repair(kwok, fresh=True)
+            except BaseException:
+                kwok.remove()  # no half-made cluster left behind by a failure (a crash: see above)
+                raise
+            return Change.CREATED
 
-    def _ensure_system_node(self, kwok: KwokCluster) -> None:
-        """An untainted CPU node for cluster services (operator, NFD master), as real clusters have."""
+    def _repair(self, kwok: KwokCluster, fresh: bool = False) -> Change:
+        """Converge a complete cluster; STARTED when a component had to be started, UPDATED when
+        anything else was missing (each repair is reported on stderr, unless `fresh`ly created)."""
+        kwok.protect_keys()
+        repairs = ["rewrote gpuctl's kwok Stages"] if kwok.ensure_stages() else []
+        started = kwok.ensure_started()
+        self._wait_for_api(kwok)
+        _kwok().crash_point("system-node")
+        if self._ensure_system_node(kwok):
+            repairs.append(f"created the system node {SYSTEM_NODE}")
+        if operator := kwok.ensure_operator():
+            repairs.append(operator)
+        kwok.mark_complete()
+        if (started or repairs) and not fresh:
+            info(f"  sim cluster {kwok.name!r}: " + "; ".join((["started its stopped components"] if started else [])
+                                                               + repairs))
+        if started:
+            return Change.STARTED
+        return Change.UPDATED if repairs else Change.NO_CHANGE
+
+    def _ensure_system_node(self, kwok: KwokCluster) -> bool:
+        """An untainted CPU node for cluster services (operator, NFD master), as real clusters have;
+        True if it had to be created."""
         v1 = core(api_client(kwok.kubeconfig_path))
+        try:
+            v1.read_node(SYSTEM_NODE)
+            return False
+        except Exception as exc:  # noqa: BLE001
+            if not is_not_found(exc):
+                raise api_error(exc, "reading the system node") from None
         try:
             v1.create_node(render_system_node(), field_manager=L.MANAGER)
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, "creating the system node") from None
+        return True
 
     def context_name(self, cluster: str) -> str:
-        return f"gpuctl-sim-{cluster}"
+        return _kwok().context_name(cluster)
 
     def node_selector(self, nodegroup: str) -> str:
         return f"{L.NODEGROUP}={nodegroup}"
@@ -109,14 +141,16 @@ class SimProvider:
                                f"kube-apiserver log: {kwok.log_tail() or kwok.dir / 'logs'}") from None
 
     def get_cluster(self, name: str) -> ClusterInfo | None:
-        kwok = KwokCluster(name)
+        kwok = _kwok().KwokCluster(name)
         if not kwok.exists:
             return None
-        status = "running" if kwok.running() else "stopped"
+        status = "incomplete" if not kwok.complete else "running" if kwok.running() else "stopped"
+        from gpuctl.tools.pins import KUBERNETES_VERSION
+
         return ClusterInfo(name, self.cloud, status, kwok.endpoint(), KUBERNETES_VERSION)
 
     def list_clusters(self) -> list[ClusterInfo]:
-        return [info for n in cluster_names() if (info := self.get_cluster(n)) is not None]
+        return [info for n in _kwok().cluster_names() if (info := self.get_cluster(n)) is not None]
 
     def delete_cluster(self, name: str) -> Change:
         self._existing(name).delete()
@@ -140,16 +174,17 @@ class SimProvider:
         }
 
     def _existing(self, name: str) -> KwokCluster:
-        kwok = KwokCluster(name)
+        kwok = _kwok().KwokCluster(name)
         if not kwok.exists:
             raise NotFound(f"sim cluster {name!r} not found", "see 'gpuctl cluster list --cloud sim'")
         return kwok
 
     def _core(self, cluster: str) -> CoreV1Api:
         kwok = self._existing(cluster)
-        if not kwok.running():
-            raise ClusterError(f"sim cluster {cluster!r} is stopped",
-                               f"start it with 'gpuctl cluster create --cloud sim --name {cluster}'")
+        if not kwok.complete or not kwok.running():
+            state = "stopped" if kwok.complete else "incomplete (its create was interrupted)"
+            raise ClusterError(f"sim cluster {cluster!r} is {state}",
+                               f"start or repair it with 'gpuctl cluster create --cloud sim --name {cluster}'")
         return core(api_client(kwok.kubeconfig_path))
 
     # -- node groups ----------------------------------------------------------------------
@@ -204,6 +239,10 @@ class SimProvider:
                     n, {"metadata": {"labels": i}}, field_manager=L.MANAGER, _content_type=MERGE_PATCH))
         writes += [lambda n=name: v1.delete_node(n) for name in sorted(set(existing) - set(desired))]
         try:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from gpuctl.kube.nodes import WORKERS
+
             with ThreadPoolExecutor(max_workers=WORKERS) as pool:
                 list(pool.map(lambda write: write(), writes))
         except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error

@@ -1,0 +1,89 @@
+"""One front door: a command line builds the same GpuCluster document a spec file holds, and goes
+through the same parse, defaulting and validation passes (gpuctl.specfile). Each builder also
+returns which flag each field came from, so an error names the flag, not the field path.
+
+Only what a document cannot say is checked here: combinations of flags (`--sharing` with `--slices`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuctl.errors import UsageError
+from gpuctl.naming import parse_count, shown
+from gpuctl.providers.options import FLAGS as PROVIDER_FLAGS
+from gpuctl.sharing import STRATEGIES
+
+Flags = dict[str, str]  # field path -> flag
+GROUP = "spec.nodeGroups[0]"
+# spec.provider keys (as in specfile) by CloudOptions attribute
+_PROVIDER_KEYS = {"region": "region", "os_cloud": "osCloud", "template": "template", "keypair": "keypair",
+                  "profile": "profile", "ami_type": "amiType", "node_role": "nodeRole", "subnets": "subnets",
+                  "kubernetes_version": "kubernetesVersion", "exec_auth": "execAuth"}
+_GROUP_FLAGS = {"name": "--name", "gpu": "--gpu", "nodes": "--nodes", "gpusPerNode": "--gpus-per-node",
+                "minNodes": "--min-nodes", "maxNodes": "--max-nodes", "flavor": "--flavor",
+                "instanceType": "--instance-type", "taints": "--taint", "sharing": "--slices"}
+
+
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    """Drop flags left unset, so the document's defaults apply exactly as for a spec file."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v not in (None, [], ())}
+
+
+def sharing_document(slices: int | None, strategy: str | None) -> dict[str, Any] | None:
+    """`--slices N [--sharing time-slicing|mps|none]` as a node group's `sharing:` section."""
+    chosen = strategy or ("time-slicing" if slices is not None else "none")
+    if chosen not in STRATEGIES:
+        raise UsageError("--sharing", f"unknown strategy {shown(chosen)}", f"use one of: {', '.join(STRATEGIES)}")
+    if chosen == "none":
+        if slices not in (None, 1):
+            raise UsageError("--slices", f"{slices} slices need a sharing strategy", "drop --sharing none or --slices")
+        return None
+    if slices is None:
+        raise UsageError("--slices", f"--sharing {chosen} needs the number of slices", "pass --slices N (N >= 2)")
+    return {"timeSlicing" if chosen == "time-slicing" else "mps": {"replicas": slices}}
+
+
+def cluster_document(name: str, cloud: str, group: dict[str, Any], provider: dict[str, Any],
+                     operator: dict[str, Any], karpenter: bool, group_name_flag: str = "--nodegroup-name",
+                     name_flag: str = "--name") -> tuple[dict[str, Any], Flags]:
+    """A one-node-group GpuCluster document from flags, and the flag of each field.
+
+    `group` uses the document's keys (name, gpu, nodes, gpusPerNode, ..., taints, sharing);
+    `provider` uses CloudOptions attributes; `operator` the spec.gpuOperator keys."""
+    doc = {
+        "apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": name},
+        "spec": {
+            "provider": {"cloud": cloud, **{_PROVIDER_KEYS[k]: v for k, v in _given(provider).items()
+                                            if v is not False}},
+            "nodeGroups": [_given(group)],
+            "gpuOperator": _given(operator),
+            **({"karpenter": {"enabled": True}} if karpenter else {}),
+        },
+    }
+    flags: Flags = {"metadata.name": name_flag, "spec.provider.cloud": "--cloud", "spec.karpenter": "--karpenter",
+                    **{f"spec.provider.{key}": PROVIDER_FLAGS[attr] for attr, key in _PROVIDER_KEYS.items()},
+                    **{f"spec.gpuOperator.{key}": f"--{flag}" for key, flag in (
+                        ("charts", "charts"), ("nfd", "nfd"), ("migStrategy", "mig-strategy"),
+                        ("smokeImage", "smoke-image"), ("validate", "validate"))},
+                    **{f"{GROUP}.{key}": flag for key, flag in _GROUP_FLAGS.items()}}
+    flags[f"{GROUP}.name"] = group_name_flag
+    return doc, flags
+
+
+def tenant_document(name: str, gpus: int, mig: list[str], group: str | None,
+                    adopt: bool) -> tuple[dict[str, Any], Flags]:
+    """A `spec.tenants[]` entry from `gpuctl tenant add` flags (`--mig PROFILE=COUNT` as a mapping)."""
+    profiles: dict[str, Any] = {}
+    for item in mig:
+        profile, sep, number = item.partition("=")
+        if not sep:
+            raise UsageError("--mig", f"{shown(item)} is not PROFILE=COUNT", "write e.g. --mig 3g.20gb=2")
+        if profile in profiles:
+            raise UsageError("--mig", f"profile {shown(profile)} given twice", "give each profile once")
+        profiles[profile] = parse_count(number, "--mig")
+    doc = _given({"name": name, "gpus": gpus, "mig": profiles or None, "group": group})
+    if adopt:
+        doc["adopt"] = True
+    return doc, {"tenant.name": "NAME", "tenant.gpus": "--gpus", "tenant.mig": "--mig", "tenant.group": "--group",
+                 "tenant.adopt": "--adopt"}
