@@ -15,11 +15,10 @@ from itertools import groupby
 
 from gpuctl.catalog import GpuModel, MigGeometry, MigProfile
 from gpuctl.errors import UsageError
-from gpuctl.naming import shown
+from gpuctl.naming import ASCII_COUNT, shown
 
 NAMED = ("all-disabled", "all-enabled", "all-balanced")  # plus all-<profile> for each profile
 _LAYOUT = re.compile(r"[A-Za-z0-9.+-]{1,200}")  # ASCII only: whitespace, control characters and '٣' are refused
-_COUNT = re.compile(r"[0-9]{1,9}")
 _SYNTAX_HINT = "write profiles joined by '-', e.g. 3g.20gb-2x2g.10gb, or a named config such as all-balanced"
 _PLAN_HINT = "see 'gpuctl mig plan' for the slot map, or use all-balanced"
 _LABEL_MAX = 63  # Kubernetes label value limit
@@ -70,7 +69,7 @@ def _parse_custom(text: str, geo: MigGeometry, model: GpuModel, field: str) -> l
     for token in text.split("-"):
         # profile names never contain "x", so an "x" always marks a repeat count
         count_text, _, name = token.rpartition("x") if "x" in token else ("1", "", token)
-        if not token or not name or not _COUNT.fullmatch(count_text):
+        if not token or not name or not ASCII_COUNT.fullmatch(count_text):
             raise UsageError(field, f"malformed MIG layout entry {shown(token)}", _SYNTAX_HINT)
         if int(count_text) == 0:
             raise UsageError(field, f"repeat count 0 in '{token}'", _SYNTAX_HINT)

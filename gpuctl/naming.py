@@ -18,7 +18,7 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_ASCII_INT = re.compile(r"[0-9]{1,9}")
+ASCII_COUNT = re.compile(r"[0-9]{1,9}")  # a whole number: ASCII digits, no sign, '_' or space
 MAX_TEXT_LENGTH = 1024
 SHOWN_PREFIX = 40
 
@@ -57,7 +57,7 @@ def check_count(value: int, field: str, minimum: int = 1, maximum: int = MAX_NOD
 
 def parse_count(text: str, field: str) -> int:
     """A whole number written in ASCII digits (no sign, no '_', no spaces, at most 9 digits)."""
-    if not _ASCII_INT.fullmatch(text):
+    if not ASCII_COUNT.fullmatch(text):
         raise UsageError(field, f"{shown(text)} is not a whole number", "write ASCII digits, e.g. 2")
     return int(text)
 

@@ -8,19 +8,19 @@ from __future__ import annotations
 import re
 
 from gpuctl.errors import UsageError
-from gpuctl.naming import check_duration, shown
+from gpuctl.naming import check_duration, parse_count, shown
 
-_COUNT = re.compile(r"[0-9]{1,9}")
 _SECONDS = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?")
 
 
 def count(value: object) -> int:
-    """typer `parser=`: a whole number of at most 9 ASCII digits (bounds are checked by the one validator)."""
+    """typer `parser=`: the one whole-number rule (naming.parse_count); bounds are checked by the validators."""
     if isinstance(value, int):
         return value
-    if not _COUNT.fullmatch(str(value)):
-        raise ValueError(f"{shown(value)} is not a whole number in ASCII digits")
-    return int(str(value))
+    try:
+        return parse_count(str(value), "value")
+    except UsageError:
+        raise ValueError(f"{shown(value)} is not a whole number in ASCII digits") from None
 
 
 def seconds(value: object) -> float:

@@ -18,7 +18,8 @@ def mig_env(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
                       "--nodegroup-name", "a100", "--nfd", "operator", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "install-nfd" not in [s["step"] for s in json.loads(proc.stdout)["steps"]]
-    proc = run_gpuctl("nodegroup", "add", "--cluster", "mig", "--name", "t4", "--gpu", "t4", env=env)
+    proc = run_gpuctl("nodegroup", "add", "--cluster", "mig", "--name", "t4", "--gpu", "t4", "--taint",
+                      "nvidia.com/gpu=true:NoSchedule", "--taint", "pool=t4:NoExecute", env=env)
     assert proc.returncode == 0, proc.stderr
     yield env
     assert run_gpuctl("cluster", "delete", "--name", "mig", "--yes", env=env).returncode == 0
@@ -31,6 +32,14 @@ def test_operator_owns_nfd(mig_env: dict[str, str]) -> None:
     nfd = [d.metadata.name for d in apps.list_daemon_set_for_all_namespaces().items if "feature-discovery" in d.metadata.name
            and d.metadata.name != "gpu-feature-discovery"]
     assert nfd == ["gpu-operator-node-feature-discovery-worker"]
+
+
+def test_nodegroup_add_registers_nodes_with_its_taints(mig_env: dict[str, str]) -> None:
+    from kubernetes import client, config
+
+    v1 = client.CoreV1Api(config.new_client_from_config(mig_env["KUBECONFIG"]))
+    taints = [(t.key, t.value, t.effect) for t in v1.read_node("t4-0").spec.taints or []]
+    assert taints == [("nvidia.com/gpu", "true", "NoSchedule"), ("pool", "t4", "NoExecute")]
 
 
 def node_labels(env: dict[str, str]) -> dict[str, dict[str, str]]:

@@ -75,7 +75,8 @@ def render_node(group: NodeGroupSpec, index: int) -> dict[str, Any]:
             "labels": node_labels(group, name),
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
-        "spec": {},
+        # A node registers with its group's taints, as EKS node groups and Magnum's node_taints do.
+        "spec": {"taints": [t.as_dict() for t in group.taints]},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
 
@@ -93,6 +94,7 @@ def render_system_node() -> dict[str, Any]:
                        "gpuctl.dev/role": "system"},
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
-        "spec": {},
+        # A node registers with its group's taints, as EKS node groups and Magnum's node_taints do.
+        "spec": {"taints": [t.as_dict() for t in group.taints]},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
