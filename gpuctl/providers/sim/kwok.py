@@ -52,6 +52,7 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 OPERATOR = "gpuctl-sim-operator"
 MARKER = "gpuctl-created"
 LOCK_TIMEOUT_S = 300.0
+KWOKCTL_TIMEOUT_S = 600.0  # a create builds nothing (tools are installed first): minutes at most
 CRASH_AT = "GPUCTL_SIM_CRASH_AT"
 _OUR_STAGE = re.compile(r"^\s*name:\s*gpuctl-", re.MULTILINE)
 _DOCUMENT_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
@@ -235,7 +236,13 @@ class KwokCluster:
         proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, umask=0o077)
         crash_point(f"kwokctl-{args[0]}")
-        stdout, stderr = proc.communicate()
+        try:
+            stdout, stderr = proc.communicate(timeout=KWOKCTL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise WaitTimeout(f"kwokctl {' '.join(args)} did not finish in {KWOKCTL_TIMEOUT_S:g}s",
+                              f"component logs are in {self.dir / 'logs'}") from None
         log.debug("kwokctl output: %s", stderr + stdout)
         if proc.returncode != 0:
             lines = [line for line in (stderr + stdout).splitlines() if line.strip()]

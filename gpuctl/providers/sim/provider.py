@@ -16,7 +16,7 @@ import yaml
 
 from gpuctl import labels as L
 from gpuctl.catalog import get_gpu
-from gpuctl.errors import ClusterError, NotFound, UsageError, WaitTimeout
+from gpuctl.errors import ClusterError, NotFound, RequestTimeout, UsageError, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core, is_not_found, wait_for_api
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.output import info
@@ -49,6 +49,19 @@ def _embed(section: dict[str, Any], key: str) -> None:
     """Replace a file reference (`key`) by its base64 `key-data`: the kubeconfig must stand alone."""
     if key in section:
         section[f"{key}-data"] = base64.b64encode(Path(section.pop(key)).read_bytes()).decode()
+
+
+def _probe_api(kwok: KwokCluster) -> None:
+    """One request to a running kube-apiserver: a frozen one ends the command here at the request
+    deadline (exit 7, naming the server), not inside `kwokctl start`, which would wait for it without end."""
+    from kubernetes.client import VersionApi
+
+    try:
+        VersionApi(api_client(kwok.kubeconfig_path)).get_code()
+    except RequestTimeout:
+        raise
+    except Exception:  # noqa: BLE001 - it answered (or is gone): kwokctl start deals with the rest
+        return
 
 
 class SimProvider:
@@ -96,6 +109,8 @@ class SimProvider:
         anything else was missing (each repair is reported on stderr, unless `fresh`ly created)."""
         kwok.protect_keys()
         repairs = ["rewrote gpuctl's kwok Stages"] if kwok.ensure_stages() else []
+        if not fresh and kwok.component_pid("kube-apiserver") is not None:
+            _probe_api(kwok)
         started = kwok.ensure_started()
         self._wait_for_api(kwok)
         _kwok().crash_point("system-node")
