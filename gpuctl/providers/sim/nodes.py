@@ -94,7 +94,6 @@ def render_system_node() -> dict[str, Any]:
                        "gpuctl.dev/role": "system"},
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
-        # A node registers with its group's taints, as EKS node groups and Magnum's node_taints do.
-        "spec": {"taints": [t.as_dict() for t in group.taints]},
+        "spec": {},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
