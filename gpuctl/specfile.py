@@ -159,7 +159,7 @@ def _node_group(value: Any, path: str) -> NodeGroupDoc:
     )
 
 
-_PROVIDER_KEYS = {"cloud": "cloud", "region": "region", "osCloud": "os_cloud", "template": "template",
+PROVIDER_KEYS = {"cloud": "cloud", "region": "region", "osCloud": "os_cloud", "template": "template",
                   "keypair": "keypair", "profile": "profile", "amiType": "ami_type", "nodeRole": "node_role",
                   "subnets": "subnets", "kubernetesVersion": "kubernetes_version", "execAuth": "exec_auth"}
 
@@ -174,9 +174,9 @@ def parse(doc: Any) -> GpuClusterDoc:
     name = _typed(_mapping(top["metadata"], "metadata", ("name",), ("name",))["name"], "metadata.name", str, "demo")
     spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "tenants"),
                     ("provider", "nodeGroups"))
-    provider = _mapping(spec["provider"], "spec.provider", tuple(_PROVIDER_KEYS), ("cloud",))
+    provider = _mapping(spec["provider"], "spec.provider", tuple(PROVIDER_KEYS), ("cloud",))
     options: dict[str, Any] = {}
-    for key, attr in _PROVIDER_KEYS.items():
+    for key, attr in PROVIDER_KEYS.items():
         if key == "subnets":
             subnets = _str_list(provider.get(key), f"spec.provider.{key}")
             if subnets:
@@ -249,7 +249,7 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     if doc.cloud not in ALLOWED:
         raise UsageError("spec.provider.cloud", f"unknown cloud {doc.cloud!r}", f"use one of: {', '.join(ALLOWED)}")
     for attr, value in vars(doc.options).items():
-        key = next((k for k, a in _PROVIDER_KEYS.items() if a == attr), attr)
+        key = next((k for k, a in PROVIDER_KEYS.items() if a == attr), attr)
         if value not in (None, False, ()) and attr not in ALLOWED[doc.cloud]:
             raise UsageError(f"spec.provider.{key}", f"not used by cloud {doc.cloud}", "drop it")
         for i, text in enumerate(value if isinstance(value, tuple) else (value,)):
@@ -378,7 +378,7 @@ def export_spec(spec: Any) -> str:
     import yaml
 
     provider: dict[str, Any] = {"cloud": spec.cloud}
-    for key, attr in _PROVIDER_KEYS.items():
+    for key, attr in PROVIDER_KEYS.items():
         value = getattr(spec.options, attr, None) if attr != "cloud" else None
         if value:
             provider[key] = list(value) if isinstance(value, tuple) else value

@@ -13,13 +13,12 @@ from gpuctl.errors import UsageError
 from gpuctl.naming import parse_count, shown
 from gpuctl.providers.options import FLAGS as PROVIDER_FLAGS
 from gpuctl.sharing import STRATEGIES
+from gpuctl.specfile import PROVIDER_KEYS
 
 Flags = dict[str, str]  # field path -> flag
 GROUP = "spec.nodeGroups[0]"
-# spec.provider keys (as in specfile) by CloudOptions attribute
-_PROVIDER_KEYS = {"region": "region", "os_cloud": "osCloud", "template": "template", "keypair": "keypair",
-                  "profile": "profile", "ami_type": "amiType", "node_role": "nodeRole", "subnets": "subnets",
-                  "kubernetes_version": "kubernetesVersion", "exec_auth": "execAuth"}
+# spec.provider keys by CloudOptions attribute (specfile holds the mapping the other way round)
+_PROVIDER_KEYS = {attr: key for key, attr in PROVIDER_KEYS.items() if key != "cloud"}
 _GROUP_FLAGS = {"name": "--name", "gpu": "--gpu", "nodes": "--nodes", "gpusPerNode": "--gpus-per-node",
                 "minNodes": "--min-nodes", "maxNodes": "--max-nodes", "flavor": "--flavor",
                 "instanceType": "--instance-type", "taints": "--taint", "sharing": "--slices"}

@@ -29,12 +29,6 @@ class StackSpec:
     shares_gpus: bool = False  # some node group shares its GPUs: point the plugin at gpuctl's configs
 
 
-def check_stack(spec: StackSpec) -> StackSpec:
-    if spec.nfd not in NFD_OWNERS:
-        raise UsageError("--nfd", f"unknown owner {spec.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
-    return spec
-
-
 @dataclass(frozen=True)
 class GroupSharing:
     """What one node group asks of the device plugin, for the cluster-wide MIG strategy."""

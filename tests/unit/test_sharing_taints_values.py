@@ -6,10 +6,12 @@ from gpuctl.kube.nodes import node_patch
 from dataclasses import replace
 
 from gpuctl.catalog import get_gpu
+from gpuctl.cli.documents import cluster_document
+from gpuctl.specfile import load_document
 from gpuctl.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
                             render_plugin_config)
 from gpuctl.stack.charts import chart_ref
-from gpuctl.stack.values import (GroupSharing, StackSpec, check_stack, choose_mig_strategy, operator_values,
+from gpuctl.stack.values import (GroupSharing, StackSpec, choose_mig_strategy, operator_values,
                                  stack_from_record, stack_record)
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
 
@@ -110,8 +112,10 @@ def test_operator_values_carry_sharing_mig_and_tolerations() -> None:
                                                     "effect": "NoSchedule"}]
     assert "node-feature-discovery" not in values
     assert stack_from_record(stack_record(spec)) == spec
+    # the one NFD-owner rule (specfile.validate), reached from the flag: the error names --nfd
+    raw, flags = cluster_document("demo", "sim", {"name": "gpu", "gpu": "t4", "nodes": 1}, {}, {"nfd": "both"}, False)
     with pytest.raises(UsageError, match="--nfd"):
-        check_stack(StackSpec(charts="bundled", nfd="both"))
+        load_document(raw, flags)
 
 
 def test_operator_values_without_sharing_name_no_plugin_config() -> None:
