@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
 
@@ -28,3 +29,7 @@ class NodeGroupSpec:
         low = self.nodes if self.min_nodes is None else self.min_nodes
         high = self.nodes if self.max_nodes is None else self.max_nodes
         return low, high
+
+    def registration_labels(self) -> dict[str, str]:
+        """Kubernetes labels a cloud that labels nodes at registration (EKS, Magnum >= 1.14) puts on them."""
+        return {L.GPU_MODEL: self.gpu.name, L.GPUS_PER_NODE: str(self.gpus_per_node)}

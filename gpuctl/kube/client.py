@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from gpuctl import redact
-from gpuctl.errors import ClusterError, GpuctlError, RequestTimeout, WaitTimeout
+from gpuctl.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, WaitTimeout
 from gpuctl.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 
 POOL_SIZE = 32  # concurrent node patches share one client
+# The kubeconfig's user is refused: an EKS token signed with wrong AWS credentials, an expired or
+# revoked client certificate or token.
+UNAUTHORIZED_FIX = ("check the credentials of the kubeconfig context: on EKS the AWS credentials its token is signed "
+                    "with ('aws sts get-caller-identity'); elsewhere rerun 'gpuctl cluster create' to renew them")
 CONNECT_RETRIES = 2  # a refused connection is retried at once, twice; a request that timed out is not
 
 
@@ -220,6 +224,9 @@ def api_error(exc: Exception, doing: str) -> GpuctlError:
     if isinstance(exc, HTTPError):
         return api_error(transport_error(exc, None), doing)
     reason = getattr(exc, "reason", None) or type(exc).__name__
+    if getattr(exc, "status", None) == 401:  # the server does not know who we are: the credentials are wrong
+        return CredentialsError(f"{doing} failed: the Kubernetes API rejected the credentials (HTTP 401)",
+                                UNAUTHORIZED_FIX)
     body = getattr(exc, "body", None)
     if isinstance(body, (str, bytes)) and body:
         import json

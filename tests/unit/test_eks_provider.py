@@ -114,3 +114,41 @@ def test_exec_auth_kubeconfig_runs_the_aws_cli(aws_env: None) -> None:
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
         "args": ["eks", "get-token", "--cluster-name", "prod", "--region", "eu-west-1", "--output", "json"],
         "interactiveMode": "Never"}
+
+
+@pytest.mark.parametrize("service", ["sts", "eks"])
+def test_a_5xx_with_a_json_body_exits_4(aws_env: None, monkeypatch: pytest.MonkeyPatch, service: str) -> None:
+    """STS speaks XML and EKS JSON: a failing endpoint answering JSON must not crash either (exit 1)."""
+    import http.server
+    import threading
+
+    from gpuctl.providers.eks import aws
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def _fail(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"message": "internal failure", "code": "InternalFailure"}'
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _fail  # noqa: N815
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setattr(aws, "MAX_ATTEMPTS", 1)  # the retries are botocore's; one answer is enough here
+    try:
+        client = AwsSession(None, "us-east-1").client(service)
+        call = client.get_caller_identity if service == "sts" else client.list_clusters
+        with pytest.raises(CloudError) as error, translated("asking AWS"):
+            call()
+    finally:
+        server.shutdown()
+    assert error.value.exit_code == ExitCode.CLOUD
+    assert error.value.one_line().startswith("asking AWS failed")

@@ -356,7 +356,8 @@ def test_magnum_error_echoing_the_token_is_redacted(capsys: pytest.CaptureFixtur
 
     token = "gAAAAABfault-test-keystone-token"
     body = json.dumps({"errors": [{"status": 500, "detail": f"backend failed for X-Auth-Token: {token}"}]})
-    proxy = SimpleNamespace(request=lambda *a, **k: SimpleNamespace(status_code=500, text=body, content=body))
+    answer = SimpleNamespace(status_code=500, text=body, content=body, ok=False, headers={})
+    proxy = SimpleNamespace(request=lambda *a, **k: answer, get_endpoint=lambda: "https://magnum.example/v1")
     conn = SimpleNamespace(container_infrastructure_management=proxy,
                            session=SimpleNamespace(auth=SimpleNamespace(auth_ref=SimpleNamespace(auth_token=token))))
     with pytest.raises(CloudError) as caught:

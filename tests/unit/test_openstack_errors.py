@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from gpuctl.errors import CloudError, CredentialsError, ExitCode, NotFound, WaitTimeout
-from gpuctl.providers.openstack import magnum
-from gpuctl.providers.openstack.magnum import http_error, wait_for_status
+from gpuctl.errors import CloudError, CredentialsError, ExitCode, NotFound, UsageError, WaitTimeout
+from gpuctl.providers.openstack import waits
+from gpuctl.providers.openstack.magnum import http_error, negotiate
+from gpuctl.providers.openstack.waits import wait_for_status
 
 
 def magnum_body(status: int, detail: str) -> str:
@@ -18,7 +19,8 @@ def magnum_body(status: int, detail: str) -> str:
 @pytest.mark.parametrize(("status", "kind", "code"), [
     (401, CredentialsError, ExitCode.CREDENTIALS), (403, CredentialsError, ExitCode.CREDENTIALS),
     (404, NotFound, ExitCode.USAGE), (400, CloudError, ExitCode.CLOUD), (409, CloudError, ExitCode.CLOUD),
-    (429, CloudError, ExitCode.CLOUD), (500, CloudError, ExitCode.CLOUD), (503, CloudError, ExitCode.CLOUD),
+    (406, CloudError, ExitCode.CLOUD), (429, CloudError, ExitCode.CLOUD), (500, CloudError, ExitCode.CLOUD),
+    (503, CloudError, ExitCode.CLOUD),
 ])
 def test_http_status_maps_to_exit_code(status: int, kind: type, code: ExitCode) -> None:
     error = http_error(status, magnum_body(status, "the detail"), "creating cluster 'x'")
@@ -52,7 +54,7 @@ class Statuses:
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(magnum.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(waits.time, "sleep", lambda _s: None)
 
 
 def test_wait_returns_the_record_at_the_goal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,3 +94,88 @@ def test_sdk_exceptions_map_to_exit_codes() -> None:
              (sdk.ServiceDisabledException("no container-infra"), ExitCode.CLOUD)]
     for exc, code in cases:
         assert sdk_error(exc, "listing clusters").exit_code == code, exc
+
+
+@pytest.mark.parametrize(("status", "detail", "flag"), [
+    (400, "Unable to find flavor g9.huge.", "--flavor"),  # exception.FlavorNotFound
+    (409, "max_node_count for gpu is invalid (node_count (3) should be less or equal to max_node_count (2)).",
+     "--max-nodes"),  # exception.NodeGroupInvalidInput
+    (400, "Resizing gpu outside the allowed range: min_node_count = 2, max_node_count = 2", "--nodes"),
+])
+def test_refused_inputs_exit_2_naming_the_flag_with_magnums_reason(status: int, detail: str, flag: str) -> None:
+    error = http_error(status, magnum_body(status, detail), "updating node group 'gpu'", field="--nodes")
+    assert isinstance(error, UsageError) and error.exit_code == ExitCode.USAGE
+    assert error.field == flag and detail in error.one_line()
+
+
+def test_busy_and_quota_refusals_are_cloud_errors() -> None:
+    busy = http_error(400, magnum_body(400, "Cluster os1 already has an operation in progress."), "x", field="--nodes")
+    assert busy.exit_code == ExitCode.CLOUD and "wait until it finishes" in busy.one_line()
+    quota = http_error(403, magnum_body(403, "Resource limit exceeded: You have reached the maximum clusters"), "x")
+    assert quota.exit_code == ExitCode.CLOUD
+
+
+@pytest.mark.parametrize(("low", "high", "spoken"), [("1.1", "1.14", (1, 14)), ("1.1", "1.11", (1, 11)),
+                                                      ("1.1", "1.20", (1, 14)), ("1.10", "1.10", (1, 10))])
+def test_microversion_is_the_highest_both_speak(low: str, high: str, spoken: tuple[int, int]) -> None:
+    root = {"versions": [{"id": "v1", "status": "CURRENT", "min_version": low, "max_version": high}]}
+    assert negotiate(root, {}) == spoken
+    headers = {"OpenStack-API-Minimum-Version": f"container-infra {low}",
+               "OpenStack-API-Maximum-Version": f"container-infra {high}"}
+    assert negotiate(None, headers) == spoken
+
+
+def test_a_magnum_without_node_groups_is_refused_and_a_silent_one_gets_1_10() -> None:
+    with pytest.raises(CloudError, match="serves API microversions 1.1 to 1.8"):
+        negotiate({"versions": [{"id": "v1", "min_version": "1.1", "max_version": "1.8"}]}, {})
+    assert negotiate({"versions": []}, {}) == (1, 10)
+
+
+def test_right_after_a_create_a_missing_record_is_not_final() -> None:
+    read = Statuses(None, None, {"status": "CREATE_IN_PROGRESS"}, {"status": "CREATE_COMPLETE"})
+    assert wait_for_status(read, "x", ("CREATE_COMPLETE",), 60, "c", created=True) == {"status": "CREATE_COMPLETE"}
+    gone_again = Statuses(None, {"status": "CREATE_IN_PROGRESS"}, None)
+    with pytest.raises(CloudError, match="deleted while gpuctl waited"):
+        wait_for_status(gone_again, "x", ("CREATE_COMPLETE",), 60, "c", created=True)
+
+
+def test_right_after_an_update_the_previous_status_is_not_final() -> None:
+    before = {"status": "UPDATE_COMPLETE", "updated_at": "2026-11-22T10:00:00+00:00", "node_count": 2}
+    after = {"status": "UPDATE_COMPLETE", "updated_at": "2026-11-22T10:00:31+00:00", "node_count": 3}
+    read = Statuses(before, before, {**before, "status": "UPDATE_IN_PROGRESS", "updated_at": "t1"}, after)
+    assert wait_for_status(read, "x", ("UPDATE_COMPLETE",), 60, "c", before=before) == after
+    # done between two reads: only updated_at tells
+    assert wait_for_status(Statuses(before, after), "x", ("UPDATE_COMPLETE",), 60, "c", before=before) == after
+
+
+def test_right_after_a_delete_the_old_status_is_not_final() -> None:
+    before = {"status": "CREATE_COMPLETE", "updated_at": None}
+    read = Statuses(before, {"status": "DELETE_IN_PROGRESS", "updated_at": "t1"}, None)
+    assert wait_for_status(read, "x", None, 60, "c", before=before) is None
+    failed = Statuses(before, {"status": "DELETE_FAILED", "updated_at": "t1", "status_reason": "volume in use"})
+    with pytest.raises(CloudError, match="DELETE_FAILED: volume in use"):
+        wait_for_status(failed, "x", None, 60, "c", before=before)
+
+
+def test_an_operation_that_never_starts_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(waits, "ACCEPT_TIMEOUT_S", -1)
+    before = {"status": "UPDATE_COMPLETE", "updated_at": "t0"}
+    with pytest.raises(WaitTimeout, match="operation not started yet"):
+        wait_for_status(Statuses(before), "x", ("UPDATE_COMPLETE",), 3600, "c", before=before)
+
+
+def test_an_accepted_create_is_remembered_until_seen_or_too_old(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from gpuctl.providers.openstack.pending import PendingCreates
+
+    path = tmp_path / "openstack" / "pending.json"
+    pending = PendingCreates("http://magnum/v1 p1", path)
+    assert pending.get("cluster", "os1") is None
+    pending.put("cluster", "os1", "uuid-1")
+    assert path.stat().st_mode & 0o777 == 0o600
+    uuid, left = pending.get("cluster", "os1")  # type: ignore[misc]
+    assert uuid == "uuid-1" and 0 < left <= waits.ACCEPT_TIMEOUT_S
+    assert PendingCreates("http://other/v1 p1", path).get("cluster", "os1") is None  # per endpoint and project
+    monkeypatch.setattr("gpuctl.providers.openstack.pending.ACCEPT_TIMEOUT_S", -1)
+    assert pending.get("cluster", "os1") is None  # too old to still appear: a rerun creates it
+    pending.drop("cluster", "os1")
+    assert not path.exists()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuctl.catalog import get_gpu
-from gpuctl.providers.openstack.nodegroups import (cluster_body, gpu_for_flavor, is_default, is_managed,
-                                                   nodegroup_body, nodegroup_info, widened)
+from gpuctl.providers.openstack.nodegroups import (bounds_of, cluster_body, gpu_for_flavor, is_default, is_managed,
+                                                   node_attr_changes, nodegroup_body, nodegroup_info, widened)
 from gpuctl.providers.openstack.provider import MagnumProvider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
@@ -43,11 +43,19 @@ def test_cluster_body_labels_gpu_and_ownership_and_merges() -> None:
 
 
 def test_nodegroup_body() -> None:
-    body = nodegroup_body(NodeGroupSpec("gpu", get_gpu("a100-40gb"), 2, 8), "g4.a100", 1, 4)
+    spec = NodeGroupSpec("gpu", get_gpu("a100-40gb"), 2, 8)
+    body = nodegroup_body(spec, "g4.a100", 1, 4, with_node_attrs=False)
     assert body == {"name": "gpu", "flavor_id": "g4.a100", "node_count": 2, "min_node_count": 1,
                     "max_node_count": 4, "role": "worker", "merge_labels": True,
                     "labels": {"nvidia_gpu_enabled": "true", "gpuctl_managed": "true", "gpuctl_gpu": "a100-40gb",
                                "gpuctl_gpus_per_node": "8"}}
+    # Microversion 1.14: Magnum sets node labels and taints itself (in nodegroup._validate_node_taints's format)
+    attrs = nodegroup_body(spec, "g4.a100", 1, 4, with_node_attrs=True)
+    assert attrs == {**body, "node_labels": {"gpuctl.dev/gpu": "a100-40gb", "gpuctl.dev/gpus-per-node": "8"},
+                     "node_taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}
+    assert node_attr_changes({**attrs, "node_taints": [{"key": "nvidia.com/gpu", "value": "true",
+                                                        "effect": "NoSchedule"}]}, spec) == {}
+    assert set(node_attr_changes(body, spec)) == {"node_labels", "node_taints"}
 
 
 def test_nodegroup_info_prefers_gpuctl_labels_then_the_flavor() -> None:
@@ -72,6 +80,11 @@ def test_bounds_widen_to_hold_both() -> None:
     assert widened((2, 2), (4, 4)) == (2, 4)
     assert widened((1, 10), (3, 3)) == (1, 10)
     assert widened((0, None), (2, 2)) == (0, None)
+
+
+def test_a_maximum_of_0_or_null_is_no_maximum() -> None:
+    assert bounds_of({"min_node_count": 1, "max_node_count": 0}) == (1, None)
+    assert bounds_of({"min_node_count": None, "max_node_count": None}) == (0, None)
 
 
 def test_names_in_kubeconfig_and_selector() -> None:

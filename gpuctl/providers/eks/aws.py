@@ -47,6 +47,7 @@ def translated(doing: str) -> Iterator[None]:
     Messages carry AWS's code and message, never a credential: for credential errors only the code.
     """
     from botocore import exceptions as bx
+    from botocore.parsers import ResponseParserError
 
     try:
         yield
@@ -78,6 +79,10 @@ def translated(doing: str) -> Iterator[None]:
                          "check the network, --region and AWS_ENDPOINT_URL") from None
     except bx.BotoCoreError as exc:
         raise CloudError(f"{doing} failed: {exc}") from None
+    except ResponseParserError as exc:  # not a BotoCoreError: e.g. a 5xx with a JSON body from an XML API (STS)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CloudError(f"{doing} failed: AWS answered with a body botocore cannot read ({first})",
+                         "AWS or the endpoint (AWS_ENDPOINT_URL) is failing; retry later") from None
 
 
 class AwsSession:

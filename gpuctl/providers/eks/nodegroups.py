@@ -1,8 +1,7 @@
-"""Pure choices for an EKS managed node group: AMI type, instance type, scaling, labels, taints."""
+"""Pure choices for an EKS managed node group: AMI type, instance type, scaling, taints."""
 
 from __future__ import annotations
 
-from gpuctl import labels as L
 from gpuctl.catalog import GPUS, GpuModel, InstanceType
 from gpuctl.errors import UsageError
 from gpuctl.spec import NodeGroupSpec
@@ -59,7 +58,3 @@ def scaling_config(spec: NodeGroupSpec) -> dict[str, int]:
     low, high = spec.bounds()
     return {"minSize": low, "maxSize": high, "desiredSize": spec.nodes}
 
-
-def node_labels(spec: NodeGroupSpec) -> dict[str, str]:
-    """Kubernetes labels EKS puts on the group's nodes (it adds eks.amazonaws.com/nodegroup itself)."""
-    return {L.GPU_MODEL: spec.gpu.name, L.GPUS_PER_NODE: str(spec.gpus_per_node)}

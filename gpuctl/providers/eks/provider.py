@@ -290,7 +290,7 @@ class EksProvider:
         update: dict[str, Any] = {}
         if current.get("scalingConfig") != scaling:
             update["scalingConfig"] = scaling
-        labels = {k: v for k, v in ng.node_labels(spec).items() if (current.get("labels") or {}).get(k) != v}
+        labels = {k: v for k, v in spec.registration_labels().items() if (current.get("labels") or {}).get(k) != v}
         if labels:
             update["labels"] = {"addOrUpdateLabels": labels}
         taints = [t for t in map(ng.eks_taint, spec.taints) if t not in (current.get("taints") or [])]
@@ -324,7 +324,7 @@ class EksProvider:
                                       NODE_POLICIES, self.aws.partition)
         params = {"clusterName": cluster, "nodegroupName": spec.name, "scalingConfig": scaling,
                   "instanceTypes": [instance_type], "amiType": self.ami_type, "subnets": subnets, "nodeRole": role,
-                  "labels": ng.node_labels(spec), "taints": [ng.eks_taint(t) for t in spec.taints],
+                  "labels": spec.registration_labels(), "taints": [ng.eks_taint(t) for t in spec.taints],
                   "tags": MANAGED_TAGS}
         info(f"creating node group {spec.name!r}: {spec.nodes} x {instance_type} ({self.ami_type})")
         self._create(f"creating node group {spec.name!r}", lambda: self._eks().create_nodegroup(**params), fresh)

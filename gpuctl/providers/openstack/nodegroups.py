@@ -23,19 +23,46 @@ Json = dict[str, Any]
 
 def cluster_body(name: str, template: str, options: CloudOptions) -> Json:
     """POST /v1/clusters: the template's labels plus the site's GPU ones (merge_labels keeps the template's)."""
-    body: Json = {"name": name, "cluster_template_id": template, "labels": {**openstack_labels(), MANAGED_LABEL: "true"},
-                  "merge_labels": True, "create_timeout": CREATE_TIMEOUT_MIN}
+    body: Json = {"name": name, "cluster_template_id": template,
+                  "labels": {**openstack_labels(), MANAGED_LABEL: "true"}, "merge_labels": True,
+                  "create_timeout": CREATE_TIMEOUT_MIN}
     if options.keypair:
         body["keypair"] = options.keypair
     return body
 
 
-def nodegroup_body(spec: NodeGroupSpec, flavor: str, low: int, high: int | None) -> Json:
+def node_attrs(spec: NodeGroupSpec) -> Json:
+    """Microversion 1.14: the Kubernetes labels and taints Magnum sets on every node of the group, so
+    nodes register tainted (no pod lands on a GPU before gpuctl's taint) and new nodes get them too."""
+    return {"node_labels": spec.registration_labels(),
+            "node_taints": [{"key": t.key, "value": t.value, "effect": t.effect} if t.value else
+                            {"key": t.key, "effect": t.effect} for t in spec.taints]}
+
+
+def nodegroup_body(spec: NodeGroupSpec, flavor: str, low: int, high: int | None, with_node_attrs: bool) -> Json:
     """POST /v1/clusters/{c}/nodegroups for a GPU node group of `spec`."""
     labels = {**openstack_labels(), MANAGED_LABEL: "true", GPU_LABEL: spec.gpu.name,
               GPUS_PER_NODE_LABEL: str(spec.gpus_per_node)}
-    return {"name": spec.name, "flavor_id": flavor, "node_count": spec.nodes, "min_node_count": low,
+    body = {"name": spec.name, "flavor_id": flavor, "node_count": spec.nodes, "min_node_count": low,
             "max_node_count": high, "role": "worker", "labels": labels, "merge_labels": True}
+    return {**body, **node_attrs(spec)} if with_node_attrs else body
+
+
+def bounds_of(ng: Json) -> tuple[int, int | None]:
+    """A node group's autoscaler bounds; Magnum reads max_node_count 0 (or null) as "no maximum"."""
+    return ng.get("min_node_count") or 0, ng.get("max_node_count") or None
+
+
+def node_attr_changes(ng: Json, spec: NodeGroupSpec) -> Json:
+    """The node_labels / node_taints of an existing node group that differ from `spec` (Magnum >= 1.14)."""
+    wanted = node_attrs(spec)
+    taint_key = lambda t: (t.get("key"), t.get("value") or "", t.get("effect"))  # noqa: E731
+    changes: Json = {}
+    if (ng.get("node_labels") or {}) != wanted["node_labels"]:
+        changes["node_labels"] = wanted["node_labels"]
+    if sorted(map(taint_key, ng.get("node_taints") or [])) != sorted(map(taint_key, wanted["node_taints"])):
+        changes["node_taints"] = wanted["node_taints"]
+    return changes
 
 
 def gpu_for_flavor(flavor: str) -> GpuModel | None:
@@ -66,6 +93,12 @@ def nodegroup_info(cluster: str, ng: Json) -> NodeGroupInfo:
         ready_nodes=count if ng.get("status") in ("CREATE_COMPLETE", "UPDATE_COMPLETE") else 0,
         gpus_per_node=int(per_node) if per_node else (model.default_gpus_per_node if model else 0),
     )
+
+
+def wanted_bounds(spec: NodeGroupSpec) -> tuple[int, int | None]:
+    """The spec's autoscaler bounds as Magnum stores them (a maximum of 0 is no maximum)."""
+    low, high = spec.bounds()
+    return low, high or None
 
 
 def widened(current: tuple[int, int | None], wanted: tuple[int, int | None]) -> tuple[int, int | None]:

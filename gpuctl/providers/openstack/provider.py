@@ -15,9 +15,12 @@ from gpuctl.errors import NotFound, UsageError, WaitTimeout
 from gpuctl.output import info
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.openstack import certificates
-from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect, wait_for_status
-from gpuctl.providers.openstack.nodegroups import (NODE_LABEL, cluster_body, gpu_for_flavor, is_default, is_managed,
-                                                   nodegroup_body, nodegroup_info, widened)
+from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
+from gpuctl.providers.openstack.nodegroups import (NODE_LABEL, bounds_of, cluster_body, gpu_for_flavor, is_default,
+                                                   is_managed, node_attr_changes, nodegroup_body, nodegroup_info,
+                                                   wanted_bounds, widened)
+from gpuctl.providers.openstack.pending import PendingCreates
+from gpuctl.providers.openstack.waits import wait_for_status, wait_until_visible
 from gpuctl.providers.options import CloudOptions
 from gpuctl.site import openstack_flavor
 from gpuctl.spec import NodeGroupSpec
@@ -41,6 +44,7 @@ class MagnumProvider:
     def __init__(self, options: CloudOptions | None = None) -> None:
         self.options = options or CloudOptions()
         self._magnum: MagnumApi | None = None
+        self._pending: PendingCreates | None = None
         self._kubeconfigs: dict[str, dict[str, Any]] = {}
 
     @property
@@ -48,6 +52,13 @@ class MagnumProvider:
         if self._magnum is None:
             self._magnum = MagnumApi(connect(self.options.os_cloud, self.options.region))
         return self._magnum
+
+    @property
+    def pending(self) -> PendingCreates:
+        """Creates Magnum accepted, per endpoint and project (names are unique only per project)."""
+        if self._pending is None:
+            self._pending = PendingCreates(self.api.scope())
+        return self._pending
 
     def check_node_group(self, spec: NodeGroupSpec) -> None:
         """Every catalog GPU has a flavor (site config or catalog); Magnum checks the flavor exists."""
@@ -88,7 +99,7 @@ class MagnumProvider:
         return cluster
 
     def ensure_cluster(self, name: str) -> Change:
-        cluster = self.api.get_cluster(name)
+        cluster = self.api.get_cluster(name) or self._accepted("cluster", name, self.api.get_cluster)
         if cluster is not None:  # adopt it, once any operation in progress has finished
             if cluster["status"] not in USABLE:
                 self._wait_cluster(cluster["uuid"], name, USABLE)
@@ -98,12 +109,32 @@ class MagnumProvider:
                              "cluster template", "pass --template NAME (see 'openstack coe cluster template list'), "
                              "or --name of an existing cluster to adopt it")
         uuid = self.api.create_cluster(cluster_body(name, self.options.template, self.options))
-        self._wait_cluster(uuid, name, ("CREATE_COMPLETE",))
+        self.pending.put("cluster", name, uuid)
+        self._wait_cluster(uuid, name, ("CREATE_COMPLETE",), created=True)
         return Change.CREATED
 
-    def _wait_cluster(self, uuid: str, name: str, goal: tuple[str, ...] | None) -> Json | None:
-        return wait_for_status(lambda: self.api.get_cluster(uuid), f"Magnum cluster {name!r}", goal,
-                               CLUSTER_TIMEOUT_S, self._cluster_cleanup(name))
+    def _accepted(self, kind: str, name: str, read: Callable[[str], Json | None]) -> Json | None:
+        """The record of a create of `name` that Magnum accepted for an earlier run and has not yet written
+        (see pending.py): waited for, so that this run does not create a second one."""
+        pending = self.pending.get(kind, name)
+        if pending is None:
+            self.pending.drop(kind, name)
+            return None
+        uuid, left = pending
+        info(f"an earlier run asked Magnum to create {kind} {name!r} ({uuid}); waiting up to {left:.0f}s for it")
+        try:
+            return wait_until_visible(lambda: read(uuid), f"{kind} {name!r}", left)
+        finally:
+            self.pending.drop(kind, name)
+
+    def _wait_cluster(self, uuid: str, name: str, goal: tuple[str, ...] | None, before: Json | None = None,
+                      created: bool = False) -> Json | None:
+        try:
+            return wait_for_status(lambda: self.api.get_cluster(uuid), f"Magnum cluster {name!r}", goal,
+                                   CLUSTER_TIMEOUT_S, self._cluster_cleanup(name), before, created)
+        finally:
+            if created:
+                self.pending.drop("cluster", name)
 
     def get_cluster(self, name: str) -> ClusterInfo | None:
         cluster = self.api.get_cluster(name)
@@ -119,15 +150,17 @@ class MagnumProvider:
         """Delete the cluster if gpuctl created it; of an adopted one, only the node groups gpuctl added."""
         cluster = self._cluster(name)
         if is_managed(cluster):
-            self.api.delete_cluster(cluster["uuid"], name)
-            self._wait_cluster(cluster["uuid"], name, None)
+            already = cluster["status"] == "DELETE_IN_PROGRESS"
+            if not already:
+                self.api.delete_cluster(cluster["uuid"], name)
+            self._wait_cluster(cluster["uuid"], name, None, before=None if already else cluster)
             certificates.CertificateCache(cluster["uuid"]).forget()
             return Change.DELETED
         ours = [ng for ng in self._node_groups(cluster["uuid"]) if is_managed(ng)]
         info(f"cluster {name!r} was not created by gpuctl: it stays; deleting only the node groups gpuctl added: "
              f"{', '.join(ng['name'] for ng in ours) or 'none'}")
         for ng in ours:
-            self._delete_node_group(cluster, ng["name"])
+            self._delete_node_group(cluster, ng)
         return Change.DELETED if ours else Change.NO_CHANGE
 
     def kubeconfig(self, cluster: str) -> dict[str, Any]:
@@ -159,9 +192,15 @@ class MagnumProvider:
                            f"see 'gpuctl nodegroup list{self._flags()} --cluster {cluster['name']}'")
         return ng
 
-    def _wait_node_group(self, cluster: Json, name: str, goal: tuple[str, ...] | None) -> Json | None:
-        return wait_for_status(lambda: self.api.get_nodegroup(cluster["uuid"], name), f"node group {name!r}", goal,
-                               NODEGROUP_TIMEOUT_S, self._nodegroup_cleanup(cluster["name"], name))
+    def _wait_node_group(self, cluster: Json, name: str, goal: tuple[str, ...] | None, before: Json | None = None,
+                         created: bool = False) -> Json | None:
+        try:
+            return wait_for_status(lambda: self.api.get_nodegroup(cluster["uuid"], name), f"node group {name!r}",
+                                   goal, NODEGROUP_TIMEOUT_S, self._nodegroup_cleanup(cluster["name"], name),
+                                   before, created)
+        finally:
+            if created:
+                self.pending.drop(f"nodegroup {cluster['uuid']}", name)
 
     def _settled(self, cluster: Json, ng: Json) -> Json:
         """The node group once no operation runs on it; a failed create can only be deleted."""
@@ -174,11 +213,15 @@ class MagnumProvider:
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
         record = self._cluster(cluster)
         flavor = spec.flavor or openstack_flavor(spec.gpu)
-        low, high = spec.bounds()
-        ng = self.api.get_nodegroup(record["uuid"], spec.name)
+        bounds = wanted_bounds(spec)
+        kind = f"nodegroup {record['uuid']}"
+        ng = self.api.get_nodegroup(record["uuid"], spec.name) or self._accepted(
+            kind, spec.name, lambda uuid: self.api.get_nodegroup(record["uuid"], uuid))
         if ng is None:
-            self.api.create_nodegroup(record["uuid"], nodegroup_body(spec, flavor, low, high))
-            self._wait_node_group(record, spec.name, ("CREATE_COMPLETE",))
+            body = nodegroup_body(spec, flavor, *bounds, with_node_attrs=self.api.takes_node_attrs)
+            made = self.api.create_nodegroup(record["uuid"], body)
+            self.pending.put(kind, spec.name, made["uuid"])
+            self._wait_node_group(record, spec.name, ("CREATE_COMPLETE",), created=True)
             self._wait_for_nodes(cluster, spec.name, spec.nodes)
             return Change.CREATED
         if is_default(ng):
@@ -195,9 +238,13 @@ class MagnumProvider:
         if per_node != spec.gpus_per_node:
             raise UsageError("--gpus-per-node", f"node group {spec.name!r} has {per_node} GPUs per node, not "
                              f"{spec.gpus_per_node}", "add a node group with another name")
-        change = self._converge_size(record, ng, spec.nodes, (low, high))
+        attrs = node_attr_changes(ng, spec) if self.api.takes_node_attrs else {}
+        if attrs:
+            info(f"setting the node labels and taints of node group {spec.name!r} in Magnum")
+            ng = self._update(record, ng, attrs)
+        change = self._converge_size(record, ng, spec.nodes, bounds)
         self._wait_for_nodes(cluster, spec.name, spec.nodes)
-        return change
+        return Change.UPDATED if attrs else change
 
     def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
         record = self._cluster(cluster)
@@ -206,32 +253,44 @@ class MagnumProvider:
             raise UsageError("--name", f"{name!r} holds the control plane", "scale a worker node group")
         ng = self._settled(record, ng)
         # Keep the autoscaler bounds, widened just enough to hold the new count.
-        bounds = widened((ng["min_node_count"] or 0, ng["max_node_count"]), (nodes, nodes))
-        change = self._converge_size(record, ng, nodes, bounds)
+        change = self._converge_size(record, ng, nodes, widened(bounds_of(ng), (nodes, nodes)))
         self._wait_for_nodes(cluster, name, nodes)
         return change
 
     def _converge_size(self, cluster: Json, ng: Json, nodes: int, bounds: tuple[int, int | None]) -> Change:
         """Resize to `nodes` and set min/max to `bounds`, writing only what differs."""
-        current = (ng["min_node_count"] or 0, ng["max_node_count"])
+        current = bounds_of(ng)
         if current == bounds and ng["node_count"] == nodes:
             return Change.NO_CHANGE
         wide = widened(current, bounds)
-        self._set_bounds(cluster, ng["name"], current, wide)
+        ng = self._set_bounds(cluster, ng, wide)
         if ng["node_count"] != nodes:
             info(f"resizing node group {ng['name']!r}: {ng['node_count']} -> {nodes} nodes")
             self.api.resize(cluster["uuid"], ng["name"], nodes)
-            self._wait_node_group(cluster, ng["name"], ("UPDATE_COMPLETE",))
-        self._set_bounds(cluster, ng["name"], wide, bounds)
+            ng = self._updated(cluster, ng)
+        self._set_bounds(cluster, ng, bounds)
         return Change.UPDATED
 
-    def _set_bounds(self, cluster: Json, name: str, current: tuple[int, int | None],
-                    target: tuple[int, int | None]) -> None:
-        if current != target:
-            info(f"setting the autoscaler bounds of node group {name!r}: min {target[0]}, max {target[1]}")
-            self.api.update_nodegroup(cluster["uuid"], name, {"min_node_count": target[0],
-                                                              "max_node_count": target[1]})
-            self._wait_node_group(cluster, name, ("UPDATE_COMPLETE",))
+    def _set_bounds(self, cluster: Json, ng: Json, target: tuple[int, int | None]) -> Json:
+        """PATCH only the bounds that differ; a maximum cleared is removed, not set to null."""
+        current = bounds_of(ng)
+        changes = {key: want for key, have, want in zip(("min_node_count", "max_node_count"), current, target)
+                   if have != want}
+        if not changes:
+            return ng
+        info(f"setting the autoscaler bounds of node group {ng['name']!r}: min {target[0]}, "
+             f"max {target[1] if target[1] is not None else 'none'}")
+        return self._update(cluster, ng, changes)
+
+    def _update(self, cluster: Json, ng: Json, changes: Json) -> Json:
+        self.api.update_nodegroup(cluster["uuid"], ng["name"], changes)
+        return self._updated(cluster, ng)
+
+    def _updated(self, cluster: Json, before: Json) -> Json:
+        """The node group once the update Magnum just accepted has taken effect and finished."""
+        updated = self._wait_node_group(cluster, before["name"], ("UPDATE_COMPLETE",), before=before)
+        assert updated is not None  # wait_for_status returns the record for a non-None goal
+        return updated
 
     def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:
         ng = self.api.get_nodegroup(self._cluster(cluster)["uuid"], name)
@@ -246,12 +305,15 @@ class MagnumProvider:
         if is_default(ng):
             raise UsageError("--name", f"{name!r} is a default node group of Magnum and cannot be deleted",
                              f"delete the cluster instead: 'gpuctl cluster delete{self._flags()} --name {cluster}'")
-        self._delete_node_group(record, name)
+        self._delete_node_group(record, ng)
         return Change.DELETED
 
-    def _delete_node_group(self, cluster: Json, name: str) -> None:
-        self.api.delete_nodegroup(cluster["uuid"], name)
-        self._wait_node_group(cluster, name, None)
+    def _delete_node_group(self, cluster: Json, ng: Json) -> None:
+        name = ng["name"]
+        already = ng["status"] == "DELETE_IN_PROGRESS"
+        if not already:
+            self.api.delete_nodegroup(cluster["uuid"], name)
+        self._wait_node_group(cluster, name, None, before=None if already else ng)
 
     def _wait_for_nodes(self, cluster: str, nodegroup: str, count: int) -> None:
         """Block until `count` nodes of the node group are Ready in Kubernetes: a stack can be
