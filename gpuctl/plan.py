@@ -15,7 +15,7 @@ import yaml
 
 from gpuctl import labels as L
 from gpuctl.errors import ClusterError, GpuctlError
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client, api_error, core
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import read_config_map_data
 from gpuctl.mig import config_name, parse_mig_parted_config
@@ -23,9 +23,11 @@ from gpuctl.platform import PlatformSpec, gpu_config_data
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change
 from gpuctl.sharing import CONFIG_LABEL
+from gpuctl.stack.existing import read_stack
 from gpuctl.stack.helm import HelmTarget, plan_release
+from gpuctl.stack.owners import StackPlan, check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
-from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
+from gpuctl.stack.values import MIG_CONFIGMAP, StackSpec
 from gpuctl.tenants import BINDING, QUOTA, contains, read_or_none, tenant_manifests
 
 
@@ -76,8 +78,13 @@ def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedSt
     return planned
 
 
-def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], helm: HelmTarget) -> list[PlannedStep]:
-    """The cluster-side steps of apply, observed only."""
+def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], helm: HelmTarget,
+                 stack_plan: StackPlan | None = None) -> list[PlannedStep]:
+    """The cluster-side steps of apply, observed only. A GPU stack gpuctl cannot configure is refused
+    here as in apply (exit 2); one it configures through shows in the steps."""
+    if stack_plan is None:
+        stack_plan = check_single_owners(read_stack(client), spec.stack)
+    namespace = stack_plan.namespace
     v1 = core(client)
     planned = []
     for group in spec.groups:
@@ -89,19 +96,24 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
         planned.append(PlannedStep(f"configure-nodes/{group.spec.name}",
                                    Change.UPDATED if patches else Change.NO_CHANGE,
                                    f"{len(patches)} of {len(nodes)} nodes" if patches else "", diff))
-    text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
+    text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
     wanted = gpu_config_data(spec.stack, [g.sharing for g in spec.groups], [g.mig for g in spec.groups if g.mig],
                              parse_mig_parted_config(text) if text else {})
     diffs, action = [], Change.NO_CHANGE
     for name, data in wanted.items():
-        current = read_config_map_data(v1, NAMESPACE, name)
+        current = read_config_map_data(v1, namespace, name)
         for key, value in data.items():
             before = (current or {}).get(key)
             if before != value:
                 action = Change.UPDATED
                 diffs.append(_diff(before or "", value, f"{name}/{key}"))
     planned.append(PlannedStep("write-gpu-config", action, "", "\n".join(diffs)))
-    releases = ([nfd_release(spec.stack)] if spec.stack.nfd == "standalone" else []) + [operator_release(spec.stack)]
+    if stack_plan.nfd is not None:
+        planned.append(PlannedStep("use-existing-nfd", Change.NO_CHANGE, stack_plan.nfd_note()))
+    releases = ([nfd_release(spec.stack)] if spec.stack.nfd == "standalone" and stack_plan.nfd is None else []) + \
+        ([operator_release(spec.stack)] if stack_plan.operator is None else [])
+    if stack_plan.operator is not None:
+        planned.append(_plan_cluster_policy(client, stack_plan, spec.stack))
     for release in releases:
         try:
             change, why = plan_release(helm, release)
@@ -119,6 +131,26 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
     for tenant in spec.tenants:
         planned.append(_plan_tenant(client, tenant))
     return planned
+
+
+def _plan_cluster_policy(client: Any, stack_plan: StackPlan, stack: StackSpec) -> PlannedStep:
+    from kubernetes.client import CustomObjectsApi
+
+    from gpuctl.platform import cluster_policy_drift
+    from gpuctl.stack.existing import CLUSTER_POLICY
+
+    name = stack_plan.operator.policy  # type: ignore[union-attr]
+    try:
+        current = (CustomObjectsApi(client).get_cluster_custom_object(*CLUSTER_POLICY, name).get("spec") or {})
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"reading ClusterPolicy {name}") from None
+    wanted = cluster_policy_drift(current, stack)
+    note = stack_plan.operator_note()
+    if wanted is None:
+        return PlannedStep("configure-gpu-operator", Change.NO_CHANGE, note)
+    diff = _diff(yaml.safe_dump(_subset(current, wanted), sort_keys=True), yaml.safe_dump(wanted, sort_keys=True),
+                 f"clusterpolicy/{name}")
+    return PlannedStep("configure-gpu-operator", Change.UPDATED, note, diff)
 
 
 def _plan_tenant(client: Any, tenant: Any) -> PlannedStep:

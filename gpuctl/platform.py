@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
 from gpuctl.errors import ValidationFailed, WaitTimeout
@@ -23,17 +23,19 @@ from gpuctl.providers.options import CloudOptions
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, plugin_configs
 from gpuctl.spec import NodeGroupSpec
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
-                                 stack_record)
+                                 cluster_policy_fields, stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
 from gpuctl.taints import Taint
-from gpuctl.tenants import Tenant, check_ownership, ensure_tenant
+from gpuctl.tenants import Tenant, check_ownership, contains, ensure_tenant
 from gpuctl.validate import (SMOKE_IMAGE, Check, check_capacity, check_device_plugins, expected_resources,
                              read_configs, validate_cluster)
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from gpuctl.stack.existing import Operator
     from gpuctl.stack.helm import HelmTarget
+    from gpuctl.stack.owners import StackPlan
 
 CAPACITY_TIMEOUT_S = 120.0
 MIG_TIMEOUT_S = 300.0
@@ -81,7 +83,9 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     # The lock, kubeconfig and Helm machinery load here: `render` and `--export-spec` never need them.
     from gpuctl.kube.lock import cluster_lock
     from gpuctl.kubeconfig import check_kubeconfig, named, write_kubeconfig
+    from gpuctl.stack.existing import read_stack
     from gpuctl.stack.helm import HelmTarget
+    from gpuctl.stack.owners import check_single_owners
 
     check_duration(lock_timeout, "--lock-timeout")
     if context is not None:
@@ -117,17 +121,20 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
 
     for index, tenant in enumerate(spec.tenants):  # before any write to the cluster
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt")
-    planned = plan_cluster(spec, client, selectors, helm)
+    # A GPU stack someone else installed is configured through, or refused (exit 2), before any write.
+    stack_plan = check_single_owners(read_stack(client), spec.stack)
+    planned = plan_cluster(spec, client, selectors, helm, stack_plan)
     writes = any(p.action is not Change.NO_CHANGE for p in planned)
     with cluster_lock(client, name, lock_timeout) if writes else nullcontext():
-        _cluster_steps(spec, provider, client, selectors, helm, step, result)
+        _cluster_steps(spec, provider, client, selectors, helm, step, result, stack_plan)
     return result
 
 
 def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, selectors: dict[str, str],
-                   helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult) -> None:
+                   helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult,
+                   stack_plan: StackPlan) -> None:
+    from gpuctl.output import info
     from gpuctl.stack.helm import ensure_release
-    from gpuctl.stack.owners import check_single_owners
     from gpuctl.stack.releases import nfd_release, operator_release
 
     v1 = core(client)
@@ -140,17 +147,23 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
 
     def gpu_config_step() -> Change:
         change, changed = write_gpu_config(v1, spec.stack, [g.sharing for g in spec.groups],
-                                           [g.mig for g in spec.groups if g.mig])
+                                           [g.mig for g in spec.groups if g.mig], stack_plan.namespace)
         changed_keys.update(changed)
         return change
 
     step("write-gpu-config", gpu_config_step)
-    check_single_owners(client, spec.stack)
-    if spec.stack.nfd == "standalone":
+    if stack_plan.nfd is not None:
+        info(f"  {stack_plan.nfd_note()}")
+        step("use-existing-nfd", lambda: Change.NO_CHANGE)
+    elif spec.stack.nfd == "standalone":
         step("install-nfd", lambda: ensure_release(helm, nfd_release(spec.stack)))
-    step("install-gpu-operator", lambda: ensure_release(helm, operator_release(spec.stack)))
+    if stack_plan.operator is not None:
+        info(f"  {stack_plan.operator_note()}")
+        step("configure-gpu-operator", lambda: ensure_cluster_policy(client, stack_plan.operator, spec.stack))
+    else:
+        step("install-gpu-operator", lambda: ensure_release(helm, operator_release(spec.stack)))
     in_use = {g.sharing.config_key for g in spec.groups if g.sharing.config_key}
-    step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys & in_use))
+    step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys & in_use, stack_plan.namespace))
     for group in spec.groups:
         if group.mig is not None:
             step(f"apply-mig/{group.spec.name}",
@@ -190,26 +203,62 @@ def gpu_config_data(stack: StackSpec, sharings: list[Sharing], layouts: list[Mig
 
 
 def write_gpu_config(v1, stack: StackSpec, sharings: list[Sharing],  # noqa: ANN001
-                     layouts: list[MigLayout]) -> tuple[Change, set[str]]:
-    """Write gpu_config_data where it differs; also return the device-plugin keys whose content changed
-    (their consumers must restart)."""
-    text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
-    outcomes = [ensure_namespace(v1, NAMESPACE)]
+                     layouts: list[MigLayout], namespace: str = NAMESPACE) -> tuple[Change, set[str]]:
+    """Write gpu_config_data into the GPU Operator's `namespace` where it differs; also return the
+    device-plugin keys whose content changed (their consumers must restart)."""
+    text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
+    outcomes = [ensure_namespace(v1, namespace)]
     changed: set[str] = set()
     for name, data in gpu_config_data(stack, sharings, layouts, parse_mig_parted_config(text) if text else {}).items():
-        outcome, keys = ensure_config_map_keys(v1, NAMESPACE, name, data)
+        outcome, keys = ensure_config_map_keys(v1, namespace, name, data)
         outcomes.append(outcome)
         if name == DEVICE_PLUGIN_CONFIGMAP:
             changed = keys
     return (Change.NO_CHANGE if all(o is Change.NO_CHANGE for o in outcomes) else Change.UPDATED), changed
 
 
-def _restart_device_plugin(v1, changed_in_use: set[str]) -> Change:  # noqa: ANN001
+def cluster_policy_drift(spec: dict[str, Any], stack: StackSpec) -> dict[str, Any] | None:
+    """The fields gpuctl applies to another's ClusterPolicy when `spec` lacks one of them, else None.
+    Without sharing gpuctl applies no devicePlugin.config, so server-side apply drops the one it set."""
+    wanted = cluster_policy_fields(stack)
+    gone = "devicePlugin" not in wanted and \
+        ((spec.get("devicePlugin") or {}).get("config") or {}).get("name") == DEVICE_PLUGIN_CONFIGMAP
+    return None if contains(spec, wanted) and not gone else wanted
+
+
+def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpec) -> Change:
+    """Point another's GPU Operator at gpuctl's configs: server-side apply of only the fields gpuctl
+    sets (field manager gpuctl), so the owner's other settings stay as they are."""
+    from kubernetes.client import CustomObjectsApi
+
+    from gpuctl.kube.objects import APPLY_PATCH
+    from gpuctl.stack.existing import CLUSTER_POLICY
+
+    custom = CustomObjectsApi(client)
+    name = operator.policy
+    try:
+        current = custom.get_cluster_custom_object(*CLUSTER_POLICY, name)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"reading ClusterPolicy {name}") from None
+    wanted = cluster_policy_drift(current.get("spec") or {}, stack)
+    if wanted is None:
+        return Change.NO_CHANGE
+    body = {"apiVersion": "/".join(CLUSTER_POLICY[:2]), "kind": "ClusterPolicy", "metadata": {"name": name},
+            "spec": wanted}
+    try:
+        custom.patch_cluster_custom_object(*CLUSTER_POLICY, name, body, field_manager=L.MANAGER, force=True,
+                                           _content_type=APPLY_PATCH)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"configuring ClusterPolicy {name}") from None
+    return Change.UPDATED
+
+
+def _restart_device_plugin(v1, changed_in_use: set[str], namespace: str = NAMESPACE) -> Change:  # noqa: ANN001
     """The device plugin does not reload an edited config: restart its pods when one in use changed."""
     if not changed_in_use:
         return Change.NO_CHANGE
     try:
-        v1.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"app={L.DEVICE_PLUGIN_APP}")
+        v1.delete_collection_namespaced_pod(namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}")
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, "restarting the device-plugin pods") from None
     return Change.UPDATED

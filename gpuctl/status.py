@@ -11,6 +11,8 @@ from gpuctl.kube.client import api_error
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from gpuctl.stack.existing import Operator
+
 COLUMNS = ("node", "nodegroup", "product", "gpus", "sharing", "replicas", "mig_config", "mig_state",
            "device_plugin", "allocatable", "taints")
 PLUGIN_SELECTOR = f"app={L.DEVICE_PLUGIN_APP}"  # the operator's device-plugin pods
@@ -37,6 +39,7 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
         pods = {p.spec.node_name: p for p in v1.list_pod_for_all_namespaces(label_selector=PLUGIN_SELECTOR).items}
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, "listing device-plugin pods") from None
+    operator = gpu_operator(client)
     rows = []
     for node in gpu_nodes(v1, nodegroup):
         labels = node.metadata.labels or {}
@@ -53,5 +56,14 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
             "allocatable": gpu_resources(node),
             "taints": [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
                        for t in node.spec.taints or []],
+            "gpu_operator": operator.as_dict() if operator else None,
         })
     return rows
+
+
+def gpu_operator(client: ApiClient) -> Operator | None:
+    """The GPU Operator serving the nodes (the one with a ClusterPolicy first), whoever installed it."""
+    from gpuctl.stack.existing import read_operators
+
+    operators = sorted(read_operators(client), key=lambda o: o.policy is None)
+    return operators[0] if operators else None

@@ -15,7 +15,7 @@ from gpuctl.kube.objects import ensure_namespace
 from gpuctl.mig import advertised_resources, layout_from_counts, parse_mig_parted_config
 from gpuctl.progress import waiting
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
-from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE
+from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
@@ -179,14 +179,17 @@ def _diagnostics(v1: Any, pod: Any) -> str:
 
 
 def read_configs(client: ApiClient) -> tuple[dict[str, str], dict[str, Any]]:
-    """The operator's device-plugin configs and mig-parted configs."""
+    """The operator's device-plugin configs and mig-parted configs (in the namespace of the GPU Operator
+    gpuctl configures, which may be another's)."""
     from kubernetes.client import CoreV1Api
 
     from gpuctl.kube.objects import read_config_map_data
+    from gpuctl.stack.existing import config_namespace
 
     v1 = CoreV1Api(client)
-    plugin = read_config_map_data(v1, NAMESPACE, DEVICE_PLUGIN_CONFIGMAP) or {}
-    mig_text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml", "")
+    namespace = config_namespace(client)
+    plugin = read_config_map_data(v1, namespace, DEVICE_PLUGIN_CONFIGMAP) or {}
+    mig_text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml", "")
     mig = parse_mig_parted_config(mig_text) if mig_text else {}
     return plugin, mig
 

@@ -17,9 +17,14 @@ def status(
     """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints."""
     from gpuctl.kube.client import api_client
     from gpuctl.naming import check_name
+    from gpuctl.output import info
     from gpuctl.status import COLUMNS, gpu_status
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     opts = settings(ctx)
-    emit(gpu_status(api_client(opts.kubeconfig, opts.context), nodegroup), opts.output, COLUMNS)
+    rows = gpu_status(api_client(opts.kubeconfig, opts.context), nodegroup)
+    emit(rows, opts.output, COLUMNS)
+    operator = next((r["gpu_operator"] for r in rows if r["gpu_operator"]), None)
+    if operator is not None and opts.output == "table":  # in JSON and YAML: each row's gpu_operator
+        info(operator["summary"])

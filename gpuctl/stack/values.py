@@ -80,6 +80,17 @@ def operator_values(spec: StackSpec) -> dict[str, Any]:
     return values
 
 
+def cluster_policy_fields(spec: StackSpec) -> dict[str, Any]:
+    """The ClusterPolicy spec fields that carry gpuctl's sharing and MIG settings, for a GPU Operator
+    gpuctl did not install: the same values `operator_values` gives these keys, which the chart copies
+    into the ClusterPolicy as they are (v26.7.0 templates/clusterpolicy.yaml)."""
+    values = operator_values(spec)
+    fields: dict[str, Any] = {"mig": values["mig"], "migManager": {"config": values["migManager"]["config"]}}
+    if "devicePlugin" in values:
+        fields["devicePlugin"] = values["devicePlugin"]
+    return fields
+
+
 def nfd_values(spec: StackSpec) -> dict[str, Any]:
     return {"worker": {"tolerations": tolerations(spec.taints)}}
 

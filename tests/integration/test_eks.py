@@ -270,6 +270,11 @@ def test_bad_credentials_exit_3_without_the_secret(eks: Eks, tmp_path: Path) -> 
             assert proc.returncode == 3, proc.stderr
             assert message in proc.stderr and "aws configure" in proc.stderr
             assert wrong not in proc.stdout + proc.stderr
+        # The cluster exists: its kube-apiserver refuses a token signed with the wrong secret (401).
+        proc = eks.gpuctl("status", env=dict(eks.env, **cases[0][0]))
+        assert proc.returncode == 3, proc.stderr
+        assert "rejected the credentials (HTTP 401)" in proc.stderr and "aws sts get-caller-identity" in proc.stderr
+        assert wrong not in proc.stdout + proc.stderr
     missing = {k: v for k, v in eks.env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     proc = eks.gpuctl(*CREATE, env=missing)
     assert proc.returncode == 3 and "no usable AWS credentials" in proc.stderr, proc.stderr

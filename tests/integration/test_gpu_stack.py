@@ -159,8 +159,8 @@ def test_a_foreign_device_plugin_is_never_doubled(stack: dict[str, str]) -> None
     apps.create_namespaced_daemon_set("kube-system", foreign)
     try:
         proc = run_gpuctl(*CREATE, env=stack)
-        assert proc.returncode == 5, proc.stderr
-        assert "a device plugin is already deployed (kube-system/nvidia-device-plugin-daemonset)" in proc.stderr
+        assert proc.returncode == 2, proc.stderr  # refused before any write: the user's cluster to change
+        assert "device plugin runs on this cluster (DaemonSet kube-system/nvidia-device-plugin-daemonset)" in proc.stderr
         validated = run_gpuctl("validate", env=stack)
         assert validated.returncode == 6 and "found 2" in validated.stdout
     finally:

@@ -233,7 +233,40 @@ def test_emulator_speaks_magnum_microversions(emulator: OpenStackEmulator) -> No
     resp = requests.get(url, headers={"X-Auth-Token": token, "OpenStack-API-Version": "compute 2.1"}, timeout=10)
     assert resp.status_code == 406 and resp.json()["errors"][0]["status"] == 406
     resp = requests.get(f"{url}/nope/nodegroups", headers={"X-Auth-Token": token}, timeout=10)
-    assert resp.status_code == 404  # node groups need microversion >= 1.9
+    assert resp.status_code == 406  # node groups need microversion >= 1.9 (no header: 1.1)
+
+
+def test_a_rerun_after_an_interrupted_create_does_not_create_twice(os_env: dict[str, str],
+                                                                   emulator: OpenStackEmulator) -> None:
+    """Magnum writes a record after its 202 (the conductor's work); here it takes 8 s. The first gpuctl is
+    killed while it waits; the rerun must wait for that record, not POST a second cluster of the name."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    emulator.magnum.record_delay = 8.0
+    posts = emulator.requests.count(("POST", "/v1/clusters"))
+    args = ("cluster", "create", *CLOUD, "--name", "slow", "--template", "gpu-template", "--gpu", "t4",
+            "--charts", "bundled", "--no-validate")
+    first = subprocess.Popen([sys.executable, "-m", "gpuctl", *args], env=os_env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stderr is not None
+        for line in first.stderr:
+            if "waiting for Magnum cluster 'slow': not visible yet" in line:
+                break
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.wait(timeout=30)
+        emulator.magnum.record_delay = 0.0
+    started = time.monotonic()
+    proc = run_gpuctl(*args, env=os_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "an earlier run asked Magnum to create cluster 'slow'" in proc.stderr
+    assert emulator.requests.count(("POST", "/v1/clusters")) - posts == 1
+    assert time.monotonic() - started < 120
+    proc = run_gpuctl("cluster", "delete", *CLOUD, "--name", "slow", "--yes", env=os_env)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_delete_of_an_adopted_cluster_removes_only_gpuctl_node_groups(os_env: dict[str, str],

@@ -53,13 +53,14 @@ def node_labels(group: NodeGroupSpec, name: str) -> dict[str, str]:
 
 
 def node_capacity(group: NodeGroupSpec) -> dict[str, str]:
-    # A plausible host per GPU: 8 vCPU and 64 GiB each, like the big GPU instance types.
+    # A plausible host per GPU: 8 vCPU and 64 GiB each, like the big GPU instance types. No nvidia.com/gpu:
+    # like a node of an NVIDIA AMI (AL2023_x86_64_NVIDIA, Magnum's GPU images), it advertises GPUs once a
+    # device plugin runs on it; a node that registers with them has a plugin on its host (Bottlerocket).
     return {
         "cpu": str(8 * group.gpus_per_node),
         "memory": f"{64 * group.gpus_per_node}Gi",
         "ephemeral-storage": "500Gi",
         "pods": "110",
-        L.GPU_RESOURCE: str(group.gpus_per_node),
     }
 
 

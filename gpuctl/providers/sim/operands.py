@@ -123,12 +123,12 @@ def _container(operand: Operand, policy: Policy) -> dict[str, Any]:
     return container
 
 
-def render_daemon_set(operand: Operand, policy: Policy) -> dict[str, Any]:
-    """The DaemonSet the operator creates for `operand`, owned by the ClusterPolicy."""
+def render_daemon_set(operand: Operand, policy: Policy, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The DaemonSet the operator creates for `operand` in its own `namespace`, owned by the ClusterPolicy."""
     labels = {"app": operand.name, **operand.labels}
     body: dict[str, Any] = {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": operand.name, "namespace": NAMESPACE, "labels": labels,
+        "metadata": {"name": operand.name, "namespace": namespace, "labels": labels,
                      "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": policy.name,
                                           "uid": policy.uid, "controller": True, "blockOwnerDeletion": True}]},
         "spec": {

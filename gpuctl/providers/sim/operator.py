@@ -3,8 +3,10 @@ Discovery, the MIG manager and the CUDA runtime do on real GPU nodes, played aga
 
 It runs as long as the sim cluster runs (started and stopped with it) and is idle until a
 ClusterPolicy exists: like the real operator it takes its inputs from the ClusterPolicy the chart
-renders (gpuctl's bundled stand-in chart, or NVIDIA's own through --charts DIR). Faithful to upstream
-where it matters to gpuctl:
+renders (gpuctl's bundled stand-in chart, or NVIDIA's own through --charts DIR, or NVIDIA's chart
+installed by someone else under any release name). Faithful to upstream where it matters to gpuctl:
+- the release name does not matter; operands and their ConfigMaps live in the operator's own
+  namespace (OPERATOR_NAMESPACE, the namespace of its Deployment);
 - the operator's node labels and DaemonSets, with their names, labels and node selectors (operands.py);
 - the device plugin loads each node's config with the real plugin's code (device_plugin.py); a
   config it refuses leaves the node without GPUs and the plugin pod crash-looping;
@@ -41,6 +43,7 @@ from gpuctl.providers.sim.nodes import CUDA_VERSION
 from gpuctl.providers.sim.operands import (CLUSTER_POLICY, HASH_ANNOTATION, OPERANDS, Policy, is_gpu_node, node_labels,
                                            render_daemon_set)
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing
+from gpuctl.stack.existing import OPERATOR_SELECTOR
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.tools.installer import find_tool
 
@@ -64,6 +67,16 @@ class SimOperator:
         self.apps = AppsV1Api(self.v1.api_client)
         self.logs = logs
         self.upstreamcheck = find_tool("upstreamcheck")
+        self.namespace = NAMESPACE
+
+    def operator_namespace(self) -> str:
+        """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the chart's
+        templates/operator.yaml sets it from metadata.namespace), whatever the release is called.
+        It runs its operands there and reads the ConfigMaps its ClusterPolicy names from there."""
+        items = self.apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
+        if not items:
+            return NAMESPACE
+        return sorted(items, key=lambda d: d.metadata.creation_timestamp)[0].metadata.namespace
 
     def policy(self) -> Policy | None:
         try:
@@ -79,7 +92,7 @@ class SimOperator:
 
     def _config_map(self, name: str) -> dict[str, str] | None:
         try:
-            return self.v1.read_namespaced_config_map(name, NAMESPACE).data or {}
+            return self.v1.read_namespaced_config_map(name, self.namespace).data or {}
         except Exception as exc:  # noqa: BLE001
             if is_not_found(exc):
                 return None
@@ -89,6 +102,7 @@ class SimOperator:
         policy = self.policy()
         if policy is None:
             return
+        self.namespace = self.operator_namespace()
         nodes = [n for n in self.v1.list_node().items if is_gpu_node(n.metadata.labels or {})]
         if nodes:  # the operator creates no DaemonSet in a cluster without GPU nodes
             self._ensure_daemon_sets(policy)
@@ -101,25 +115,25 @@ class SimOperator:
         except ValueError:
             mig_configs = {}
         plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
-            NAMESPACE, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items if p.spec.node_name and p.status.phase == "Running"}
+            self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items if p.spec.node_name and p.status.phase == "Running"}
         for node in nodes:
             self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
                                  plugin_pods.get(node.metadata.name))
         self._run_cuda_samples()
 
     def _ensure_daemon_sets(self, policy: Policy) -> None:
-        existing = {d.metadata.name: d for d in self.apps.list_namespaced_daemon_set(NAMESPACE).items}
+        existing = {d.metadata.name: d for d in self.apps.list_namespaced_daemon_set(self.namespace).items}
         for operand in OPERANDS:
             current = existing.get(operand.name)
             if not policy.enabled(operand):
                 owned = current is not None and any(r.uid == policy.uid for r in current.metadata.owner_references or [])
                 if owned:
-                    self.apps.delete_namespaced_daemon_set(operand.name, NAMESPACE)
+                    self.apps.delete_namespaced_daemon_set(operand.name, self.namespace)
                 continue
-            body = render_daemon_set(operand, policy)
+            body = render_daemon_set(operand, policy, self.namespace)
             if current is None or (current.metadata.annotations or {}).get(HASH_ANNOTATION) != \
                     body["metadata"]["annotations"][HASH_ANNOTATION]:
-                self.apps.patch_namespaced_daemon_set(operand.name, NAMESPACE, body, field_manager="gpu-operator",
+                self.apps.patch_namespaced_daemon_set(operand.name, self.namespace, body, field_manager="gpu-operator",
                                                       force=True, _content_type=APPLY_PATCH)
 
     def _load(self, node: Any, model: GpuModel, policy: Policy, plugin_name: str,
@@ -156,10 +170,10 @@ class SimOperator:
                                     or loaded.get("error")):
             result = self._load(node, model, policy, plugin_name, plugin_configs, mig_enabled)
             if loaded and loaded.get("error") and loaded["pod"] == pod_uid and result.error is None:
-                self.v1.delete_namespaced_pod(plugin_pod.metadata.name, NAMESPACE)  # the crash loop restarts it
+                self.v1.delete_namespaced_pod(plugin_pod.metadata.name, self.namespace)  # the crash loop restarts it
                 result = PluginLoad(error=loaded["error"])  # until then it still has the old outcome
             elif result.error is not None and (plugin_pod.metadata.annotations or {}).get(CRASH) != result.error:
-                self.v1.patch_namespaced_pod(plugin_pod.metadata.name, NAMESPACE,
+                self.v1.patch_namespaced_pod(plugin_pod.metadata.name, self.namespace,
                                              {"metadata": {"annotations": {CRASH: result.error}}},
                                              _content_type=MERGE_PATCH)
             loaded = {"pod": pod_uid, "inputs": inputs, "strategy": result.sharing.strategy,

@@ -62,6 +62,7 @@ class NodeGroup:
     status_reason: str | None = None
     created_at: str = field(default_factory=_now)
     updated_at: str | None = None
+    visible_at: float = 0.0  # the conductor writes the record after the API's 202 (see record_delay)
 
     def summary(self) -> dict[str, Any]:
         return {"uuid": self.uuid, "name": self.name, "flavor_id": self.flavor.name, "image_id": "fedora-coreos-38",
@@ -95,6 +96,7 @@ class Cluster:
     nodegroups: dict[str, NodeGroup] = field(default_factory=dict)  # by uuid
     created_at: str = field(default_factory=_now)
     updated_at: str | None = None
+    visible_at: float = 0.0  # the conductor writes the record after the API's 202 (see record_delay)
 
     @property
     def node_count(self) -> int:
@@ -143,11 +145,19 @@ class Magnum:
                                                        {"kube_tag": COE_VERSION, "container_runtime": "containerd"})]}
         self.clusters: dict[str, Cluster] = {}
         self.failures: list[str] = []  # status_reason of the next creates that will fail
+        # Seconds between a create's 202 and its record, as when Magnum's conductor is slow to pick up
+        # the RPC cast (a fault the real services on this machine do not show).
+        self.record_delay = 0.0
         self.workers: list[threading.Thread] = []
 
     # -- lookups (name or uuid, as Magnum's api_utils.get_resource) --------------------------
 
+    def visible(self, items: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        return {key: item for key, item in items.items() if getattr(item, "visible_at", 0.0) <= now}
+
     def _find(self, kind: str, items: dict[str, Any], ident: str) -> Any:
+        items = self.visible(items)
         if ident in items:
             return items[ident]
         named = [item for item in items.values() if item.name == ident]
@@ -224,6 +234,7 @@ class Magnum:
             ng = NodeGroup(str(uuidlib.uuid4()), ng_name, FLAVORS[template.flavor_id], count or 0, role, labels,
                            is_default=True)
             cluster.nodegroups[ng.uuid] = ng
+        cluster.visible_at = time.monotonic() + self.record_delay
         self.clusters[cluster.uuid] = cluster
 
         def work() -> None:
@@ -285,19 +296,20 @@ class Magnum:
             raise MagnumError(400, "Creating master nodegroups is currently not supported.")
         flavor_id = body.get("flavor_id") or cluster.template.flavor_id
         if flavor_id not in FLAVORS:
-            raise MagnumError(404, f"Flavor {flavor_id} could not be found.")
+            raise MagnumError(400, f"Unable to find flavor {flavor_id}.")  # exception.FlavorNotFound: 400
         count = _int(body, "node_count", 1)
         low = _int(body, "min_node_count", 0)
         high = _int(body, "max_node_count", None)
         assert count is not None and low is not None
-        if count < low or (high is not None and count > high):
-            raise MagnumError(400, f"node_count {count} must be between min_node_count {low} and max_node_count "
-                                   f"{high}.")
+        if count < low or (high and count > high):  # NodeGroupInvalidInput is a Conflict; 0 is no maximum
+            raise MagnumError(409, f"max_node_count for {name} is invalid (node_count ({count}) should be between "
+                                   f"min_node_count ({low}) and max_node_count ({high})).")
         given = {str(k): str(v) for k, v in (body.get("labels") or {}).items()}
         merge = bool(body.get("merge_labels", False))
         ng = NodeGroup(str(uuidlib.uuid4()), name, FLAVORS[flavor_id], count, role,
                        {**cluster.labels, **given} if merge else (given or dict(cluster.labels)),
                        min_node_count=low, max_node_count=high, merge_labels=merge)
+        ng.visible_at = time.monotonic() + self.record_delay
         cluster.nodegroups[ng.uuid] = ng
         self._transition([ng], "CREATE", lambda: self._nodes(cluster, ng), failure=self._next_failure())
         return ng
@@ -311,17 +323,19 @@ class Magnum:
         values = {"min_node_count": ng.min_node_count, "max_node_count": ng.max_node_count}
         for op in patch:
             key = str(op.get("path", "")).lstrip("/")
+            if op.get("op") != "remove" and op.get("value") is None:  # types.JsonPatchType.validate
+                raise MagnumError(400, "'add' and 'replace' operations needs value")
             if key not in values or op.get("op") not in ("replace", "remove"):
                 raise MagnumError(400, f"Cannot {op.get('op')} {op.get('path')}: only min_node_count and "
                                        "max_node_count can be updated.")
             values[key] = op.get("value") if op["op"] == "replace" else (0 if key == "min_node_count" else None)
         low, high = values["min_node_count"], values["max_node_count"]
-        if not isinstance(low, int) or low > ng.node_count:
-            raise MagnumError(400, f"Min node count ({low}) should be less or equal to current node count "
-                                   f"({ng.node_count}).")
-        if high is not None and (not isinstance(high, int) or high < ng.node_count):
-            raise MagnumError(400, f"Max node count ({high}) should be greater or equal to current node count "
-                                   f"({ng.node_count}).")
+        if not isinstance(low, int) or low > ng.node_count:  # nodegroup._validate_node_count: 409
+            raise MagnumError(409, f"min_node_count for {ng.name} is invalid (min_node_count ({low}) should be less "
+                                   f"or equal to node_count ({ng.node_count})).")
+        if high and (not isinstance(high, int) or high < ng.node_count):
+            raise MagnumError(409, f"max_node_count for {ng.name} is invalid (node_count ({ng.node_count}) should be "
+                                   f"less or equal to max_node_count ({high})).")
         self._busy(ng)
         ng.min_node_count, ng.max_node_count = low, high
         self._transition([ng], "UPDATE", lambda: None)

@@ -158,13 +158,15 @@ class OpenStackEmulator:
     def route(self, method: str, path: str, body: Any, version: tuple[int, int]) -> tuple[int, Any]:
         m = self.magnum
         routes: list[tuple[str, str, Callable[..., tuple[int, Any]]]] = [
-            ("GET", r"/v1/clusters", lambda: (200, {"clusters": [c.summary() for c in m.clusters.values()]})),
+            ("GET", r"/v1/clusters",
+             lambda: (200, {"clusters": [c.summary() for c in m.visible(m.clusters).values()]})),
             ("POST", r"/v1/clusters", lambda: (202, {"uuid": m.create_cluster(body).uuid})),
             ("GET", r"/v1/clusters/([^/]+)", lambda c: (200, m.cluster(c).detail())),
             ("DELETE", r"/v1/clusters/([^/]+)", lambda c: (204, m.delete_cluster(c))),
             ("POST", r"/v1/clusters/([^/]+)/actions/resize", lambda c: (202, {"uuid": m.resize(c, body).uuid})),
             ("GET", r"/v1/clusters/([^/]+)/nodegroups",
-             lambda c: (200, {"nodegroups": [ng.summary() for ng in m.cluster(c).nodegroups.values()]})),
+             lambda c: (200, {"nodegroups": [ng.summary()
+                                             for ng in m.visible(m.cluster(c).nodegroups).values()]})),
             ("POST", r"/v1/clusters/([^/]+)/nodegroups",
              lambda c: (202, m.create_nodegroup(c, body).detail(m.cluster(c)))),
             ("GET", r"/v1/clusters/([^/]+)/nodegroups/([^/]+)",
@@ -183,8 +185,9 @@ class OpenStackEmulator:
             known_path = True
             if verb != method:
                 continue
-            if "/nodegroups" in pattern and version < NODEGROUP_MIN_VERSION:
-                break  # nodegroups do not exist before API 1.9
+            if "/nodegroups" in pattern and version < NODEGROUP_MIN_VERSION:  # base.Controller.api_version("1.9")
+                raise MagnumError(406, f"Version {_version_text(version)} was requested but the minor version is "
+                                       "not supported by this service.")
             with m.lock:
                 return action(*match.groups())
         if known_path and version >= NODEGROUP_MIN_VERSION:
@@ -272,7 +275,9 @@ def _handler(emulator: OpenStackEmulator) -> type[BaseHTTPRequestHandler]:
                                                   "type": "application/vnd.openstack.magnum.v1+json"}]})
                 return
             if not emulator.authenticated(self.headers.get("X-Auth-Token")):
-                self._send(401, MagnumError(401, "The request you have made requires authentication.").body(),
+                # keystonemiddleware answers before Magnum, in Keystone's error format
+                self._send(401, {"error": {"code": 401, "title": "Unauthorized",
+                                           "message": "The request you have made requires authentication."}},
                            {"WWW-Authenticate": f"Keystone uri=\"{emulator.url}/identity\""})
                 return
             emulator.requests.append((method, path))
