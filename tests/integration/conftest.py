@@ -57,3 +57,26 @@ def sim_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     yield SimCluster(CLUSTER, kubeconfig, sim_env)
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=sim_env)
     assert proc.returncode == 0, proc.stderr
+
+
+BED_PASSWORD = "bed-demo-password"
+
+
+@pytest.fixture(scope="session")
+def openstack_bed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - OpenStackBed
+    """Real Keystone + Magnum (tests/beds/openstack) whose clusters are sim clusters under sim_env's state dir;
+    user `demo` (password BED_PASSWORD) in project `demo`, cluster template `gpu-template`. The first run
+    builds the bed's venv (~/.cache/gpuctl/tools/openstack-bed-<sha>); the services' logs stay in the
+    bed's dir (printed here, and named by every start error)."""
+    from tests.beds.openstack.bed import OpenStackBed
+
+    bed = OpenStackBed(password=BED_PASSWORD, workdir=tmp_path_factory.mktemp("openstack-bed"))
+    bed.start()
+    print(f"\nOpenStack bed up in {bed.setup_s:.1f}s ({', '.join(f'{k} {v:.1f}s' for k, v in bed.timings.items())}); "
+          f"Keystone {bed.auth_url}, Magnum {bed.magnum_url}; logs in {bed.log_dir}")
+    try:
+        yield bed
+    finally:
+        memory = ", ".join(f"{k} {v:.0f} MiB" for k, v in bed.memory_mb().items())
+        bed.stop()
+        print(f"\nOpenStack bed stopped (RSS at the end: {memory}); logs in {bed.log_dir}")

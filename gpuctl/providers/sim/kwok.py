@@ -19,6 +19,7 @@ recognisable and repairable by the next run.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import logging
 import os
 import re
@@ -249,10 +250,16 @@ class KwokCluster:
             raise ClusterError(f"kwokctl {' '.join(args)} failed: {lines[-1] if lines else proc.returncode}",
                                f"component logs are in {self.dir / 'logs'}")
 
-    def create(self, apiserver_args: dict[str, str] | None = None) -> None:
+    def create(self, apiserver_args: dict[str, str] | None = None, ca: tuple[bytes, bytes] | None = None) -> None:
         """Make a new control plane and mark it complete; `apiserver_args` adds kube-apiserver flags
-        (e.g. a token webhook). Its Stages, processes and operator are the ensure_* methods' work."""
+        (e.g. a token webhook); `ca` (PEM certificate, PEM unencrypted key) is the CA its pki is issued by
+        instead of one kwokctl makes (see write_pki). Its Stages, processes and operator are the ensure_*
+        methods' work."""
         try:
+            if ca is not None:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                self.dir.chmod(0o700)
+                write_pki(self.dir / "pki", *ca)
             self._kwokctl("create", "cluster", apiserver_args=apiserver_args)
         finally:
             self.config_path.unlink(missing_ok=True)  # kwokctl keeps what it needs in kwok.yaml
@@ -387,6 +394,55 @@ class KwokCluster:
         if not log.exists():
             return ""
         return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+def write_pki(pki: Path, ca_cert_pem: bytes, ca_key_pem: bytes) -> None:
+    """kwokctl's pki, issued by a given CA: ca.crt/ca.key, and the one admin.crt/admin.key that every
+    component uses as client and serving certificate (CN kwok-admin, O system:masters, kwokctl's SANs).
+    `kwokctl create` keeps a pki dir it finds, so a cluster made on it trusts clients that CA signed and
+    serves a certificate that CA verifies (a cloud's cluster CA, e.g. Magnum's)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    dns = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+           "localhost"]
+    ips = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, "kwok-admin")]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(min(now + datetime.timedelta(days=365), ca_cert.not_valid_after_utc))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName([*map(x509.DNSName, dns), *map(x509.IPAddress, ips)]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),  # type: ignore[arg-type]
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    pki.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private = serialization.PrivateFormat.TraditionalOpenSSL
+    files = {"ca.crt": ca_cert.public_bytes(serialization.Encoding.PEM), "ca.key": ca_key_pem,
+             "admin.crt": cert.public_bytes(serialization.Encoding.PEM),
+             "admin.key": key.private_bytes(serialization.Encoding.PEM, private, serialization.NoEncryption())}
+    for name, data in files.items():
+        fd = os.open(pki / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
 
 
 def cluster_names() -> list[str]:

@@ -69,10 +69,14 @@ class SimProvider:
     default_charts = "bundled"  # the project's stand-in charts: nothing to pull, no real GPUs to drive
     ships_driver = True
 
-    def __init__(self, options: CloudOptions | None = None, apiserver_args: dict[str, str] | None = None) -> None:
+    def __init__(self, options: CloudOptions | None = None, apiserver_args: dict[str, str] | None = None,
+                 ca: tuple[bytes, bytes] | None = None) -> None:
         self.options = options or CloudOptions()
         # Extra kube-apiserver flags, for clusters that stand in for a cloud's (the test emulators).
         self.apiserver_args = apiserver_args
+        # The CA (PEM certificate, PEM unencrypted key) a new cluster's pki is issued by, for clusters that
+        # stand in for a cloud's whose CA the cloud keeps (the OpenStack test bed: Magnum's cluster CA).
+        self.ca = ca
 
     def check_node_group(self, spec: NodeGroupSpec) -> None:
         """Any catalog GPU can be simulated."""
@@ -97,7 +101,7 @@ class SimProvider:
                 info(f"  sim cluster {name!r} was left half-made (an interrupted create): making it again")
                 kwok.remove()
             try:
-                kwok.create(self.apiserver_args)
+                kwok.create(self.apiserver_args, self.ca)
                 self._repair(kwok, fresh=True)
             except BaseException:
                 kwok.remove()  # no half-made cluster left behind by a failure (a crash: see above)
