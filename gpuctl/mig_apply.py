@@ -17,11 +17,12 @@ from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 from gpuctl.mig import MigLayout, advertised_resources, config_name, mig_parted_config, parse_layout, parse_mig_parted_config
 from gpuctl.progress import waiting
 from gpuctl.providers.base import Change
+from gpuctl.stack.existing import Operator, configured_operator
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.releases import operator_release
 from gpuctl.sharing import CONFIG_LABEL
-from gpuctl.stack.values import (MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, GroupSharing, choose_mig_strategy,
-                                 stack_from_record, stack_record)
+from gpuctl.stack.values import (MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, GroupSharing, StackSpec,
+                                 choose_mig_strategy, stack_from_record, stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
 
 if TYPE_CHECKING:
@@ -64,7 +65,11 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
     nodes = gpu_nodes(v1, nodegroup, selector)
     if not nodes:
         raise UsageError("--selector", f"no GPU nodes match {selector!r}", "check the selector with 'gpuctl status'")
-    record = read_config_map_data(v1, NAMESPACE, STACK_CONFIGMAP) or {}
+    # Another's GPU Operator keeps gpuctl's ConfigMaps in its own namespace and takes settings through its
+    # ClusterPolicy (see stack/owners.py); gpuctl's own reads them from gpu-operator and takes Helm values.
+    operator = configured_operator(client)
+    namespace = operator.namespace if operator else NAMESPACE
+    record = read_config_map_data(v1, namespace, STACK_CONFIGMAP) or {}
     stack = stack_from_record(record["stack.json"]) if "stack.json" in record else None
     current_strategy = stack.mig_strategy if stack else None
     if strategy is not None and strategy not in ("mixed", "single"):
@@ -83,8 +88,8 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
         from dataclasses import replace
 
         new_stack = replace(stack, mig_strategy=wanted_strategy)
-        steps.append(run_step("set-mig-strategy", lambda: _set_strategy(v1, helm, new_stack), report))
-    steps.append(run_step("write-mig-config", lambda: _write_config(v1, layout), report))
+        steps.append(run_step("set-mig-strategy", lambda: _set_strategy(client, helm, new_stack, operator), report))
+    steps.append(run_step("write-mig-config", lambda: _write_config(v1, layout, namespace), report))
     node_docs = [v1.api_client.sanitize_for_serialization(n) for n in nodes]
     steps.append(run_step("label-nodes", lambda: label_mig_config(v1, node_docs, name), report))
     steps.append(run_step("wait-mig-manager",
@@ -106,20 +111,26 @@ def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout
     choose_mig_strategy(strategy, [*groups, GroupSharing("LAYOUT", "none", layout.profiles)], "--strategy")
 
 
-def _set_strategy(v1, helm: HelmTarget, stack) -> Change:  # noqa: ANN001
-    change = ensure_release(helm, operator_release(stack))
-    ensure_config_map_keys(v1, NAMESPACE, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})
+def _set_strategy(client: ApiClient, helm: HelmTarget, stack: StackSpec, operator: Operator | None) -> Change:
+    from gpuctl.platform import ensure_cluster_policy
+
+    if operator is None:
+        change = ensure_release(helm, operator_release(stack))
+    else:
+        change = ensure_cluster_policy(client, operator, stack)
+    namespace = operator.namespace if operator else NAMESPACE
+    ensure_config_map_keys(core(client), namespace, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})
     return change
 
 
-def _write_config(v1, layout: MigLayout) -> Change:  # noqa: ANN001
-    text = (read_config_map_data(v1, NAMESPACE, MIG_CONFIGMAP) or {}).get("config.yaml")
+def _write_config(v1, layout: MigLayout, namespace: str) -> Change:  # noqa: ANN001
+    text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
     try:
         existing = parse_mig_parted_config(text) if text else {}
     except ValueError as exc:
-        raise ClusterError(f"ConfigMap {NAMESPACE}/{MIG_CONFIGMAP} is not a mig-parted config: {exc}",
+        raise ClusterError(f"ConfigMap {namespace}/{MIG_CONFIGMAP} is not a mig-parted config: {exc}",
                            "fix or delete it") from None
-    return ensure_config_map_keys(v1, NAMESPACE, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([layout], existing)})[0]
+    return ensure_config_map_keys(v1, namespace, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([layout], existing)})[0]
 
 
 def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN001

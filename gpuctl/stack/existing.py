@@ -339,12 +339,17 @@ def read_stack(client: ApiClient) -> ExistingStack:
                       _plain(client, daemon_sets), _plain(client, nodes))
 
 
-def config_namespace(client: ApiClient) -> str:
-    """Where the device plugin and MIG manager read gpuctl's ConfigMaps: the namespace of the GPU
-    Operator gpuctl configures (its own release's, or the one it found), gpu-operator without one."""
+def configured_operator(client: ApiClient) -> Operator | None:
+    """Another's GPU Operator that gpuctl configures through its ClusterPolicy (none when gpuctl's own
+    release is there, or no operator is)."""
     # The ClusterPolicies' own Helm annotations say whose they are: no need to read release Secrets here.
     operators = find_operators([], read_policies(client), read_operator_deployments(client))
     foreign = [o for o in operators if not o.ours and o.policy]
-    if foreign and not any(o.ours for o in operators):
-        return foreign[0].namespace
-    return NAMESPACE
+    return foreign[0] if foreign and not any(o.ours for o in operators) else None
+
+
+def config_namespace(client: ApiClient) -> str:
+    """Where the device plugin and MIG manager read gpuctl's ConfigMaps: the namespace of the GPU
+    Operator gpuctl configures (its own release's, or the one it found), gpu-operator without one."""
+    operator = configured_operator(client)
+    return operator.namespace if operator else NAMESPACE

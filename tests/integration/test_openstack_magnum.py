@@ -5,13 +5,16 @@ real one: 202 first, the record written by the conductor, *_COMPLETE at a later 
 
 from __future__ import annotations
 
+import base64
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from gpuctl.providers.sim.kwok import KwokCluster
 from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
@@ -64,25 +67,44 @@ def nodegroup(bed: OpenStackBed, cluster: str, name: str) -> dict[str, object]:
     return resp.json()
 
 
+STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "configure-nodes/gpu", "write-gpu-config",
+         "install-nfd", "install-gpu-operator", "restart-device-plugin", "wait-capacity/gpu", "validate/gpu"]
+
+
 def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, object], openstack_bed: OpenStackBed) -> None:
+    assert [s["step"] for s in os1["steps"]] == STEPS  # type: ignore[index]
     assert [s["outcome"] for s in os1["steps"]][:3] == ["created", "created", "updated"]  # type: ignore[index]
+    assert os1["nodeGroups"] == [{"name": "gpu", "cluster": "os1", "gpu": "t4", "nodes": 2, "ready_nodes": 2,
+                                  "gpus_per_node": 1}]
     assert {c["check"]: c["ok"] for c in os1["checks"]} == {  # type: ignore[union-attr]
         "capacity": True, "device-plugin": True, "smoke-test": True}
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
     assert cluster["status"] == "UPDATE_COMPLETE" or cluster["status"] == "CREATE_COMPLETE"
     assert cluster["labels"]["nvidia_gpu_enabled"] == "true" and cluster["labels"]["kube_tag"]  # merged
     gpu = nodegroup(openstack_bed, str(cluster["uuid"]), "gpu")
-    assert (gpu["flavor_id"], gpu["node_count"], gpu["min_node_count"], gpu["max_node_count"]) == (
-        "g2.5xlarge", 2, 2, 2)
+    assert (gpu["flavor_id"], gpu["node_count"], gpu["min_node_count"], gpu["max_node_count"], gpu["role"]) == (
+        "g2.5xlarge", 2, 2, 2, "worker")
     # Magnum speaks 1.14: the node group carries the labels and taints, set on its nodes at registration.
     assert gpu["node_labels"] == {"gpuctl.dev/gpu": "t4", "gpuctl.dev/gpus-per-node": "1"}
     assert gpu["node_taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
 
 def test_kubeconfig_from_magnums_ca_authenticates(os_env: dict[str, str], os1: dict[str, object]) -> None:
-    doc = yaml.safe_load(Path(os_env["KUBECONFIG"]).read_text())
+    from cryptography import x509
+
+    path = Path(os_env["KUBECONFIG"])
+    assert path.stat().st_mode & 0o777 == 0o600
+    doc = yaml.safe_load(path.read_text())
+    assert doc["current-context"] == "gpuctl-openstack-os1"
     user = next(u["user"] for u in doc["users"] if u["name"] == "gpuctl-openstack-os1")
-    assert set(user) == {"client-certificate-data", "client-key-data"}
+    assert set(user) == {"client-certificate-data", "client-key-data"}  # no token, no exec plugin
+    cert = x509.load_pem_x509_certificate(base64.b64decode(user["client-certificate-data"]))
+    assert cert.subject.rfc4514_string() == "O=system:masters,CN=admin"  # signed by Magnum's CA
+    cache = Path(os_env["GPUCTL_STATE_DIR"]) / "openstack"
+    [cluster_dir] = [d for d in cache.iterdir() if d.is_dir()]
+    assert cluster_dir.stat().st_mode & 0o777 == 0o700
+    assert {f.name: f.stat().st_mode & 0o777 for f in cluster_dir.iterdir()} == {
+        "ca.crt": 0o600, "client.key": 0o600, "client.crt": 0o600}
     nodes = group_nodes(os_env, "gpu")  # TLS verified against Magnum's CA, client certificate Magnum signed
     assert len(nodes) == 2
     for node in nodes.values():  # node_labels set by Magnum's driver at registration
@@ -93,7 +115,7 @@ def test_status_shows_four_slices_per_t4(os_env: dict[str, str], os1: dict[str, 
     proc = run_gpuctl("status", "-o", "json", env=os_env)
     assert proc.returncode == 0, proc.stderr
     nodes = json.loads(proc.stdout)
-    assert len(nodes) == 2 and {n["nodegroup"] for n in nodes} == {"gpu"}
+    assert [(n["node"], n["nodegroup"]) for n in nodes] == [("gpu-0", "gpu"), ("gpu-1", "gpu")]
     for node in nodes:
         assert node["allocatable"] == {"nvidia.com/gpu": 4}
         assert node["taints"] == ["nvidia.com/gpu=true:NoSchedule"]
@@ -118,13 +140,24 @@ def test_nodegroup_add_scale_delete(os_env: dict[str, str], openstack_bed: OpenS
     assert sorted(group_nodes(os_env, "extra")) == ["extra-0"]
     proc = run_gpuctl("-o", "json", "nodegroup", "scale", *ng, "--nodes", "2", env=os_env)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)[0]["nodes"] == 2 and len(group_nodes(os_env, "extra")) == 2
+    assert json.loads(proc.stdout)[0]["nodes"] == 2 and sorted(group_nodes(os_env, "extra")) == ["extra-0", "extra-1"]
     uuid = str(named(openstack_bed, "os1")[0]["uuid"])
     assert [g["name"] for g in openstack_bed.nodegroups(uuid)].count("extra") == 1
+    proc = run_gpuctl("-o", "json", "nodegroup", "list", *CLOUD, "--cluster", "os1", env=os_env)
+    assert [g["name"] for g in json.loads(proc.stdout)] == ["extra", "gpu"]  # Magnum's defaults are not listed
+    updated = openstack_bed.cluster(uuid)["updated_at"]  # type: ignore[index]
+    proc = run_gpuctl("nodegroup", "delete", *CLOUD, "--cluster", "os1", "--name", "default-worker", "--yes",
+                      env=os_env)
+    assert proc.returncode == 2 and "default node group" in proc.stderr
+    proc = run_gpuctl("nodegroup", "add", *ng, "--gpu", "l4", env=os_env)
+    assert proc.returncode == 2 and "flavor cannot change" in proc.stderr
+    assert openstack_bed.cluster(uuid)["updated_at"] == updated  # type: ignore[index]  # nothing was asked of Magnum
     proc = run_gpuctl("nodegroup", "delete", *ng, "--yes", env=os_env)
     assert proc.returncode == 0, proc.stderr
     assert group_nodes(os_env, "extra") == {}
     assert "extra" not in [g["name"] for g in openstack_bed.nodegroups(uuid)]
+    proc = run_gpuctl("nodegroup", "scale", *ng, "--nodes", "1", env=os_env)
+    assert proc.returncode == 2 and "not found" in proc.stderr
 
 
 def test_a_node_group_without_maximum_converges(os_env: dict[str, str], openstack_bed: OpenStackBed,
@@ -155,18 +188,62 @@ def test_refused_inputs_exit_2_with_magnums_reason(os_env: dict[str, str], opens
     assert "odd" not in [g["name"] for g in openstack_bed.nodegroups(uuid)]
 
 
-def test_wrong_credentials_exit_3_without_the_password(os_env: dict[str, str]) -> None:
-    proc = run_gpuctl("cluster", "list", *CLOUD, "--os-cloud", "wrong", env=os_env)
-    assert proc.returncode == 3, proc.stderr
-    assert "HTTP 401" in proc.stderr and "--os-cloud" in proc.stderr
-    assert WRONG_PASSWORD not in proc.stdout + proc.stderr
+def test_missing_or_unknown_template_exits_2(os_env: dict[str, str], openstack_bed: OpenStackBed) -> None:
+    proc = run_gpuctl("cluster", "create", *CLOUD, "--name", "new", "--gpu", "t4", env=os_env)
+    assert proc.returncode == 2, proc.stderr
+    assert "--template" in proc.stderr
+    proc = run_gpuctl("cluster", "create", *CLOUD, "--name", "new", "--template", "nope", "--gpu", "t4", env=os_env)
+    assert proc.returncode == 2 and "ClusterTemplate nope could not be found" in proc.stderr
+    assert named(openstack_bed, "new") == [] and not KwokCluster("new").exists
+
+
+def test_wrong_or_missing_credentials_exit_3_without_the_password(os_env: dict[str, str], tmp_path: Path) -> None:
+    for args in (("cluster", "list", *CLOUD, "--os-cloud", "wrong"),
+                 ("-vv", "cluster", "create", *CLOUD, "--os-cloud", "wrong", "--name", "x", "--template", "t",
+                  "--gpu", "t4")):
+        proc = run_gpuctl(*args, env=os_env)
+        assert proc.returncode == 3, proc.stderr
+        assert "HTTP 401" in proc.stderr and "--os-cloud" in proc.stderr
+        assert WRONG_PASSWORD not in proc.stdout + proc.stderr
+    proc = run_gpuctl("cluster", "list", *CLOUD, "--os-cloud", "nope", env=os_env)
+    assert proc.returncode == 3 and "nope" in proc.stderr and "clouds.yaml" in proc.stderr
+    no_config = {k: v for k, v in os_env.items() if k not in ("OS_CLOUD", "OS_CLIENT_CONFIG_FILE")}
+    proc = run_gpuctl("cluster", "list", *CLOUD, env=dict(no_config, HOME=str(tmp_path)))  # no ~/.config/openstack
+    assert proc.returncode == 3 and "OS_CLOUD" in proc.stderr
+
+
+def test_delete_of_a_cluster_made_elsewhere_removes_only_gpuctl_node_groups(
+        os_env: dict[str, str], openstack_bed: OpenStackBed) -> None:
+    """A cluster someone made with the openstack CLI, one of whose node groups gpuctl added."""
+    token = openstack_bed.token(openstack_bed.username, openstack_bed.project, PASSWORD)
+    resp = openstack_bed.magnum("POST", "/v1/clusters", token=token, body={
+        "name": "legacy", "cluster_template_id": "gpu-template", "master_count": 1, "node_count": 1})
+    assert resp.status_code == 202, resp.text
+    proc = run_gpuctl("nodegroup", "add", *CLOUD, "--cluster", "legacy", "--name", "ours", "--gpu", "t4",
+                      env=os_env)  # waits for the cluster's create, as Magnum refuses node groups until then
+    assert proc.returncode == 0, proc.stderr
+    proc = run_gpuctl("cluster", "delete", *CLOUD, "--name", "legacy", "--yes", env=os_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "not created by gpuctl" in proc.stderr
+    [legacy] = named(openstack_bed, "legacy")
+    assert sorted(g["name"] for g in openstack_bed.nodegroups(str(legacy["uuid"]))) == [
+        "default-master", "default-worker"]
+    resp = openstack_bed.magnum("DELETE", f"/v1/clusters/{legacy['uuid']}", token=token)
+    assert resp.status_code == 204, resp.text
+    deadline = time.monotonic() + 120
+    while named(openstack_bed, "legacy") and time.monotonic() < deadline:  # its sim cluster goes with it
+        time.sleep(1)
+    assert named(openstack_bed, "legacy") == []
 
 
 def test_cluster_delete_removes_what_was_made(os_env: dict[str, str], openstack_bed: OpenStackBed,
                                               os1: dict[str, object]) -> None:
+    [cluster] = named(openstack_bed, "os1")
+    proc = run_gpuctl("cluster", "delete", *CLOUD, "--name", "os1", env=os_env)
+    assert proc.returncode == 2 and "--yes" in proc.stderr  # asks first
     proc = run_gpuctl("cluster", "delete", *CLOUD, "--name", "os1", "--yes", env=os_env)
     assert proc.returncode == 0, proc.stderr
-    assert named(openstack_bed, "os1") == []
+    assert named(openstack_bed, "os1") == [] and not KwokCluster(str(cluster["cluster_id"])).exists
     doc = yaml.safe_load(Path(os_env["KUBECONFIG"]).read_text())
     assert "gpuctl-openstack-os1" not in [c["name"] for c in doc.get("contexts") or []]
     assert not (Path(os_env["GPUCTL_STATE_DIR"]) / "openstack" / "pending.json").exists()

@@ -111,6 +111,9 @@ def test_refused_inputs_exit_2_naming_the_flag_with_magnums_reason(status: int, 
 def test_busy_and_quota_refusals_are_cloud_errors() -> None:
     busy = http_error(400, magnum_body(400, "Cluster os1 already has an operation in progress."), "x", field="--nodes")
     assert busy.exit_code == ExitCode.CLOUD and "wait until it finishes" in busy.one_line()
+    # exception.ClusterAPIAddressUnavailable: a node group on a cluster still being made
+    unready = http_error(409, magnum_body(409, "Cluster API address is not available yet"), "x", field="--gpu")
+    assert unready.exit_code == ExitCode.CLOUD and "wait until it finishes" in unready.one_line()
     quota = http_error(403, magnum_body(403, "Resource limit exceeded: You have reached the maximum clusters"), "x")
     assert quota.exit_code == ExitCode.CLOUD
 

@@ -35,8 +35,9 @@ THROTTLE_RETRIES = 4  # 429/503 are retried by keystoneauth with exponential bac
 USABLE = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_FAILED")
 CREDENTIALS_HINT = ("set OS_CLOUD or pass --os-cloud NAME (an entry of clouds.yaml), or export the OS_* variables "
                     "of an openrc file")
-# Magnum's 400s for a resource already busy (exception.OperationInProgress, NgOperationInProgress).
-IN_PROGRESS = "already has an operation in progress"
+# Magnum's 400s for a resource already busy (exception.OperationInProgress, NgOperationInProgress), and
+# its 409 for a node group on a cluster still being made (exception.ClusterAPIAddressUnavailable).
+BUSY = ("already has an operation in progress", "api address is not available yet")
 
 Json = dict[str, Any]
 Version = tuple[int, int]
@@ -153,7 +154,7 @@ def http_error(status: int, body: str, doing: str, hint: str | None = None, fiel
         return CloudError(f"{doing}: Magnum refused the API version (HTTP 406: {detail})",
                           "this Magnum does not speak the microversion gpuctl negotiated; rerun, or ask your "
                           "OpenStack administrators which Magnum version runs")
-    if status in (400, 409) and IN_PROGRESS in detail:
+    if status in (400, 409) and any(reason in detail.lower() for reason in BUSY):
         return CloudError(f"{doing}: {detail} (HTTP {status})", "wait until it finishes, then rerun")
     if status in (400, 409) and field is not None:
         return UsageError(refused_field(detail, field), f"Magnum refused it: {detail} (HTTP {status})", hint)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.errors import NotFound, UsageError, WaitTimeout
+from gpuctl.errors import CloudError, NotFound, UsageError, WaitTimeout
 from gpuctl.output import info
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.openstack import certificates
@@ -96,6 +96,17 @@ class MagnumProvider:
         cluster = self.api.get_cluster(name)
         if cluster is None:
             raise NotFound(f"OpenStack cluster {name!r} not found", f"see 'gpuctl cluster list{self._flags()}'")
+        return cluster
+
+    def _settled_cluster(self, name: str) -> Json:
+        """The cluster, once an operation in progress on it has finished: Magnum refuses node groups on a
+        cluster without an API address yet (409) and resizes while it is busy (400)."""
+        cluster = self._cluster(name)
+        if cluster["status"] == "DELETE_IN_PROGRESS":
+            raise CloudError(f"OpenStack cluster {name!r} is being deleted", "create it again once it is gone")
+        if cluster["status"].endswith("_IN_PROGRESS"):
+            info(f"Magnum cluster {name!r} is {cluster['status']}: waiting for it to finish")
+            cluster = self._wait_cluster(cluster["uuid"], name, USABLE) or cluster
         return cluster
 
     def ensure_cluster(self, name: str) -> Change:
@@ -211,7 +222,7 @@ class MagnumProvider:
         return settled
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
-        record = self._cluster(cluster)
+        record = self._settled_cluster(cluster)
         flavor = spec.flavor or openstack_flavor(spec.gpu)
         bounds = wanted_bounds(spec)
         kind = f"nodegroup {record['uuid']}"
@@ -247,7 +258,7 @@ class MagnumProvider:
         return Change.UPDATED if attrs else change
 
     def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
-        record = self._cluster(cluster)
+        record = self._settled_cluster(cluster)
         ng = self._node_group(record, name)
         if ng["role"] == "master":
             raise UsageError("--name", f"{name!r} holds the control plane", "scale a worker node group")

@@ -238,8 +238,8 @@ class Magnum:
         self.clusters[cluster.uuid] = cluster
 
         def work() -> None:
-            if simulated:
-                cluster.api_address = self.data.create_cluster(name)
+            # a record-only cluster gets a documentation address (RFC 5737) nothing answers on
+            cluster.api_address = self.data.create_cluster(name) if simulated else "https://192.0.2.10:6443"
 
         self._transition([cluster, *cluster.nodegroups.values()], "CREATE", work, failure=self._next_failure())
         return cluster
@@ -289,8 +289,8 @@ class Magnum:
             raise MagnumError(400, "Invalid input for field/attribute name.")
         if any(ng.name == name for ng in cluster.nodegroups.values()):
             raise MagnumError(409, f"A node group with name {name} already exists in the cluster {cluster.name}.")
-        if cluster.status not in ("CREATE_COMPLETE", "UPDATE_COMPLETE"):
-            raise MagnumError(409, f"Cluster {cluster.name} is in status {cluster.status}.")
+        if not cluster.api_address:  # the only state Magnum checks (nodegroup.py post)
+            raise MagnumError(409, "Cluster API address is not available yet")  # ClusterAPIAddressUnavailable
         role = body.get("role", "worker")
         if role == "master":
             raise MagnumError(400, "Creating master nodegroups is currently not supported.")
