@@ -119,8 +119,11 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
+    from gpuctl.fence import ensure_fence
+
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     tenant = check_ownership(client, tenant, adopt_field)
+    fence = ensure_fence(client)  # in force before the namespace is a tenant's
     calls = {
         "namespace": (lambda: v1.read_namespace(tenant.name),
                       lambda body: v1.patch_namespace(tenant.name, body, field_manager=L.MANAGER, force=True,
@@ -149,7 +152,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
             raise api_error(exc, f"applying the {kind} of tenant {tenant.name}") from None
     if created:
         return Change.CREATED
-    return Change.UPDATED if updated else Change.NO_CHANGE
+    return Change.UPDATED if updated or fence is not Change.NO_CHANGE else Change.NO_CHANGE
 
 
 def read_or_none(read: Any, kind: str, name: str) -> Any:
@@ -198,8 +201,10 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
 
 def remove_tenant(client: ApiClient, name: str) -> Change:
     """Delete what gpuctl made for tenant `name`: its namespace, or in an adopted namespace only the
-    quota and binding gpuctl wrote (and its marks on the namespace)."""
+    quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU fence."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+    from gpuctl.fence import remove_fence
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
@@ -209,15 +214,20 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
     try:
         if owner == "created":
             v1.delete_namespace(name)
-            return Change.DELETED
-        selector = f"{L.MANAGED_BY}={L.MANAGER}"
-        for quota in v1.list_namespaced_resource_quota(name, label_selector=selector).items:
-            v1.delete_namespaced_resource_quota(quota.metadata.name, name)
-        for binding in rbac.list_namespaced_role_binding(name, label_selector=selector).items:
-            rbac.delete_namespaced_role_binding(binding.metadata.name, name)
-        v1.patch_namespace(name, {"metadata": {"labels": {TENANT_LABEL: None}, "annotations": {ADOPTED: None}}})
+        else:
+            selector = f"{L.MANAGED_BY}={L.MANAGER}"
+            for quota in v1.list_namespaced_resource_quota(name, label_selector=selector).items:
+                v1.delete_namespaced_resource_quota(quota.metadata.name, name)
+            for binding in rbac.list_namespaced_role_binding(name, label_selector=selector).items:
+                rbac.delete_namespaced_role_binding(binding.metadata.name, name)
+            v1.patch_namespace(name, {"metadata": {"labels": {TENANT_LABEL: None}, "annotations": {ADOPTED: None}}})
+        # a deleted namespace keeps its label while it terminates: it is no tenant any more
+        others = [ns for ns in v1.list_namespace(label_selector=TENANT_LABEL).items
+                  if ns.metadata.name != name and ns.metadata.deletion_timestamp is None]
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, f"removing tenant {name}") from None
+    if not others:
+        remove_fence(client)
     return Change.DELETED
 
 

@@ -61,20 +61,29 @@ def choose_mig_strategy(requested: str | None, groups: list[GroupSharing], field
     return requested or ("single" if mps else "mixed")
 
 
+# NVIDIA's hardening against unrequested GPU access (gpu-facts.md "Tenant isolation"): the toolkit ignores
+# NVIDIA_VISIBLE_DEVICES from unprivileged containers and takes the device list only as volume mounts,
+# which is how the device plugin then hands it over. The tenant fence (templates/fences) refuses the rest.
+TOOLKIT_HARDENING = [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"},
+                     {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"}]
+DEVICE_PLUGIN_HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+
+
 def operator_values(spec: StackSpec) -> dict[str, Any]:
     """GPU Operator chart values (v26.7 keys). `devicePlugin.config` only where gpuctl wrote configs:
     the config-manager exits on a ConfigMap with no keys."""
     values: dict[str, Any] = {
         "nfd": {"enabled": spec.nfd == "operator"},
         "driver": {"enabled": spec.driver},
-        "toolkit": {"enabled": spec.toolkit},
+        "toolkit": {"enabled": spec.toolkit, "env": TOOLKIT_HARDENING},
+        "devicePlugin": {"env": DEVICE_PLUGIN_HARDENING},
         "mig": {"strategy": spec.mig_strategy},
         "migManager": {"enabled": True, "config": {"name": MIG_CONFIGMAP, "default": "all-disabled"}},
         "dcgmExporter": {"enabled": True},
         "daemonsets": {"tolerations": tolerations(spec.taints)},
     }
     if spec.shares_gpus:
-        values["devicePlugin"] = {"config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": DEFAULT_CONFIG_KEY}}
+        values["devicePlugin"]["config"] = {"name": DEVICE_PLUGIN_CONFIGMAP, "default": DEFAULT_CONFIG_KEY}
     if spec.nfd == "operator":  # the NFD subchart's worker must reach the tainted GPU nodes too
         values["node-feature-discovery"] = nfd_values(spec)
     return values
@@ -86,8 +95,8 @@ def cluster_policy_fields(spec: StackSpec) -> dict[str, Any]:
     into the ClusterPolicy as they are (v26.7.0 templates/clusterpolicy.yaml)."""
     values = operator_values(spec)
     fields: dict[str, Any] = {"mig": values["mig"], "migManager": {"config": values["migManager"]["config"]}}
-    if "devicePlugin" in values:
-        fields["devicePlugin"] = values["devicePlugin"]
+    if "config" in values["devicePlugin"]:
+        fields["devicePlugin"] = {"config": values["devicePlugin"]["config"]}
     return fields
 
 

@@ -103,8 +103,13 @@ def test_operator_values_carry_sharing_mig_and_tolerations() -> None:
                      taints=DEFAULT_GPU_TAINTS, shares_gpus=True)
     values = operator_values(spec)
     assert values["nfd"] == {"enabled": False}  # one owner: the standalone release
-    assert values["driver"] == {"enabled": False} and values["toolkit"] == {"enabled": False}
+    assert values["driver"] == {"enabled": False} and values["toolkit"]["enabled"] is False
     assert values["devicePlugin"]["config"] == {"name": "gpuctl-device-plugin-config", "default": "default"}
+    # NVIDIA's hardening against GPUs reached without a request (gpu-facts.md "Tenant isolation")
+    assert {e["name"]: e["value"] for e in values["toolkit"]["env"]} == {
+        "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
+        "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
+    assert values["devicePlugin"]["env"] == [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
     assert values["mig"] == {"strategy": "mixed"}
     assert values["migManager"]["config"] == {"name": "gpuctl-mig-parted-config", "default": "all-disabled"}
     assert values["dcgmExporter"] == {"enabled": True}
@@ -120,7 +125,7 @@ def test_operator_values_carry_sharing_mig_and_tolerations() -> None:
 
 def test_operator_values_without_sharing_name_no_plugin_config() -> None:
     spec = StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS)
-    assert "devicePlugin" not in operator_values(spec)  # config-manager exits on a ConfigMap with no keys
+    assert "config" not in operator_values(spec)["devicePlugin"]  # config-manager exits on a ConfigMap with no keys
 
 
 def test_operator_nfd_worker_tolerates_the_gpu_taints() -> None:
