@@ -25,6 +25,7 @@ from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
 from gpuctl.spec import MAX_GPUS_PER_NODE, NodeGroupSpec
 from gpuctl.stack.values import NFD_OWNERS, GroupSharing, choose_mig_strategy
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taints
+from gpuctl.queues import DEFAULT_COHORT
 from gpuctl.tenants import Tenant, make_tenant
 from gpuctl.validate import SMOKE_IMAGE
 
@@ -211,7 +212,7 @@ def parse(doc: Any) -> GpuClusterDoc:
 
 
 def _tenant(value: Any, path: str) -> Tenant:
-    doc = _mapping(value, path, ("name", "gpus", "mig", "group", "adopt"), ("name",))
+    doc = _mapping(value, path, ("name", "gpus", "mig", "group", "adopt", "borrow", "lend", "cohort"), ("name",))
     mig = doc.get("mig") or {}
     if not isinstance(mig, dict):
         raise UsageError(f"{path}.mig", "must be a mapping of profile: count", "e.g. mig: {3g.20gb: 2}")
@@ -221,7 +222,10 @@ def _tenant(value: Any, path: str) -> Tenant:
     return make_tenant(_typed(doc["name"], f"{path}.name", str, "team-a"),
                        _typed(doc.get("gpus"), f"{path}.gpus", int, "4") or 0, mig,
                        _typed(doc.get("group"), f"{path}.group", str, "team-a-devs"),
-                       bool(_typed(doc.get("adopt"), f"{path}.adopt", bool, "true")), path)
+                       bool(_typed(doc.get("adopt"), f"{path}.adopt", bool, "true")), path,
+                       _typed(doc.get("borrow"), f"{path}.borrow", int, "2") or 0,
+                       _typed(doc.get("lend"), f"{path}.lend", int, "2"),
+                       _typed(doc.get("cohort"), f"{path}.cohort", str, "gpu-pool") or DEFAULT_COHORT)
 
 
 # -- pass 2: defaults -----------------------------------------------------------------------
@@ -406,7 +410,10 @@ def export_spec(spec: Any) -> str:
         body["karpenter"] = {"enabled": True}
     if spec.tenants:
         body["tenants"] = [{"name": t.name, "gpus": t.gpus, **({"mig": dict(t.mig)} if t.mig else {}),
-                            **({"group": t.group} if t.group else {}), **({"adopt": True} if t.adopt else {})}
+                            **({"group": t.group} if t.group else {}), **({"adopt": True} if t.adopt else {}),
+                            **({"borrow": t.borrow} if t.borrow else {}),
+                            **({"lend": t.lend} if t.lend is not None else {}),
+                            **({"cohort": t.cohort} if t.cohort != DEFAULT_COHORT else {})}
                            for t in spec.tenants]
     doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": spec.name}, "spec": body}
     return yaml.safe_dump(doc, sort_keys=False)

@@ -1,4 +1,5 @@
-"""Team onboarding on a shared GPU pool: a Namespace, a GPU ResourceQuota and a RoleBinding per team."""
+"""Team onboarding on a shared GPU pool: a Namespace, a GPU ResourceQuota and a RoleBinding per team, the
+GPU fence of tenant namespaces (fence.py) and, where Kueue runs, the team's queues (queues.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gpuctl.kube.objects import APPLY_PATCH
 from gpuctl.mig import resource_name
 from gpuctl.naming import check_count, check_name, check_text, shown
 from gpuctl.providers.base import Change
+from gpuctl.queues import DEFAULT_COHORT, Queues, check_queue_ownership, ensure_queues, queue_usage, remove_queues
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -37,10 +39,14 @@ class Tenant:
     mig: dict[str, int] = field(default_factory=dict)  # profile -> instances
     group: str | None = None
     adopt: bool = False  # may take over an existing namespace gpuctl did not create
+    borrow: int = 0  # Kueue: what the team may borrow from its cohort, per resource and flavor
+    lend: int | None = None  # Kueue: how much of its idle quota others may borrow; None: all of it
+    cohort: str = DEFAULT_COHORT
 
     def hard(self) -> dict[str, str]:
-        quota = {f"requests.{L.GPU_RESOURCE}": str(self.gpus)}
-        quota.update({f"requests.{resource_name(p)}": str(n) for p, n in sorted(self.mig.items())})
+        """The namespace's ResourceQuota: the most the team may ever use, its quota plus what it may borrow."""
+        quota = {f"requests.{L.GPU_RESOURCE}": str(self.gpus + self.borrow)}
+        quota.update({f"requests.{resource_name(p)}": str(n + self.borrow) for p, n in sorted(self.mig.items())})
         return quota
 
 
@@ -53,10 +59,16 @@ def check_tenant_name(name: str, field: str) -> str:
     return name
 
 
-def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, adopt: bool, path: str) -> Tenant:
-    """A checked Tenant; errors name `path`.name, .gpus, .mig and .group (a flag's name through flags.py)."""
+def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, adopt: bool, path: str,
+                borrow: int = 0, lend: int | None = None, cohort: str = DEFAULT_COHORT) -> Tenant:
+    """A checked Tenant; errors name `path`.name, .gpus, .mig, .group, .borrow, .lend and .cohort (a flag's
+    name through flags.py)."""
     check_tenant_name(name, f"{path}.name")
     check_count(gpus, f"{path}.gpus", minimum=0, maximum=MAX_QUOTA)
+    check_count(borrow, f"{path}.borrow", minimum=0, maximum=MAX_QUOTA)
+    if lend is not None:
+        check_count(lend, f"{path}.lend", minimum=0, maximum=MAX_QUOTA)
+    check_name(cohort, f"{path}.cohort")
     for profile, count in mig.items():
         if not _PROFILE.fullmatch(profile):
             raise UsageError(f"{path}.mig", f"{shown(profile)} is not a MIG profile", "write e.g. 3g.20gb: 2")
@@ -66,7 +78,7 @@ def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, ad
         if group.startswith("system:"):
             raise UsageError(f"{path}.group", f"{shown(group)} is a Kubernetes system group",
                              "bind the team's own identity group")
-    return Tenant(name, gpus, dict(mig), group, adopt)
+    return Tenant(name, gpus, dict(mig), group, adopt, borrow, lend, cohort)
 
 
 def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
@@ -111,6 +123,10 @@ def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--ado
     if existing is not None and owner is None and not tenant.adopt:
         raise UsageError(adopt_field, f"namespace {tenant.name!r} exists and gpuctl did not create it",
                          "choose another tenant name, or adopt it (gpuctl will then never delete it)")
+    queues = Queues(client)
+    if queues.installed():
+        name_field = adopt_field.removesuffix("adopt") + "name" if adopt_field.startswith("spec.") else "NAME"
+        check_queue_ownership(queues, tenant, name_field)
     return replace(tenant, adopt=owner == "adopted") if owner is not None else tenant
 
 
@@ -150,9 +166,25 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
             apply(body)
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"applying the {kind} of tenant {tenant.name}") from None
+    queued = _ensure_queues(client, tenant)
     if created:
         return Change.CREATED
-    return Change.UPDATED if updated or fence is not Change.NO_CHANGE else Change.NO_CHANGE
+    others = (fence, queued or Change.NO_CHANGE)
+    return Change.UPDATED if updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
+
+
+def _ensure_queues(client: ApiClient, tenant: Tenant) -> Change | None:
+    """The team's Kueue queues where Kueue runs; None (and a warning) where it does not."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.gpu_nodes import gpu_nodes
+    from gpuctl.output import info
+
+    if not Queues(client).installed():
+        info(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
+             "(no borrowing or lending)")
+        return None
+    return ensure_queues(client, tenant, gpu_nodes(CoreV1Api(client)))
 
 
 def read_or_none(read: Any, kind: str, name: str) -> Any:
@@ -179,6 +211,8 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    queues = Queues(client)
+    kueue = queues.installed()
     rows = []
     try:
         namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
@@ -188,20 +222,26 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
             used = (quotas[0].status.used or {}) if quotas else {}
             bindings = [s.name for rb in rbac.list_namespaced_role_binding(ns.metadata.name).items
                         if rb.metadata.name == BINDING for s in rb.subjects or []]
-            rows.append({
+            row = {
                 "tenant": ns.metadata.name,
                 "group": ",".join(bindings) or None,
                 "quota": {k.removeprefix("requests."): int(v) for k, v in sorted(hard.items())},
                 "used": {k.removeprefix("requests."): int(used.get(k, 0)) for k in sorted(hard)},
-            })
+            }
+            queue = queues.get("ClusterQueue", ns.metadata.name) if kueue else None
+            if queue is not None:
+                row["cohort"] = queue["spec"].get("cohortName")
+                row["queue"] = queue_usage(queue)
+            rows.append(row)
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, "listing tenants") from None
     return rows
 
 
 def remove_tenant(client: ApiClient, name: str) -> Change:
-    """Delete what gpuctl made for tenant `name`: its namespace, or in an adopted namespace only the
-    quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU fence."""
+    """Delete what gpuctl made for tenant `name`: its Kueue queues, its namespace, or in an adopted namespace
+    only the quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU
+    fence."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     from gpuctl.fence import remove_fence
@@ -211,6 +251,8 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
     owner = ownership(ns, name) if ns is not None else None
     if owner is None:
         raise NotFound(f"no gpuctl tenant {name!r}", "see 'gpuctl tenant list'")
+    if Queues(client).installed():
+        remove_queues(client, name)
     try:
         if owner == "created":
             v1.delete_namespace(name)

@@ -70,8 +70,8 @@ def cluster_document(name: str, cloud: str, group: dict[str, Any], provider: dic
     return doc, flags
 
 
-def tenant_document(name: str, gpus: int, mig: list[str], group: str | None,
-                    adopt: bool) -> tuple[dict[str, Any], Flags]:
+def tenant_document(name: str, gpus: int, mig: list[str], group: str | None, adopt: bool, borrow: int = 0,
+                    lend: int | None = None, cohort: str | None = None) -> tuple[dict[str, Any], Flags]:
     """A `spec.tenants[]` entry from `gpuctl tenant add` flags (`--mig PROFILE=COUNT` as a mapping)."""
     profiles: dict[str, Any] = {}
     for item in mig:
@@ -81,8 +81,10 @@ def tenant_document(name: str, gpus: int, mig: list[str], group: str | None,
         if profile in profiles:
             raise UsageError("--mig", f"profile {shown(profile)} given twice", "give each profile once")
         profiles[profile] = parse_count(number, "--mig")
-    doc = _given({"name": name, "gpus": gpus, "mig": profiles or None, "group": group})
+    doc = _given({"name": name, "gpus": gpus, "mig": profiles or None, "group": group,
+                  "borrow": borrow or None, "lend": lend, "cohort": cohort})
     if adopt:
         doc["adopt"] = True
     return doc, {"tenant.name": "NAME", "tenant.gpus": "--gpus", "tenant.mig": "--mig", "tenant.group": "--group",
-                 "tenant.adopt": "--adopt"}
+                 "tenant.adopt": "--adopt", "tenant.borrow": "--borrow", "tenant.lend": "--lend",
+                 "tenant.cohort": "--cohort"}

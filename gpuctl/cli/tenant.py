@@ -23,14 +23,18 @@ def add(
     mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2.")] = None,
     group: Annotated[Optional[str], typer.Option("--group", help="Group bound to the 'edit' role in the namespace.")] = None,
     adopt: Annotated[bool, typer.Option("--adopt", help="Take over an existing namespace gpuctl did not create; 'tenant remove' then deletes only gpuctl's objects in it.")] = False,
+    borrow: Annotated[int, typer.Option("--borrow", parser=count, help="Kueue: how much the team may borrow from its cohort's idle quota, per resource.")] = 0,
+    lend: Annotated[Optional[int], typer.Option("--lend", parser=count, help="Kueue: how much of the team's idle quota others may borrow (default: all of it).")] = None,
+    cohort: Annotated[Optional[str], typer.Option("--cohort", help="Kueue cohort the team's ClusterQueue shares quota in (default: gpuctl).")] = None,
 ) -> None:
-    """Create or update a tenant: Namespace, ResourceQuota on GPU resources, RoleBinding."""
+    """Create or update a tenant: Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence and,
+    where Kueue runs, the team's ClusterQueue, LocalQueue and the cluster's GPU ResourceFlavors."""
     from gpuctl.cli.documents import tenant_document
     from gpuctl.kube.client import api_client
     from gpuctl.specfile import load_tenant
     from gpuctl.tenants import ensure_tenant, over_allocatable
 
-    tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt))
+    tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt, borrow, lend, cohort))
     opts = settings(ctx)
     client = api_client(opts.kubeconfig, opts.context)
     for warning in over_allocatable(client, tenant):
@@ -42,12 +46,18 @@ def add(
 
 @app.command("list")
 def list_(ctx: typer.Context) -> None:
-    """Tenants with their GPU quota and current use."""
+    """Tenants with their GPU quota and current use; with Kueue, per flavor: admitted use, nominal quota
+    and what the team borrows from its cohort."""
     from gpuctl.kube.client import api_client
     from gpuctl.tenants import list_tenants
 
     opts = settings(ctx)
-    emit(list_tenants(api_client(opts.kubeconfig, opts.context)), opts.output, ("tenant", "group", "quota", "used"))
+    rows = list_tenants(api_client(opts.kubeconfig, opts.context))
+    if opts.output == "table":  # one cell per team: flavor/resource=used/nominal(+borrowed)
+        rows = [{**r, "queue": {f"{flavor}/{res}": f"{u['used']}/{u['nominal']}(+{u['borrowed']})"
+                                for flavor, resources in (r.get("queue") or {}).items()
+                                for res, u in resources.items()}} for r in rows]
+    emit(rows, opts.output, ("tenant", "group", "quota", "used", "cohort", "queue"))
 
 
 @app.command()
