@@ -128,9 +128,27 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
             moving = [n["metadata"]["name"] for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
             planned.append(PlannedStep(f"apply-mig/{group.spec.name}", Change.UPDATED if moving else Change.NO_CHANGE,
                                        f"{name} on {', '.join(moving)}" if moving else ""))
+    if spec.kueue:
+        planned.append(_plan_kueue(client, helm, spec))
     for tenant in spec.tenants:
         planned.append(_plan_tenant(client, tenant))
     return planned
+
+
+def _plan_kueue(client: Any, helm: HelmTarget, spec: PlatformSpec) -> PlannedStep:
+    """Clouds: Kueue's chart as any release; the sim runs Kueue itself once its API is served."""
+    from gpuctl.queues import Queues
+    from gpuctl.stack.kueue import kueue_release
+
+    if spec.cloud == "sim":
+        served = Queues(client).installed()
+        return PlannedStep("install-kueue", Change.NO_CHANGE if served else Change.CREATED,
+                           "" if served else "Kueue's CRDs and controller, run by the sim")
+    try:
+        change, why = plan_release(helm, kueue_release(spec.stack.charts))
+    except GpuctlError as exc:
+        change, why = Change.UPDATED, f"unknown: {exc.message}"
+    return PlannedStep("install-kueue", change, why.splitlines()[0] if why else "", why)
 
 
 def _plan_cluster_policy(client: Any, stack_plan: StackPlan, stack: StackSpec) -> PlannedStep:

@@ -62,6 +62,7 @@ class PlatformSpec:
     validate: bool = True
     options: CloudOptions = field(default_factory=CloudOptions)
     tenants: tuple[Tenant, ...] = ()
+    kueue: bool = False  # install Kueue, for the tenants' queues
 
 
 def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:
@@ -171,6 +172,8 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
     for group in spec.groups:
         step(f"wait-capacity/{group.spec.name}",
              lambda g=group: _wait_capacity(client, selectors[g.spec.name], result.checks))
+    if spec.kueue:  # before the tenants: their queues need Kueue's API
+        step("install-kueue", lambda: install_kueue(provider, spec.name, helm, spec.stack.charts))
     for index, tenant in enumerate(spec.tenants):
         step(f"ensure-tenant/{tenant.name}", lambda t=tenant, i=index: ensure_tenant(
             client, t, adopt_field=f"spec.tenants[{i}].adopt"))
@@ -180,6 +183,17 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
         for group in spec.groups:
             step(f"validate/{group.spec.name}",
                  lambda g=group: _validate(client, g.spec.name, spec, result.checks) if changed else Change.NO_CHANGE)
+
+
+def install_kueue(provider: Provider, cluster: str, helm: HelmTarget, charts: str) -> Change:
+    """Kueue's chart through Helm; the sim instead runs Kueue's CRDs and controller itself."""
+    from gpuctl.stack.helm import ensure_release
+    from gpuctl.stack.kueue import kueue_release
+
+    run_kueue = getattr(provider, "ensure_kueue", None)  # only the sim has one
+    if run_kueue is not None:
+        return run_kueue(cluster)
+    return ensure_release(helm, kueue_release(charts))
 
 
 def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...],  # noqa: ANN001

@@ -19,7 +19,7 @@ from gpuctl.errors import UsageError
 from gpuctl.mig import MigLayout, parse_layout
 from gpuctl.naming import MAX_NODES, check_count, check_label_key, check_label_value, check_name, check_text
 from gpuctl.providers.options import ALLOWED, CloudOptions
-from gpuctl.stack.charts import GPU_OPERATOR, NFD, chart_ref
+from gpuctl.stack.charts import GPU_OPERATOR, KUEUE, NFD, chart_ref
 from gpuctl.strict_yaml import read_yaml
 from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
 from gpuctl.spec import MAX_GPUS_PER_NODE, NodeGroupSpec
@@ -62,6 +62,7 @@ class GpuClusterDoc:
     smoke_image: str = SMOKE_IMAGE
     validate: bool = True
     karpenter: bool = False
+    kueue: bool = False  # install Kueue (tenants' queues)
     tenants: tuple[Tenant, ...] = ()
 
 
@@ -173,7 +174,7 @@ def parse(doc: Any) -> GpuClusterDoc:
     if top["kind"] != KIND:
         raise UsageError("kind", f"unsupported {top['kind']!r}", f"use {KIND}")
     name = _typed(_mapping(top["metadata"], "metadata", ("name",), ("name",))["name"], "metadata.name", str, "demo")
-    spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "tenants"),
+    spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "kueue", "tenants"),
                     ("provider", "nodeGroups"))
     provider = _mapping(spec["provider"], "spec.provider", tuple(PROVIDER_KEYS), ("cloud",))
     options: dict[str, Any] = {}
@@ -192,6 +193,7 @@ def parse(doc: Any) -> GpuClusterDoc:
     operator = _mapping(spec.get("gpuOperator") or {}, "spec.gpuOperator",
                         ("charts", "nfd", "migStrategy", "smokeImage", "validate"))
     karpenter = _mapping(spec.get("karpenter") or {}, "spec.karpenter", ("enabled",))
+    kueue = _mapping(spec.get("kueue") or {}, "spec.kueue", ("enabled",))
     tenants = spec.get("tenants") or []
     if not isinstance(tenants, list):
         raise UsageError("spec.tenants", "must be a list", "write one entry per team")
@@ -207,6 +209,7 @@ def parse(doc: Any) -> GpuClusterDoc:
         validate=True if operator.get("validate") is None else _typed(operator["validate"],
                                                                       "spec.gpuOperator.validate", bool, "true"),
         karpenter=bool(_typed(karpenter.get("enabled"), "spec.karpenter.enabled", bool, "true")),
+        kueue=bool(_typed(kueue.get("enabled"), "spec.kueue.enabled", bool, "true")),
         tenants=tuple(_tenant(t, f"spec.tenants[{i}]") for i, t in enumerate(tenants)),
     )
 
@@ -264,6 +267,11 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     chart_ref(NFD, doc.charts or "upstream", "spec.gpuOperator.charts")
     if doc.nfd not in NFD_OWNERS:
         raise UsageError("spec.gpuOperator.nfd", f"unknown owner {doc.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
+    if doc.kueue and doc.cloud != "sim":  # the sim runs Kueue itself; clouds install its chart
+        if (doc.charts or "upstream") == "bundled":
+            raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
+                             "use charts upstream, a directory holding kueue/, or an oci:// mirror")
+        chart_ref(KUEUE, doc.charts or "upstream", "spec.gpuOperator.charts")
     if doc.karpenter and doc.cloud != "eks":
         raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud eks, not {doc.cloud}", "drop it")
     seen: set[str] = set()
@@ -374,7 +382,7 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 -
                       shares_gpus=any(g.doc.sharing.config_key for g in groups))
     options = replace(doc.options, karpenter=doc.karpenter)
     return PlatformSpec(doc.name, doc.cloud, plans, stack, smoke_image=doc.smoke_image, validate=doc.validate,
-                        options=options, tenants=doc.tenants)
+                        options=options, tenants=doc.tenants, kueue=doc.kueue)
 
 
 def export_spec(spec: Any) -> str:
@@ -408,6 +416,8 @@ def export_spec(spec: Any) -> str:
     body: dict[str, Any] = {"provider": provider, "nodeGroups": groups, "gpuOperator": operator}
     if spec.options.karpenter:
         body["karpenter"] = {"enabled": True}
+    if spec.kueue:
+        body["kueue"] = {"enabled": True}
     if spec.tenants:
         body["tenants"] = [{"name": t.name, "gpus": t.gpus, **({"mig": dict(t.mig)} if t.mig else {}),
                             **({"group": t.group} if t.group else {}), **({"adopt": True} if t.adopt else {}),

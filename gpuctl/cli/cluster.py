@@ -57,6 +57,7 @@ def create(
     kubernetes_version: Annotated[Optional[str], typer.Option("--kubernetes-version", help="EKS: Kubernetes version of a new cluster.")] = None,
     karpenter: Annotated[bool, typer.Option("--karpenter", help="EKS: also apply a Karpenter GPU NodePool and EC2NodeClass.")] = False,
     exec_auth: Annotated[bool, typer.Option("--exec-auth", help="EKS: kubeconfig with the aws exec plugin instead of a token.")] = False,
+    kueue: Annotated[bool, typer.Option("--kueue", help="Install Kueue (pinned chart; --charts applies), so tenants get queues with borrowing.")] = False,
     export_spec: Annotated[bool, typer.Option("--export-spec", help="Print the GpuCluster spec of this command line and stop.")] = False,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
@@ -77,7 +78,7 @@ def create(
                   "kubernetes_version": kubernetes_version, "exec_auth": exec_auth},
         operator={"charts": charts, "nfd": nfd, "migStrategy": mig_strategy, "smokeImage": smoke_image,
                   "validate": validate},
-        karpenter=karpenter)
+        karpenter=karpenter, kueue=kueue)
     spec = to_platform(*load_document(raw, flags))
     if export_spec:
         print(render_spec(spec), end="")

@@ -1,8 +1,9 @@
-"""Where the NFD and GPU Operator charts come from.
+"""Where the NFD, GPU Operator and Kueue charts come from.
 
-Default: the upstream Helm repositories at pinned versions. Air-gapped sites point at a local
-directory holding both charts, or at an OCI mirror. The sim provider uses the project's own
-stand-in charts (templates/charts/), which take the same values keys.
+Default: the upstream Helm repositories (Kueue: its OCI registry) at pinned versions. Air-gapped sites
+point at a local directory holding the charts, or at an OCI mirror. The sim provider uses the project's
+own stand-in charts (templates/charts/), which take the same values keys; it has no Kueue chart, it runs
+Kueue itself (providers/sim/kueue.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from gpuctl.resources import data_dir
 
 GPU_OPERATOR = "gpu-operator"
 NFD = "node-feature-discovery"
+KUEUE = "kueue"
 
 UPSTREAM = {
     GPU_OPERATOR: ("https://helm.ngc.nvidia.com/nvidia", "v26.7.0"),
     NFD: ("https://kubernetes-sigs.github.io/node-feature-discovery/charts", "0.19.0"),
+    KUEUE: ("oci://registry.k8s.io/kueue/charts", "0.19.2"),  # Kueue publishes its chart as an OCI artifact only
 }
 
 
@@ -35,6 +38,8 @@ def chart_ref(chart: str, source: str, field: str = "--charts") -> ChartRef:
     check_text(source, field, maximum=4096)
     if source == "upstream":
         repo, version = UPSTREAM[chart]
+        if repo.startswith("oci://"):
+            return ChartRef(f"{repo}/{chart}", version=version)
         return ChartRef(chart, repo=repo, version=version)
     if source == "bundled":
         return ChartRef(str(data_dir("templates") / "charts" / chart))
@@ -47,6 +52,6 @@ def chart_ref(chart: str, source: str, field: str = "--charts") -> ChartRef:
         found = False
     if not found:
         raise UsageError(field, f"no {chart} chart in {shown(source)} (expected {chart}/Chart.yaml there)",
-                         "pass a directory holding gpu-operator/ and node-feature-discovery/, "
+                         "pass a directory holding gpu-operator/ and node-feature-discovery/ (and kueue/ for --kueue), "
                          "an oci:// mirror, 'upstream' or 'bundled'")
     return ChartRef(str(directory))

@@ -63,6 +63,10 @@ def test_plain_t4_cluster_validates_with_the_real_operator_daemon_sets(real: dic
     assert sets["nvidia-device-plugin-daemonset"]["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
     policy = kubectl_json(real, "get", "clusterpolicy", "cluster-policy")
     assert "config" not in policy["spec"]["devicePlugin"]  # no sharing: the plugin is not pointed at a ConfigMap
+    # NVIDIA's hardening against unrequested GPU access, rendered by the real chart into the ClusterPolicy
+    assert {"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"} in policy["spec"]["devicePlugin"]["env"]
+    assert {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"} in \
+        policy["spec"]["toolkit"]["env"]
     assert {n["allocatable"]["nvidia.com/gpu"] for n in status(real).values()} == {1}
     assert run_gpuctl("validate", env=real).returncode == 0
 

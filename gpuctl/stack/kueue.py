@@ -1,0 +1,48 @@
+"""Kueue as a Helm release (kubernetes-sigs/kueue chart v0.19.2, namespace kueue-system), for clusters
+whose tenants queue for GPUs (`--kueue`, spec `kueue.enabled`). The sim runs Kueue's controller itself
+instead (providers/sim/kueue.py), with the same settings.
+
+The chart takes the manager's whole Configuration as one string (values
+`managerConfig.controllerManagerConfigYaml`); gpuctl's is the chart's default (charts/kueue/values.yaml
+at v0.19.2) with one addition: quota is checked only for the resources a ClusterQueue covers
+(`resources.quotaCheckStrategy: IgnoreUndeclared`; the default BlockUndeclared never admits a job that
+requests anything a queue does not cover): gpuctl's queues cover GPUs, so a job's CPU and memory requests
+stay the scheduler's business.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpuctl.stack.charts import KUEUE, chart_ref
+from gpuctl.stack.helm import Release
+
+NAMESPACE = "kueue-system"
+RELEASE = "kueue"
+FRAMEWORKS = ("batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/rayservice", "ray.io/raycluster",
+              "jobset.x-k8s.io/jobset", "workload.codeflare.dev/appwrapper", "trainer.kubeflow.org/trainjob", "pod",
+              "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
+
+
+def manager_config() -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) as gpuctl runs it."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10,
+                                                "LocalQueue.kueue.x-k8s.io": 5, "ClusterQueue.kueue.x-k8s.io": 5,
+                                                "ResourceFlavor.kueue.x-k8s.io": 1}},
+        "clientConnection": {"qps": 300, "burst": 500},
+        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+    }
+
+
+def kueue_release(charts: str, field: str = "--charts") -> Release:
+    values = {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(), sort_keys=False)}}
+    return Release(RELEASE, NAMESPACE, chart_ref(KUEUE, charts, field), values)
