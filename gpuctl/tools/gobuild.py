@@ -12,11 +12,13 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 from typing import Callable
 
 from gpuctl.errors import ToolError
-from gpuctl.tools.pins import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, Tool
+from gpuctl.tools.pins import (CONTROLLER_TOOLS_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION,
+                               Tool)
 
 MIN_GO = (1, 26)
 
@@ -136,6 +138,93 @@ def _build_upstreamcheck(go: str, tools: list[Tool], workdir: Path, out: Path, l
          workdir, log, CGO_ENABLED="1", CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations")
 
 
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+KUEUE_METRICS_CERT_ENV = "GPUCTL_KUEUE_METRICS_CERT_DIR"
+# Textual edits of cmd/kueue/main.go at KUEUE_VERSION, each on one line so that the line numbers of the
+# manager's log callers stay upstream's. Each `old` must occur exactly once, or the build stops.
+KUEUE_MAIN_PATCHES: tuple[tuple[str, str], ...] = (
+    # L150: a --version flag, so that the installer can check what it built (upstream has none; its
+    # version is only logged at start, L172-180, after the configuration has loaded).
+    ("\tflag.Parse()\n",
+     '\tgpuctlVersion := flag.Bool("version", false, "gpuctl build: print the version and exit"); flag.Parse(); '
+     'if *gpuctlVersion { fmt.Println("kueue", version.GitVersion); os.Exit(0) }\n'),
+    # L215-228: with internalCertManagement off, the metrics certwatcher always reads the hard-coded
+    # /etc/kueue/metrics/certs/tls.{crt,key} (even with metrics.bindAddress "0") and exits when they are
+    # missing; gpuctl writes nothing under /etc, so the directory can come from the environment.
+    ('\t\tmetricsCertPath := "/etc/kueue/metrics/certs"\n',
+     '\t\tmetricsCertPath := "/etc/kueue/metrics/certs"; '
+     f'if dir := os.Getenv("{KUEUE_METRICS_CERT_ENV}"); dir != "" {{ metricsCertPath = dir }}\n'),
+)
+# Not extracted from the module zip: they hold upstream's rendered CRDs (config/components/crd/bases,
+# the Helm chart's templates); gpuctl's come from controller-gen only.
+_KUEUE_SKIP = ("config/", "charts/")
+
+
+def patch_kueue_main(source: str) -> str:
+    """cmd/kueue/main.go with KUEUE_MAIN_PATCHES applied; ToolError if one no longer matches exactly once."""
+    for old, new in KUEUE_MAIN_PATCHES:
+        if source.count(old) != 1:
+            raise ToolError(f"cmd/kueue/main.go of {KUEUE_MODULE}@{KUEUE_VERSION} has {source.count(old)} lines "
+                            f"{old.strip()!r}, gpuctl's build patch expects exactly one",
+                            "update KUEUE_MAIN_PATCHES in gpuctl/tools/gobuild.py for this Kueue version")
+        source = source.replace(old, new)
+    return source
+
+
+def _extract_module(zip_path: Path, prefix: str, dest: Path, skip: tuple[str, ...]) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    with zipfile.ZipFile(zip_path) as archive:
+        for member in archive.infolist():
+            name = member.filename.removeprefix(prefix)
+            if name == member.filename or name.startswith(skip) or member.is_dir():
+                continue
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise ToolError(f"unexpected path {member.filename!r} in {zip_path}", "remove the file and rerun")
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.read(member))
+
+
+def _build_kueue(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
+    """Kueue's manager as upstream's Makefile builds it (`go build ... cmd/kueue/main.go`, CGO off), in
+    the module itself so that its own go.sum checks every dependency, with main.go replaced through
+    `-overlay` by the patched copy (the go command refuses overlays of files in GOMODCACHE, hence the
+    module's source extracted from its zip); then its CRDs as `make manifests` generates them."""
+    (workdir / "go.mod").unlink(missing_ok=True)  # `go mod download` below runs outside a module
+    info = subprocess.run([go, "mod", "download", "-json", f"{KUEUE_MODULE}@{KUEUE_VERSION}"],
+                          cwd=workdir, env=_go_env(), capture_output=True, text=True)
+    if info.returncode != 0:
+        raise ToolError(f"cannot fetch {KUEUE_MODULE}@{KUEUE_VERSION} from the Go module proxy",
+                        "check GOPROXY and network access to it")
+    module = json.loads(info.stdout)
+    src = workdir / "src"
+    _extract_module(Path(module["Zip"]), f"{KUEUE_MODULE}@{KUEUE_VERSION}/", src, _KUEUE_SKIP)
+    main_go = src / "cmd" / "kueue" / "main.go"
+    patched = workdir / "overlay" / "main.go"
+    patched.parent.mkdir(exist_ok=True)
+    patched.write_text(patch_kueue_main(main_go.read_text()))
+    overlay = workdir / "overlay.json"
+    overlay.write_text(json.dumps({"Replace": {str(main_go.resolve()): str(patched.resolve())}}))
+    commit = (module.get("Origin") or {}).get("Hash", "")
+    version_pkg = f"{KUEUE_MODULE}/pkg/version"  # upstream's LD_FLAGS, Makefile L112-115
+    ldflags = f"-s -w -X {version_pkg}.GitVersion={KUEUE_VERSION}" + (f" -X {version_pkg}.GitCommit={commit}"
+                                                                        if commit else "")
+    _run([go, "build", "-mod=readonly", "-trimpath", "-overlay", str(overlay.resolve()), "-ldflags", ldflags,
+          "-o", str(out.resolve() / "kueue"), "./cmd/kueue"], src, log)
+    # Makefile L157-161 (`make manifests`), with controller-gen at the version hack/tools/go.mod pins.
+    bin_dir = workdir / "bin"
+    _go_install(go, [f"sigs.k8s.io/controller-tools/cmd/controller-gen@{CONTROLLER_TOOLS_VERSION}"], "-s -w",
+                workdir, bin_dir, log)
+    crds = out.resolve() / "kueue-crds"
+    if crds.exists():
+        shutil.rmtree(crds)
+    _run([str(bin_dir / "controller-gen"), "crd:generateEmbeddedObjectMeta=true",
+          f"output:crd:artifacts:config={crds}", "paths=./apis/..."], src, log)
+    if not any(crds.glob("*.yaml")):
+        raise ToolError("controller-gen wrote no Kueue CRDs", f"see {log}")
+
+
 Recipe = Callable[[str, list[Tool], Path, Path, Path], None]
 RECIPES: dict[str, Recipe] = {
     "kubernetes": _build_kubernetes,
@@ -143,6 +232,7 @@ RECIPES: dict[str, Recipe] = {
     "kwok": _build_kwok,
     "helm": _build_helm,
     "upstreamcheck": _build_upstreamcheck,
+    "kueue": _build_kueue,
 }
 
 

@@ -66,6 +66,8 @@ def _install_lock() -> Iterator[None]:
 
 
 def _link_from_path(tool: Tool) -> Path | None:
+    if tool.extras:  # PATH holds a binary, never the files the recipe makes beside it
+        return None
     found = shutil.which(tool.name)
     if found is None or not reports_version(found, tool):
         return None
@@ -111,6 +113,12 @@ def _build(tools: list[Tool], go: str, progress: Progress) -> None:
                             f"see {log}")
         dest = cached_path(tool)
         dest.parent.mkdir(parents=True, exist_ok=True)
+        for extra in tool.extras:  # before the binary: a cached binary means its extras are there
+            if not (out / extra).exists():
+                raise ToolError(f"the {tool.name} build left no {extra}", f"see {log}")
+            if (dest.parent / extra).is_dir():
+                shutil.rmtree(dest.parent / extra)
+            shutil.move(str(out / extra), dest.parent / extra)
         shutil.move(str(built), dest)
     shutil.rmtree(out, ignore_errors=True)
     progress(f"built {names} in {time.monotonic() - started:.0f}s")

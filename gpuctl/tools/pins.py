@@ -9,6 +9,10 @@ KUBERNETES_VERSION = "v1.36.3"
 HELM_VERSION = "v3.21.4"
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
+KUEUE_VERSION = "v0.19.2"
+# controller-gen generates Kueue's CRDs from its Go API types: the version kueue v0.19.2's
+# hack/tools/go.mod pins (its Makefile, hack/make/deps.mk, installs exactly that one).
+CONTROLLER_TOOLS_VERSION = "v0.20.1"
 # gpuctl's own checker, built from gpuctl/tools/upstreamcheck; must equal `Version` in its main.go.
 UPSTREAMCHECK_VERSION = "v1"
 
@@ -22,6 +26,9 @@ class Tool:
     url: str | None  # official release download; None: no release, always built from source
     member: str | None = None  # path inside the .tar.gz at `url`; None for a bare binary
     checksum_url: str | None = None  # sha256 published beside the download
+    # What the recipe leaves in its out dir beside the binary, kept next to it in the cache (see
+    # installer.cached_path); a tool with extras never comes from PATH, which cannot supply them.
+    extras: tuple[str, ...] = ()
 
 
 def _platform() -> tuple[str, str]:
@@ -54,10 +61,15 @@ def _tools() -> dict[str, Tool]:
         _kube_tool("kube-scheduler", ("--version",)),
         _kube_tool("kubectl", ("version", "--client")),
         Tool("upstreamcheck", UPSTREAMCHECK_VERSION, ("--version",), "upstreamcheck", None),
+        # Kueue's controller manager (--version is gpuctl's build patch) and its CRDs, generated from
+        # its API types by controller-gen: gpuctl/tools/gobuild.py, _build_kueue.
+        Tool("kueue", KUEUE_VERSION, ("--version",), "kueue", None, extras=("kueue-crds",)),
     ]
     return {t.name: t for t in tools}
 
 
 TOOLS: dict[str, Tool] = _tools()
 CHECK_TOOLS: tuple[str, ...] = ("upstreamcheck",)  # check gpuctl's outputs against upstream Go code
-SIM_TOOLS: tuple[str, ...] = tuple(TOOLS)  # the sim cluster needs every one (its device plugin uses upstreamcheck)
+ON_DEMAND_TOOLS: tuple[str, ...] = ("kueue",)  # built only when something asks for it (providers/sim/kueue.py)
+# The sim cluster needs every other one (its device plugin uses upstreamcheck).
+SIM_TOOLS: tuple[str, ...] = tuple(name for name in TOOLS if name not in ON_DEMAND_TOOLS)

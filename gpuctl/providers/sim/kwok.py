@@ -381,6 +381,9 @@ class KwokCluster:
         # First the marker: a crash from here on leaves a half-made cluster, which the next create
         # makes again and the next delete finishes.
         (self.dir / MARKER).unlink(missing_ok=True)
+        from gpuctl.providers.sim.kueue import stop_kueue  # kueue.py imports this module
+
+        stop_kueue(self.name)  # a Kueue manager runs from the tool cache: kill_cluster_procs does not know it
         kill_cluster_procs(workdir(), self.name, helm_context=context_name(self.name))
         crash_point("delete")
         if self.dir.exists():

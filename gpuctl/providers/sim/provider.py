@@ -108,6 +108,13 @@ class SimProvider:
                 raise
             return Change.CREATED
 
+    def ensure_kueue(self, name: str) -> Change:
+        """Kueue on the sim: no chart, its CRDs (generated from Kueue's API types) and its real controller
+        manager run beside the cluster (kueue.py); CREATED if either was missing."""
+        from gpuctl.providers.sim.kueue import ensure_kueue
+
+        return Change.CREATED if ensure_kueue(name) else Change.NO_CHANGE
+
     def _repair(self, kwok: KwokCluster, fresh: bool = False) -> Change:
         """Converge a complete cluster; STARTED when a component had to be started, UPDATED when
         anything else was missing (each repair is reported on stderr, unless `fresh`ly created)."""
