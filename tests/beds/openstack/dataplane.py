@@ -17,28 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from gpuctl.catalog import GPUS, GpuModel
-
-MAGNUM_NODEGROUP = "magnum.openstack.org/nodegroup"
-MAGNUM_ROLE = "magnum.openstack.org/role"
-CPU_FLAVOR = "m1.large"
-
-
-@dataclass(frozen=True)
-class Flavor:
-    name: str
-    gpu: GpuModel | None  # None: a CPU flavor
-    gpus: int
-
-
-# The bed's Nova flavors (fakes.py serves them): the catalog's default for every GPU, and one CPU flavor.
-FLAVORS: dict[str, Flavor] = {
-    CPU_FLAVOR: Flavor(CPU_FLAVOR, None, 0),
-    **{m.openstack_flavor: Flavor(m.openstack_flavor, m, m.default_gpus_per_node) for m in GPUS.values()},
-}
+# The flavors and node labels are the same site's as the emulator's (fakes.py serves the flavors).
+from tests.emulators.openstack.dataplane import FLAVORS, MAGNUM_NODEGROUP, MAGNUM_ROLE
 
 
 def _core(sim: str):  # noqa: ANN202 - kubernetes.client.CoreV1Api
