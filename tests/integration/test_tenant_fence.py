@@ -47,6 +47,9 @@ BYPASSES = {
     "hostpath-dev": ("host-devices", pod("hpdev", volumes=[{"name": "d", "hostPath": {"path": "//dev/"}}])),
     "hostpath-root": ("host-devices", pod("hproot", volumes=[{"name": "d", "hostPath": {"path": "/"}}])),
     "hostpath-driver": ("host-devices", pod("hpdrv", volumes=[{"name": "d", "hostPath": {"path": "/run/nvidia/driver"}}])),
+    "hostpath-dot": ("host-devices", pod("hpdot", volumes=[{"name": "d", "hostPath": {"path": "/./dev/nvidia0"}}])),
+    "hostpath-parent": ("host-devices", pod("hprun", volumes=[{"name": "d", "hostPath": {"path": "/var/run/"}}])),
+    "hostpath-proc": ("host-devices", pod("hpproc", volumes=[{"name": "d", "hostPath": {"path": "/proc/driver/nvidia"}}])),
 }
 ADMITTED = {
     "gpu": pod("gpu", {"resources": GPU}),
@@ -55,6 +58,7 @@ ADMITTED = {
     "cpu": pod("cpu", {"env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
                                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}),
     "cpu-host-data": pod("data", volumes=[{"name": "d", "hostPath": {"path": "/devices"}}]),
+    "cpu-host-run-other": pod("runother", volumes=[{"name": "d", "hostPath": {"path": "/run/containerd/x.sock"}}]),
 }
 
 
