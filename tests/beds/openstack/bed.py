@@ -166,10 +166,13 @@ class OpenStackBed:
             time.sleep(0.1)
 
     def log_tail(self, name: str, lines: int = 15) -> str:
+        """The last lines of a service's output and log, after its last errors (what a failure needs)."""
         text = ""
         for path in (self.log_dir / f"{name}.out", self.log_dir / f"{name}.log"):
             if path.exists():
-                text += "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"
+                all_lines = path.read_text(errors="replace").splitlines()
+                errors = [line for line in all_lines if " ERROR " in line or "Traceback" in line][-5:]
+                text += "\n".join([*errors, *(["..."] if errors else []), *all_lines[-lines:]]) + "\n"
         return f"(logs in {self.log_dir})\n{text}"
 
     # -- keystone -------------------------------------------------------------------------
@@ -181,7 +184,8 @@ class OpenStackBed:
         conf = kdir / "keystone.conf"
         conf.write_text(_ini({
             "DEFAULT": {"log_file": self.log_dir / "keystone.log", "debug": "False"},
-            "database": {"connection": f"sqlite:///{kdir / 'keystone.sqlite'}"},
+            # a writer waits for SQLite's lock (default 5 s) rather than failing under load
+            "database": {"connection": f"sqlite:///{kdir / 'keystone.sqlite'}?timeout=60"},
             "fernet_tokens": {"key_repository": kdir / "fernet-tokens"},
             "fernet_receipts": {"key_repository": kdir / "fernet-receipts"},
             "credential": {"key_repository": kdir / "credential-keys"},
@@ -292,7 +296,7 @@ class OpenStackBed:
                         "debug": os.environ.get("GPUCTL_BED_DEBUG", "False"), "state_path": mdir},
             "api": {"host": "127.0.0.1", "port": self.magnum_port, "workers": 1,
                     "api_paste_config": self.venv / "etc" / "magnum" / "api-paste.ini"},
-            "database": {"connection": f"sqlite:///{mdir / 'magnum.sqlite'}"},
+            "database": {"connection": f"sqlite:///{mdir / 'magnum.sqlite'}?timeout=60"},
             "oslo_concurrency": {"lock_path": mdir / "locks"},
             "oslo_messaging_notifications": {"driver": "noop"},
             "keystone_authtoken": {**auth, "www_authenticate_uri": self.auth_url, "region_name": self.region},

@@ -13,13 +13,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import os
+import signal
+import sqlite3
 import sys
 import threading
 
 
 def main() -> None:
     conf_file = sys.argv[1]
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` prints every thread's stack
     import magnum  # noqa: F401 - selects oslo.service's threading backend
     from magnum.common import service as magnum_service
 
@@ -33,9 +38,15 @@ def main() -> None:
 
     conf = magnum.conf.CONF
     log = logging.getLogger("magnum.bed")
-    models.Base.metadata.create_all(enginefacade.writer.get_engine())
+    engine = enginefacade.writer.get_engine()
+    models.Base.metadata.create_all(engine)
+    # oslo.db emits BEGIN on SQLite for reads too, so a reader's open transaction held the conductor's commit
+    # until SQLite's lock timeout ("database is locked", seen in CI). Magnum runs on MySQL/InnoDB, where
+    # readers never block a writer; write-ahead logging gives this SQLite file the same behaviour.
+    # (the mode stays with the file; set outside oslo.db, which wraps every statement in a transaction)
+    with contextlib.closing(sqlite3.connect(engine.url.database)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
 
-    from oslo_service import service
     from werkzeug.serving import make_server
 
     from magnum.api import app as api_app
@@ -53,18 +64,25 @@ def main() -> None:
     endpoints = [indirection_api.Handler(), cluster_conductor.Handler(), conductor_listener.Handler(),
                  credential_conductor.Handler(), ca_conductor.Handler(), federation_conductor.Handler(),
                  nodegroup_conductor.Handler()]
+    # The conductor's RPC server and periodic tasks run in this process, without oslo.service's launcher:
+    # its threading backend (cotyledon) forks a worker, a second conductor whose fake:// exchange is a
+    # copy no cast ever reaches and whose periodic sync would race this one's on the same database.
     server = rpc_service.Service.create(conf.conductor.topic, short_id.generate_id(), endpoints,
                                         binary="magnum-conductor")
-    launcher = service.launch(conf, server, workers=1)
-    server.create_periodic_tasks()
     server.start()
+    server.create_periodic_tasks()
 
     app = api_app.load_app()
     httpd = make_server(conf.api.host, conf.api.port, app, threaded=True)
     threading.Thread(target=httpd.serve_forever, name="magnum-api", daemon=True).start()
     log.info("magnum-api serving on http://%s:%s (pid %s)", conf.api.host, conf.api.port, os.getpid())
     print(f"magnum serving on http://{conf.api.host}:{conf.api.port}", flush=True)
-    launcher.wait()  # until SIGTERM
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    httpd.shutdown()
+    server.stop()
 
 
 if __name__ == "__main__":
