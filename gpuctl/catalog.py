@@ -149,3 +149,17 @@ def get_gpu(name: str, field: str = "--gpu") -> GpuModel:
     if model is None:
         raise UsageError(field, f"unknown GPU {name!r}", f"use one of: {', '.join(GPUS)}")
     return model
+
+
+# NVML's device name (nvmlDeviceGetName), the `productName` attribute; GFD's nvidia.com/gpu.product is it
+# with blanks as '-' (the catalog's `product`), which cannot be turned back: "NVIDIA A100-SXM4-40GB".
+NVML_NAMES = {
+    "t4": "Tesla T4", "a10g": "NVIDIA A10G", "l4": "NVIDIA L4", "l40s": "NVIDIA L40S", "a30": "NVIDIA A30",
+    "a100-40gb": "NVIDIA A100-SXM4-40GB", "a100-80gb": "NVIDIA A100-SXM4-80GB",
+    "h100-80gb": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200", "b200": "NVIDIA B200",
+}
+
+
+def nvml_name(model: GpuModel) -> str:
+    """The GPU's NVML device name, as DRA's `productName` attribute carries it."""
+    return NVML_NAMES.get(model.name, model.product)
