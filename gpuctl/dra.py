@@ -8,14 +8,17 @@ ResourceClaims, not counted as the device plugin's extended resource.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.catalog import GpuModel, nvml_name
+from gpuctl.errors import UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 API_VERSION = "resource.k8s.io/v1"  # GA since Kubernetes 1.34
+MIN_KUBERNETES = (1, 34)
 DRIVER = "gpu.nvidia.com"  # cmd/gpu-kubelet-plugin/main.go DriverName; also the attributes' domain
 GPU_CLASS = "gpu.nvidia.com"  # full GPUs (device type 'gpu')
 MIG_CLASS = "mig.nvidia.com"  # pre-made MIG devices (device type 'mig')
@@ -24,6 +27,14 @@ DEVICE_CLASSES = (GPU_CLASS, MIG_CLASS)
 # (templates/_helpers.tpl selectorLabels: "<chart name>-component: <component>").
 PLUGIN_COMPONENT_LABEL = "dra-driver-nvidia-gpu-component"
 PLUGIN_COMPONENT = "kubelet-plugin"
+
+
+def check_dra_kubernetes(version: str | None, field: str) -> None:
+    """Refuse a Kubernetes version (e.g. EKS --kubernetes-version) that predates resource.k8s.io/v1."""
+    found = re.match(r"^v?(\d+)\.(\d+)", version or "")
+    if found and (int(found[1]), int(found[2])) < MIN_KUBERNETES:
+        raise UsageError(field, f"Kubernetes {version} serves no {API_VERSION}: DRA is GA from "
+                         f"{'.'.join(map(str, MIN_KUBERNETES))}", "use 1.34 or later, or leave DRA mode off")
 
 
 def quota_key(device_class: str) -> str:

@@ -23,6 +23,7 @@ from gpuctl.platform import PlatformSpec, gpu_config_data
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change
 from gpuctl.sharing import CONFIG_LABEL
+from gpuctl.stack.dra_driver import check_dra_mode, dra_release
 from gpuctl.stack.existing import read_stack
 from gpuctl.stack.helm import HelmTarget, plan_release
 from gpuctl.stack.owners import StackPlan, check_single_owners
@@ -84,6 +85,7 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
     here as in apply (exit 2); one it configures through shows in the steps."""
     if stack_plan is None:
         stack_plan = check_single_owners(read_stack(client), spec.stack)
+    dra_owner = check_dra_mode(client, spec.stack)
     namespace = stack_plan.namespace
     v1 = core(client)
     planned = []
@@ -121,6 +123,8 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
             change, why = Change.UPDATED, f"unknown: {exc.message}"
         title = "install-nfd" if release.name == "node-feature-discovery" else "install-gpu-operator"
         planned.append(PlannedStep(title, change, why.splitlines()[0] if why else "", why))
+    if spec.stack.dra:
+        planned.append(_plan_dra_driver(helm, spec, dra_owner))
     for group in spec.groups:
         if group.mig is not None:
             name = config_name(group.mig)
@@ -133,6 +137,16 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
     for tenant in spec.tenants:
         planned.append(_plan_tenant(client, tenant))
     return planned
+
+
+def _plan_dra_driver(helm: HelmTarget, spec: PlatformSpec, owner: str | None) -> PlannedStep:
+    if owner is not None:
+        return PlannedStep("install-dra-driver", Change.NO_CHANGE, f"uses the DRA driver of {owner}")
+    try:
+        change, why = plan_release(helm, dra_release(spec.stack))
+    except GpuctlError as exc:
+        change, why = Change.UPDATED, f"unknown: {exc.message}"
+    return PlannedStep("install-dra-driver", change, why.splitlines()[0] if why else "", why)
 
 
 def _plan_kueue(client: Any, helm: HelmTarget, spec: PlatformSpec) -> PlannedStep:

@@ -22,6 +22,7 @@ from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, plugin_configs
 from gpuctl.spec import NodeGroupSpec
+from gpuctl.stack.dra_driver import check_dra_mode, install_dra_driver
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  cluster_policy_fields, stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
@@ -124,16 +125,17 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt")
     # A GPU stack someone else installed is configured through, or refused (exit 2), before any write.
     stack_plan = check_single_owners(read_stack(client), spec.stack)
-    planned = plan_cluster(spec, client, selectors, helm, stack_plan)
+    planned = plan_cluster(spec, client, selectors, helm, stack_plan)  # DRA mode checked there too
+    dra_owner = check_dra_mode(client, spec.stack)
     writes = any(p.action is not Change.NO_CHANGE for p in planned)
     with cluster_lock(client, name, lock_timeout) if writes else nullcontext():
-        _cluster_steps(spec, provider, client, selectors, helm, step, result, stack_plan)
+        _cluster_steps(spec, provider, client, selectors, helm, step, result, stack_plan, dra_owner)
     return result
 
 
 def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, selectors: dict[str, str],
                    helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult,
-                   stack_plan: StackPlan) -> None:
+                   stack_plan: StackPlan, dra_owner: str | None) -> None:
     from gpuctl.output import info
     from gpuctl.stack.helm import ensure_release
     from gpuctl.stack.releases import nfd_release, operator_release
@@ -163,6 +165,10 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
         step("configure-gpu-operator", lambda: ensure_cluster_policy(client, stack_plan.operator, spec.stack))
     else:
         step("install-gpu-operator", lambda: ensure_release(helm, operator_release(spec.stack)))
+    if spec.stack.dra:
+        if dra_owner is not None:
+            info(f"  uses the DRA driver of {dra_owner}")
+        step("install-dra-driver", lambda: install_dra_driver(helm, spec.stack, dra_owner))
     in_use = {g.sharing.config_key for g in spec.groups if g.sharing.config_key}
     step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys & in_use, stack_plan.namespace))
     for group in spec.groups:

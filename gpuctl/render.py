@@ -13,6 +13,7 @@ import yaml
 
 from gpuctl.kube.objects import MANAGED
 from gpuctl.platform import PlatformSpec, gpu_config_data
+from gpuctl.stack.dra_driver import dra_release
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.tenants import tenant_manifests
@@ -52,6 +53,8 @@ def helm_values(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
     releases = [operator_release(spec.stack)]
     if spec.stack.nfd == "standalone":
         releases.insert(0, nfd_release(spec.stack))
+    if spec.stack.dra:
+        releases.append(dra_release(spec.stack))
     return {f"values-{r.name}.yaml": {"release": r, "values": r.values} for r in releases}
 
 

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.dra import check_dra_kubernetes
 from gpuctl.errors import UsageError
 from gpuctl.mig import MigLayout, parse_layout
 from gpuctl.naming import MAX_NODES, check_count, check_label_key, check_label_value, check_name, check_text
 from gpuctl.providers.options import ALLOWED, CloudOptions
-from gpuctl.stack.charts import GPU_OPERATOR, KUEUE, NFD, chart_ref
+from gpuctl.stack.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
+from gpuctl.stack.dra_driver import ALPHA_SHARING_GATES
 from gpuctl.strict_yaml import read_yaml
 from gpuctl.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
 from gpuctl.spec import MAX_GPUS_PER_NODE, NodeGroupSpec
@@ -64,6 +66,8 @@ class GpuClusterDoc:
     karpenter: bool = False
     kueue: bool = False  # install Kueue (tenants' queues)
     tenants: tuple[Tenant, ...] = ()
+    dra: bool = False  # GPUs by ResourceClaim through NVIDIA's DRA driver, not the device plugin
+    dra_alpha_sharing: bool = False  # time-slicing and MPS through DRA: the driver's alpha gates
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ def parse(doc: Any) -> GpuClusterDoc:
     if top["kind"] != KIND:
         raise UsageError("kind", f"unsupported {top['kind']!r}", f"use {KIND}")
     name = _typed(_mapping(top["metadata"], "metadata", ("name",), ("name",))["name"], "metadata.name", str, "demo")
-    spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "kueue", "tenants"),
+    spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "kueue", "dra", "tenants"),
                     ("provider", "nodeGroups"))
     provider = _mapping(spec["provider"], "spec.provider", tuple(PROVIDER_KEYS), ("cloud",))
     options: dict[str, Any] = {}
@@ -194,6 +198,7 @@ def parse(doc: Any) -> GpuClusterDoc:
                         ("charts", "nfd", "migStrategy", "smokeImage", "validate"))
     karpenter = _mapping(spec.get("karpenter") or {}, "spec.karpenter", ("enabled",))
     kueue = _mapping(spec.get("kueue") or {}, "spec.kueue", ("enabled",))
+    dra = _mapping(spec.get("dra") or {}, "spec.dra", ("enabled", "alphaSharing"))
     tenants = spec.get("tenants") or []
     if not isinstance(tenants, list):
         raise UsageError("spec.tenants", "must be a list", "write one entry per team")
@@ -210,6 +215,8 @@ def parse(doc: Any) -> GpuClusterDoc:
                                                                       "spec.gpuOperator.validate", bool, "true"),
         karpenter=bool(_typed(karpenter.get("enabled"), "spec.karpenter.enabled", bool, "true")),
         kueue=bool(_typed(kueue.get("enabled"), "spec.kueue.enabled", bool, "true")),
+        dra=bool(_typed(dra.get("enabled"), "spec.dra.enabled", bool, "true")),
+        dra_alpha_sharing=bool(_typed(dra.get("alphaSharing"), "spec.dra.alphaSharing", bool, "true")),
         tenants=tuple(_tenant(t, f"spec.tenants[{i}]") for i, t in enumerate(tenants)),
     )
 
@@ -272,6 +279,12 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
             raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
                              "use charts upstream, a directory holding kueue/, or an oci:// mirror")
         chart_ref(KUEUE, doc.charts or "upstream", "spec.gpuOperator.charts")
+    if doc.dra:
+        chart_ref(DRA_DRIVER, doc.charts or "upstream", "spec.gpuOperator.charts")
+        check_dra_kubernetes(doc.options.kubernetes_version, "spec.provider.kubernetesVersion")
+    elif doc.dra_alpha_sharing:
+        raise UsageError("spec.dra.alphaSharing", "only in DRA mode", "turn DRA mode on (--dra, spec.dra.enabled: true), "
+                         "or drop it")
     if doc.karpenter and doc.cloud != "eks":
         raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud eks, not {doc.cloud}", "drop it")
     seen: set[str] = set()
@@ -325,6 +338,12 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     if group.sharing.config_key:
         kind = "timeSlicing" if group.sharing.strategy == "time-slicing" else "mps"
         check_sharing_fits(group.sharing, model, f"{path}.sharing.{kind}.replicas")
+        if doc.dra and not doc.dra_alpha_sharing:
+            raise UsageError(f"{path}.sharing.{kind}", f"{group.sharing.strategy} through DRA is alpha in "
+                             f"{DRA_DRIVER} {UPSTREAM[DRA_DRIVER][1]} (feature gate "
+                             f"{ALPHA_SHARING_GATES[group.sharing.strategy]})",
+                             "drop the sharing (MIG layouts are GA), or opt in with --dra-alpha-sharing "
+                             "(spec.dra.alphaSharing: true)")
     return ValidGroup(group, model, per_node, taints, mig)
 
 
@@ -379,7 +398,8 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 -
     ships_driver = get_provider(doc.cloud, doc.options).ships_driver
     stack = StackSpec(charts=doc.charts or "upstream", nfd=doc.nfd, driver=not ships_driver,
                       toolkit=not ships_driver, mig_strategy=mig_strategy(doc, groups), taints=all_taints(plans),
-                      shares_gpus=any(g.doc.sharing.config_key for g in groups))
+                      shares_gpus=any(g.doc.sharing.config_key for g in groups), dra=doc.dra,
+                      dra_alpha_sharing=doc.dra_alpha_sharing)
     options = replace(doc.options, karpenter=doc.karpenter)
     return PlatformSpec(doc.name, doc.cloud, plans, stack, smoke_image=doc.smoke_image, validate=doc.validate,
                         options=options, tenants=doc.tenants, kueue=doc.kueue)
@@ -418,6 +438,8 @@ def export_spec(spec: Any) -> str:
         body["karpenter"] = {"enabled": True}
     if spec.kueue:
         body["kueue"] = {"enabled": True}
+    if spec.stack.dra:
+        body["dra"] = {"enabled": True, **({"alphaSharing": True} if spec.stack.dra_alpha_sharing else {})}
     if spec.tenants:
         body["tenants"] = [{"name": t.name, "gpus": t.gpus, **({"mig": dict(t.mig)} if t.mig else {}),
                             **({"group": t.group} if t.group else {}), **({"adopt": True} if t.adopt else {}),

@@ -58,6 +58,8 @@ def create(
     karpenter: Annotated[bool, typer.Option("--karpenter", help="EKS: also apply a Karpenter GPU NodePool and EC2NodeClass.")] = False,
     exec_auth: Annotated[bool, typer.Option("--exec-auth", help="EKS: kubeconfig with the aws exec plugin instead of a token.")] = False,
     kueue: Annotated[bool, typer.Option("--kueue", help="Install Kueue (pinned chart; --charts applies), so tenants get queues with borrowing.")] = False,
+    dra: Annotated[bool, typer.Option("--dra", help="GPUs by ResourceClaim: install NVIDIA's DRA driver (pinned chart; --charts applies) and turn the operator's device plugin off.")] = False,
+    dra_alpha_sharing: Annotated[bool, typer.Option("--dra-alpha-sharing", help="With --dra: allow time-slicing and MPS through the DRA driver's ALPHA feature gates.")] = False,
     export_spec: Annotated[bool, typer.Option("--export-spec", help="Print the GpuCluster spec of this command line and stop.")] = False,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
@@ -78,7 +80,7 @@ def create(
                   "kubernetes_version": kubernetes_version, "exec_auth": exec_auth},
         operator={"charts": charts, "nfd": nfd, "migStrategy": mig_strategy, "smokeImage": smoke_image,
                   "validate": validate},
-        karpenter=karpenter, kueue=kueue)
+        karpenter=karpenter, kueue=kueue, dra=dra, dra_alpha_sharing=dra_alpha_sharing)
     spec = to_platform(*load_document(raw, flags))
     if export_spec:
         print(render_spec(spec), end="")

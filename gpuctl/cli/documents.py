@@ -45,7 +45,8 @@ def sharing_document(slices: int | None, strategy: str | None) -> dict[str, Any]
 
 def cluster_document(name: str, cloud: str, group: dict[str, Any], provider: dict[str, Any],
                      operator: dict[str, Any], karpenter: bool, group_name_flag: str = "--nodegroup-name",
-                     name_flag: str = "--name", kueue: bool = False) -> tuple[dict[str, Any], Flags]:
+                     name_flag: str = "--name", kueue: bool = False, dra: bool = False,
+                     dra_alpha_sharing: bool = False) -> tuple[dict[str, Any], Flags]:
     """A one-node-group GpuCluster document from flags, and the flag of each field.
 
     `group` uses the document's keys (name, gpu, nodes, gpusPerNode, ..., taints, sharing);
@@ -59,10 +60,12 @@ def cluster_document(name: str, cloud: str, group: dict[str, Any], provider: dic
             "gpuOperator": _given(operator),
             **({"karpenter": {"enabled": True}} if karpenter else {}),
             **({"kueue": {"enabled": True}} if kueue else {}),
+            **({"dra": {"enabled": dra, **({"alphaSharing": True} if dra_alpha_sharing else {})}}
+               if dra or dra_alpha_sharing else {}),
         },
     }
     flags: Flags = {"metadata.name": name_flag, "spec.provider.cloud": "--cloud", "spec.karpenter": "--karpenter",
-                    "spec.kueue": "--kueue",
+                    "spec.kueue": "--kueue", "spec.dra": "--dra", "spec.dra.alphaSharing": "--dra-alpha-sharing",
                     **{f"spec.provider.{key}": PROVIDER_FLAGS[attr] for attr, key in _PROVIDER_KEYS.items()},
                     **{f"spec.gpuOperator.{key}": f"--{flag}" for key, flag in (
                         ("charts", "charts"), ("nfd", "nfd"), ("migStrategy", "mig-strategy"),

@@ -1,4 +1,4 @@
-"""Where the NFD, GPU Operator and Kueue charts come from.
+"""Where the NFD, GPU Operator, DRA driver and Kueue charts come from.
 
 Default: the upstream Helm repositories (Kueue: its OCI registry) at pinned versions. Air-gapped sites
 point at a local directory holding the charts, or at an OCI mirror. The sim provider uses the project's
@@ -18,11 +18,14 @@ from gpuctl.resources import data_dir
 GPU_OPERATOR = "gpu-operator"
 NFD = "node-feature-discovery"
 KUEUE = "kueue"
+DRA_DRIVER = "dra-driver-nvidia-gpu"
 
 UPSTREAM = {
     GPU_OPERATOR: ("https://helm.ngc.nvidia.com/nvidia", "v26.7.0"),
     NFD: ("https://kubernetes-sigs.github.io/node-feature-discovery/charts", "0.19.0"),
     KUEUE: ("oci://registry.k8s.io/kueue/charts", "0.19.2"),  # Kueue publishes its chart as an OCI artifact only
+    # kubernetes-sigs/dra-driver-nvidia-gpu docs/install.md at v0.4.1 (also on NGC as nvidia/dra-driver-nvidia-gpu)
+    DRA_DRIVER: ("oci://registry.k8s.io/dra-driver-nvidia/charts", "0.4.1"),
 }
 
 
@@ -52,6 +55,7 @@ def chart_ref(chart: str, source: str, field: str = "--charts") -> ChartRef:
         found = False
     if not found:
         raise UsageError(field, f"no {chart} chart in {shown(source)} (expected {chart}/Chart.yaml there)",
-                         "pass a directory holding gpu-operator/ and node-feature-discovery/ (and kueue/ for --kueue), "
+                         "pass a directory holding gpu-operator/ and node-feature-discovery/ (and kueue/ for --kueue, "
+                         f"{DRA_DRIVER}/ for --dra), "
                          "an oci:// mirror, 'upstream' or 'bundled'")
     return ChartRef(str(directory))

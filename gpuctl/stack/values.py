@@ -27,6 +27,8 @@ class StackSpec:
     mig_strategy: str = "mixed"
     taints: tuple[Taint, ...] = ()
     shares_gpus: bool = False  # some node group shares its GPUs: point the plugin at gpuctl's configs
+    dra: bool = False  # GPUs by claim: NVIDIA's DRA driver serves them, the operator's device plugin is off
+    dra_alpha_sharing: bool = False  # the DRA driver's alpha time-slicing and MPS gates on
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ def operator_values(spec: StackSpec) -> dict[str, Any]:
         "dcgmExporter": {"enabled": True},
         "daemonsets": {"tolerations": tolerations(spec.taints)},
     }
+    if spec.dra:  # the DRA driver serves every GPU; a device plugin beside it would count each one twice
+        values["devicePlugin"]["enabled"] = False
     if spec.shares_gpus:
         values["devicePlugin"]["config"] = {"name": DEVICE_PLUGIN_CONFIGMAP, "default": DEFAULT_CONFIG_KEY}
     if spec.nfd == "operator":  # the NFD subchart's worker must reach the tainted GPU nodes too
@@ -95,8 +99,9 @@ def cluster_policy_fields(spec: StackSpec) -> dict[str, Any]:
     into the ClusterPolicy as they are (v26.7.0 templates/clusterpolicy.yaml)."""
     values = operator_values(spec)
     fields: dict[str, Any] = {"mig": values["mig"], "migManager": {"config": values["migManager"]["config"]}}
-    if "config" in values["devicePlugin"]:
-        fields["devicePlugin"] = {"config": values["devicePlugin"]["config"]}
+    plugin = {k: v for k, v in values["devicePlugin"].items() if k in ("enabled", "config")}
+    if plugin:
+        fields["devicePlugin"] = plugin
     return fields
 
 

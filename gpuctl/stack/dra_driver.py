@@ -1,0 +1,115 @@
+"""NVIDIA's DRA driver as a Helm release (kubernetes-sigs/dra-driver-nvidia-gpu chart 0.4.1), for clusters in
+DRA mode (`--dra`, spec `dra.enabled`): GPUs and pre-made MIG devices by ResourceClaim, DeviceClasses
+gpu.nvidia.com and mig.nvidia.com from the chart. Release and namespace as the driver's docs/install.md names
+them; values keys as its values.yaml at v0.4.1 has them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.dra import API_VERSION, GPU_CLASS
+from gpuctl.errors import UsageError
+from gpuctl.providers.base import Change
+from gpuctl.stack.charts import DRA_DRIVER, chart_ref
+from gpuctl.stack.helm import HelmTarget, Release
+from gpuctl.stack.values import StackSpec
+from gpuctl.taints import tolerations
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+NAMESPACE = "dra-driver-nvidia-gpu"
+RELEASE = "dra-driver-nvidia-gpu"
+# The chart's own kubelet-plugin toleration (values.yaml kubeletPlugin.tolerations); gpuctl's list replaces it.
+CHART_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+# Where the GPU Operator's driver container puts the driver (its docs for the DRA driver: nvidiaDriverRoot).
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+# Alpha in v0.4.1 (pkg/featuregates/featuregates.go: Default false, PreRelease Alpha): sharing through DRA.
+ALPHA_SHARING_GATES = {"time-slicing": "TimeSlicingSettings", "mps": "MPSSupport"}
+
+
+def dra_values(spec: StackSpec) -> dict[str, Any]:
+    """The chart's values for gpuctl's DRA mode."""
+    values: dict[str, Any] = {
+        # The chart refuses GPUs without it (templates/validation.yaml): it cannot know that the operator's
+        # device plugin is off. gpuctl turns it off in DRA mode (operator_values), so it may say so.
+        "gpuResourcesEnabledOverride": True,
+        # ComputeDomains are multi-node NVLink (IMEX) domains: no part of gpuctl's GPU sharing.
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "nvidiaDriverRoot": OPERATOR_DRIVER_ROOT if spec.driver else "/",
+        "kubeletPlugin": {"tolerations": [*CHART_TOLERATIONS, *(t for t in tolerations(spec.taints)
+                                                                 if t not in CHART_TOLERATIONS)]},
+    }
+    if spec.dra_alpha_sharing:
+        values["featureGates"] = {gate: True for gate in ALPHA_SHARING_GATES.values()}
+    return values
+
+
+def dra_release(spec: StackSpec, field: str = "--charts") -> Release:
+    return Release(RELEASE, NAMESPACE, chart_ref(DRA_DRIVER, spec.charts, field), dra_values(spec))
+
+
+def dra_driver_owner(client: ApiClient) -> str | None:
+    """Who serves GPUs by claim here: "release R in namespace N" (from the Helm annotations of DeviceClass
+    gpu.nvidia.com), "someone" for a DeviceClass without them, None without one."""
+    from kubernetes.client import ResourceV1Api
+
+    from gpuctl.kube.client import api_error, is_not_found
+
+    try:
+        device_class = ResourceV1Api(client).read_device_class(GPU_CLASS)
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return None
+        raise api_error(exc, f"reading DeviceClass {GPU_CLASS}") from None
+    annotations = device_class.metadata.annotations or {}
+    release = annotations.get("meta.helm.sh/release-name")
+    return f"release {release} in namespace {annotations.get('meta.helm.sh/release-namespace')}" if release else "someone"
+
+
+def ours(owner: str | None) -> bool:
+    return owner == f"release {RELEASE} in namespace {NAMESPACE}"
+
+
+def check_dra_mode(client: ApiClient, stack: StackSpec) -> str | None:
+    """Before any write: DRA mode needs resource.k8s.io/v1 (UsageError, exit 2), and a cluster where a DRA
+    driver serves GPUs needs DRA mode (ExistingStackError, exit 2: a device plugin beside it would count every
+    GPU twice). Returns the owner of a DRA driver that is not gpuctl's, which DRA mode then uses."""
+    from gpuctl.stack.owners import ExistingStackError
+
+    owner = dra_driver_owner(client)
+    if not stack.dra:
+        if owner is None:
+            return None
+        remove = f"'helm uninstall {RELEASE} -n {NAMESPACE}'" if ours(owner) else "uninstall that DRA driver"
+        raise ExistingStackError(f"a DRA driver serves GPUs on this cluster (DeviceClass {GPU_CLASS}, {owner}); "
+                                 "the GPU Operator's device plugin would count every GPU twice",
+                                 f"keep DRA mode (--dra, spec.dra.enabled: true), or {remove}, then rerun")
+    if owner is None and not _serves_resource_v1(client):
+        raise UsageError("spec.dra.enabled (--dra)", f"the cluster serves no {API_VERSION}: DRA is GA from "
+                         "Kubernetes 1.34", "upgrade the cluster to 1.34 or later, or leave DRA mode off")
+    return None if owner is None or ours(owner) else owner
+
+
+def _serves_resource_v1(client: ApiClient) -> bool:
+    from kubernetes.client import ResourceV1Api
+
+    from gpuctl.kube.client import api_error, is_not_found
+
+    try:
+        ResourceV1Api(client).get_api_resources(_preload_content=False).drain_conn()
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return False
+        raise api_error(exc, f"discovering {API_VERSION}") from None
+    return True
+
+
+def install_dra_driver(helm: HelmTarget, stack: StackSpec, foreign: str | None) -> Change:
+    """gpuctl's release of the DRA driver; a driver someone else installed is used as it is."""
+    from gpuctl.stack.helm import ensure_release
+
+    if foreign is not None:
+        return Change.NO_CHANGE
+    return ensure_release(helm, dra_release(stack))

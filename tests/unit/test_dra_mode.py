@@ -1,0 +1,94 @@
+"""DRA mode on the stack side: the `dra` spec field and its flags, the DRA driver's Helm release, the
+operator's device plugin off, and the combinations refused before anything is touched."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gpuctl.dra import check_dra_kubernetes
+from gpuctl.errors import UsageError
+from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_release, dra_values
+from gpuctl.stack.values import StackSpec, cluster_policy_fields, operator_values
+from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
+from tests.conftest import run_gpuctl
+
+
+def create(*flags: str) -> tuple[int, str, str]:
+    proc = run_gpuctl("cluster", "create", "--name", "c", "--gpu", "a100-40gb", *flags, "--export-spec")
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_upstream_chart_is_the_drivers_oci_chart_at_the_pinned_version() -> None:
+    release = dra_release(StackSpec(charts="upstream", dra=True))
+    assert (release.name, release.namespace) == (RELEASE, NAMESPACE) == ("dra-driver-nvidia-gpu",) * 2
+    assert (release.chart.ref, release.chart.version) == (
+        "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu", "0.4.1")
+    assert dra_release(StackSpec(charts="bundled", dra=True)).chart.ref.endswith("templates/charts/dra-driver-nvidia-gpu")
+
+
+def test_values_follow_the_stack() -> None:
+    host = dra_values(StackSpec(charts="upstream", dra=True, taints=DEFAULT_GPU_TAINTS))
+    assert host["gpuResourcesEnabledOverride"] is True
+    assert host["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
+    assert host["nvidiaDriverRoot"] == "/" and "featureGates" not in host
+    # the chart's own toleration stays; gpuctl's taints are added once
+    extra = Taint("dedicated", "gpu", "NoSchedule")
+    operated = dra_values(StackSpec(charts="upstream", driver=True, dra=True, dra_alpha_sharing=True,
+                                    taints=(*DEFAULT_GPU_TAINTS, extra)))
+    assert operated["nvidiaDriverRoot"] == "/run/nvidia/driver"
+    tolerations = operated["kubeletPlugin"]["tolerations"]
+    assert tolerations[0] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert extra.toleration() in tolerations and len(tolerations) == len({yaml.safe_dump(t) for t in tolerations})
+    assert operated["featureGates"] == {"TimeSlicingSettings": True, "MPSSupport": True}
+
+
+def test_the_operators_device_plugin_is_off_in_dra_mode_only() -> None:
+    assert "enabled" not in operator_values(StackSpec(charts="upstream"))["devicePlugin"]
+    assert operator_values(StackSpec(charts="upstream", dra=True))["devicePlugin"]["enabled"] is False
+    # and in the ClusterPolicy of an operator someone else installed
+    assert cluster_policy_fields(StackSpec(charts="upstream", dra=True))["devicePlugin"]["enabled"] is False
+    assert "devicePlugin" not in cluster_policy_fields(StackSpec(charts="upstream"))
+
+
+def test_dra_round_trips_through_the_spec() -> None:
+    code, out, err = create("--cloud", "sim", "--dra")
+    assert code == 0, err
+    assert yaml.safe_load(out)["spec"]["dra"] == {"enabled": True}
+    code, out, err = create("--cloud", "sim", "--dra", "--dra-alpha-sharing", "--slices", "4")
+    assert code == 0, err
+    assert yaml.safe_load(out)["spec"]["dra"] == {"enabled": True, "alphaSharing": True}
+    code, out, _ = create("--cloud", "sim")
+    assert "dra" not in yaml.safe_load(out)["spec"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--slices", "4"), "--slices: time-slicing through DRA is alpha in dra-driver-nvidia-gpu 0.4.1 "
+                        "(feature gate TimeSlicingSettings)"),
+    (("--sharing", "mps", "--slices", "2"), "--slices: mps through DRA is alpha"),
+])
+def test_sharing_through_dra_needs_the_alpha_option(flags: tuple[str, ...], message: str) -> None:
+    code, out, err = create("--cloud", "sim", "--dra", *flags)
+    assert code == 2 and out == "" and message in err and "--dra-alpha-sharing" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_alpha_sharing_without_dra_and_old_kubernetes_are_refused() -> None:
+    code, _, err = create("--cloud", "sim", "--dra-alpha-sharing")
+    assert code == 2 and "--dra-alpha-sharing: only in DRA mode" in err
+    code, _, err = create("--cloud", "eks", "--dra", "--kubernetes-version", "1.33")
+    assert code == 2 and "--kubernetes-version: Kubernetes 1.33 serves no resource.k8s.io/v1" in err
+    check_dra_kubernetes("1.34", "f")
+    check_dra_kubernetes(None, "f")
+    with pytest.raises(UsageError):
+        check_dra_kubernetes("v1.30.4", "f")
+
+
+def test_spec_file_keys_are_strict(tmp_path) -> None:  # noqa: ANN001
+    doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},
+           "spec": {"provider": {"cloud": "sim"}, "nodeGroups": [{"name": "g", "gpu": "t4", "nodes": 1}],
+                    "dra": {"enabled": True, "alphaSharin": True}}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = run_gpuctl("plan", "-f", str(path))
+    assert proc.returncode == 2 and "spec.dra.alphaSharin: unknown key; did you mean alphaSharing?" in proc.stderr
