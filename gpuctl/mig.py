@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
+from gpuctl import labels as L
 from gpuctl.catalog import GpuModel, MigGeometry, MigProfile
 from gpuctl.errors import UsageError
 from gpuctl.naming import ASCII_COUNT, shown
@@ -244,6 +245,19 @@ def config_name(layout: MigLayout) -> str:
 
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
     return f"{name[:_LABEL_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
+
+
+def layout_of_config_name(name: str, model: GpuModel) -> MigLayout:
+    """The layout `config_name` named (custom-<layout> or a named config, "+" written as "."), on `model`.
+    ValueError for a name that is no layout of `model` (a hashed name over the label limit cannot be read back)."""
+    text = name.removeprefix("custom-").replace(".me", "+me")  # ".me" never follows "gb" otherwise
+    try:
+        layout = parse_layout(text, model)
+    except UsageError as exc:
+        raise ValueError(f"{L.MIG_CONFIG}={name} is no MIG layout of {model.name}: {exc.message}") from None
+    if config_name(layout) != name:
+        raise ValueError(f"{L.MIG_CONFIG}={name} does not name a MIG layout gpuctl can read back")
+    return layout
 
 
 def _entry(counts: dict[str, int] | None) -> list[dict[str, object]]:

@@ -14,17 +14,18 @@ def status(
     ctx: typer.Context,
     nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Show this node group only.")] = None,
 ) -> None:
-    """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints."""
+    """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints
+    (in DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable)."""
     from gpuctl.kube.client import api_client
     from gpuctl.naming import check_name
     from gpuctl.output import info
-    from gpuctl.status import COLUMNS, gpu_status
+    from gpuctl.status import gpu_status, status_columns
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     opts = settings(ctx)
     rows = gpu_status(api_client(opts.kubeconfig, opts.context), nodegroup)
-    emit(rows, opts.output, COLUMNS)
+    emit(rows, opts.output, status_columns(rows))
     operator = next((r["gpu_operator"] for r in rows if r["gpu_operator"]), None)
     if operator is not None and opts.output == "table":  # in JSON and YAML: each row's gpu_operator
         info(operator["summary"])

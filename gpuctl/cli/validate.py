@@ -19,7 +19,9 @@ def validate(
     image: Annotated[Optional[str], typer.Option("--image", help="CUDA smoke-test image (default: NVIDIA's vectoradd sample).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds the smoke-test pod may take.")] = 120.0,
 ) -> None:
-    """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test."""
+    """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test
+    (in DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with
+    its GPU from a ResourceClaim)."""
     from gpuctl.errors import ValidationFailed
     from gpuctl.kube.client import api_client
     from gpuctl.naming import check_name, check_text

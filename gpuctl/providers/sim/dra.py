@@ -15,12 +15,24 @@ tag v0.4.1, where not said otherwise:
   each one: deviceinfo.go:209-232, mig.go:111-114 (name), 118-135 (capacity), 139-185 (attributes);
 - NVML values as go-nvlib v0.11.0 turns them into strings (vendor/github.com/NVIDIA/go-nvlib/pkg/nvlib/
   device/device.go:74-212) and the driver's semver parse (Masterminds/semver v3.5.0, CoerceNewVersion).
+
+When the slices exist is the kubelet plugin's life on the node (sync_plugin_slices, run by the sim operator):
+- the plugin publishes its node's slice once it starts: NewDriver enumerates the GPUs (NewDeviceState) and
+  ends with publishResources (cmd/gpu-kubelet-plugin/driver.go:70-179, 455-492). With DynamicMIG off it
+  watches nothing after that (it republishes only on NVML health events and, with PassthroughSupport,
+  after a prepare: driver.go:404-410, 442-449, 496-566), so on a real node a new MIG layout reaches the slice
+  when the plugin restarts. The sim follows the applied layout at once, as after that restart;
+- its slices go when the plugin goes: the kubelet deletes the driver's slices of the node once no plugin
+  of the driver is registered (Kubernetes v1.36.3 pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go:208-260
+  wipeResourceSlices, 476-511 sync), 30 s later (pkg/kubelet/cm/dra/manager.go:72 defaultWipingDelay) so
+  that a restarting plugin keeps them. The sim has no registration to wait for: it deletes them at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -29,16 +41,18 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel, nvml_name
-from gpuctl.dra import API_VERSION, DRIVER
+from gpuctl.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
 from gpuctl.errors import ClusterError
 from gpuctl.gpu_nodes import model_of
 from gpuctl.kube.objects import APPLY_PATCH
-from gpuctl.mig import MigLayout, config_name, parse_layout, place
+from gpuctl.mig import MigLayout, layout_of_config_name, place
 from gpuctl.providers.base import Change
 from gpuctl.providers.sim.nodes import CUDA_VERSION, DRIVER_VERSION
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+log = logging.getLogger("gpuctl.sim.dra")
 
 # NVML_BRAND_NVIDIA as go-nvlib device.go:142-143 spells it; the brand go-nvml's mock data-centre GPUs report
 # (pkg/nvml/mock/gpus/a100.go:28 and the others)
@@ -46,6 +60,11 @@ BRAND = "Nvidia"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"  # vendor/k8s.io/dynamic-resource-allocation/deviceattribute/
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"  # attribute.go:32,39
 _UUIDS = uuid.UUID("6f1c3c1e-5d3a-4f43-9a43-6d2b1f7a0c11")  # namespace of the sim's GPU and MIG UUIDs
+# On a Node: the uid of the kubelet-plugin pod registered there (the sim's record of the kubelet's plugin
+# registration; a node without it never had a plugin, and sync_plugin_slices leaves its slices alone).
+PLUGIN_ANNOTATION = "sim.gpuctl.dev/dra-kubelet-plugin"
+PLUGIN_SELECTOR = f"{PLUGIN_COMPONENT_LABEL}={PLUGIN_COMPONENT}"
+
 
 @dataclass(frozen=True)
 class GiProfile:
@@ -246,15 +265,7 @@ def node_layout(labels: Mapping[str, str], model: GpuModel) -> MigLayout | None:
     name = labels.get(L.MIG_CONFIG)
     if not name or labels.get(L.MIG_STATE) != "success" or model.mig is None:
         return None
-    # config_name writes "custom-<layout>" or the named config, with "+" as "."; ".me" never follows "gb" else
-    text = name.removeprefix("custom-").replace(".me", "+me")
-    try:
-        layout = parse_layout(text, model)
-    except Exception as exc:  # noqa: BLE001 - UsageError: not a layout of this GPU
-        raise ValueError(f"{L.MIG_CONFIG}={name} is no MIG layout of {model.name}: {exc}") from None
-    if config_name(layout) != name:
-        raise ValueError(f"{L.MIG_CONFIG}={name} does not name a MIG layout gpuctl can read back")
-    return layout
+    return layout_of_config_name(name, model)
 
 
 def render_node_slice(node: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -341,3 +352,59 @@ def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None 
     if not deletes and all(b["metadata"]["name"] not in existing for b in applies):
         return Change.CREATED
     return Change.DELETED if not applies else Change.UPDATED
+
+
+def running_plugins(pods: Iterable[Any]) -> dict[str, str]:
+    """Node name -> uid of the kubelet-plugin pod Running there (V1Pods of the chart's kubelet-plugin
+    DaemonSet, any namespace); a pod being deleted is shutting its plugin down and does not count."""
+    running: dict[str, str] = {}
+    for pod in pods:
+        if pod.spec.node_name and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None:
+            running.setdefault(pod.spec.node_name, pod.metadata.uid)
+    return running
+
+
+def sync_plugin_slices(client: ApiClient) -> Change:
+    """The DRA driver's kubelet plugin on every node, played: where a pod of its DaemonSet runs (any
+    namespace, PLUGIN_SELECTOR), the node's slice is published (publish_slices); where one ran and none
+    runs any more, the driver's slices of that node are deleted as the kubelet wipes them. Nodes where no
+    plugin ever ran are left alone. A converged cluster costs three LISTs and no write."""
+    from kubernetes.client import ResourceV1Api
+
+    from gpuctl.kube.client import api_error, core
+    from gpuctl.kube.nodes import list_nodes_json
+    from gpuctl.kube.objects import MERGE_PATCH
+
+    v1 = core(client)
+    try:
+        running = running_plugins(v1.list_pod_for_all_namespaces(label_selector=PLUGIN_SELECTOR).items)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "listing the DRA driver's kubelet-plugin pods") from None
+    nodes = list_nodes_json(v1, "")
+    served, gone = [], []
+    for node in nodes:
+        meta = node["metadata"]
+        registered = (meta.get("annotations") or {}).get(PLUGIN_ANNOTATION)
+        if meta["name"] in running:
+            try:
+                render_node_slice(node)
+            except ValueError as exc:  # the real plugin enumerates the hardware; the sim cannot read the label
+                log.warning("node %s: %s; its slice is left as it is", meta["name"], exc)
+                continue
+            served.append(node)
+            if registered != running[meta["name"]]:
+                v1.patch_node(meta["name"], {"metadata": {"annotations": {PLUGIN_ANNOTATION: running[meta["name"]]}}},
+                              _content_type=MERGE_PATCH)
+        elif registered is not None:
+            gone.append(meta["name"])
+    change = publish_slices(client, served) if served else Change.NO_CHANGE
+    api = ResourceV1Api(client)
+    for name in gone:
+        try:
+            api.delete_collection_resource_slice(field_selector=f"spec.nodeName={name},spec.driver={DRIVER}",
+                                                 _preload_content=False).drain_conn()
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"deleting the ResourceSlices of node {name}") from None
+        v1.patch_node(name, {"metadata": {"annotations": {PLUGIN_ANNOTATION: None}}}, _content_type=MERGE_PATCH)
+        change = Change.DELETED if change is Change.NO_CHANGE else Change.UPDATED
+    return change

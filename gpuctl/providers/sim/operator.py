@@ -1,8 +1,9 @@
 """The simulated GPU Operator of a sim cluster: what the operator, the device plugin, GPU Feature
-Discovery, the MIG manager and the CUDA runtime do on real GPU nodes, played against kwok's fake nodes.
+Discovery, the MIG manager, the DRA driver's kubelet plugin and the CUDA runtime do on real GPU nodes,
+played against kwok's fake nodes.
 
-It runs as long as the sim cluster runs (started and stopped with it) and is idle until a
-ClusterPolicy exists: like the real operator it takes its inputs from the ClusterPolicy the chart
+It runs as long as the sim cluster runs (started and stopped with it). Its GPU Operator part is idle
+until a ClusterPolicy exists: like the real operator it takes its inputs from the ClusterPolicy the chart
 renders (gpuctl's bundled stand-in chart, or NVIDIA's own through --charts DIR, or NVIDIA's chart
 installed by someone else under any release name). Faithful to upstream where it matters to gpuctl:
 - the release name does not matter; operands and their ConfigMaps live in the operator's own
@@ -14,7 +15,13 @@ installed by someone else under any release name). Faithful to upstream where it
   nvidia.com/mps.capable and product "-SHARED" (GPU Feature Discovery);
 - an edited config is NOT reloaded until the node's device-plugin pod restarts (upstream defect);
 - nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed;
-- a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version.
+- with the device plugin off in the ClusterPolicy (DRA mode), no nvidia.com/gpu or nvidia.com/mig-* on the node;
+- a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version; it gets its GPU
+  from the device plugin (resources.limits, with a ClusterPolicy) or from a ResourceClaim the scheduler
+  allocated on its node (with or without one).
+The DRA driver's kubelet plugin needs no ClusterPolicy (the driver's chart installs without the GPU
+Operator): on every node where a pod of its DaemonSet runs, the node's ResourceSlice is published, and
+withdrawn when the pod goes (sim/dra.py sync_plugin_slices).
 
 Run: python -m gpuctl.providers.sim.operator --kubeconfig FILE --logs DIR [--stamp STAMP]
 """
@@ -27,18 +34,21 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
+from gpuctl.dra import DRIVER
 from gpuctl.errors import UsageError
 from gpuctl.gpu_nodes import model_of
 from gpuctl.kube.client import api_client, core, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
 from gpuctl.providers.sim.device_plugin import PluginLoad, load_plugin_config
+from gpuctl.providers.sim.dra import sync_plugin_slices
 from gpuctl.providers.sim.nodes import CUDA_VERSION
 from gpuctl.providers.sim.operands import (CLUSTER_POLICY, HASH_ANNOTATION, OPERANDS, Policy, is_gpu_node, node_labels,
                                            render_daemon_set)
@@ -56,6 +66,7 @@ EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stages (template
 CRASH = "sim.gpuctl.dev/crash"  # a plugin pod that exited with this error; its Stage makes it not ready
 CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
 GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
+DEVICE_PLUGIN = next(o for o in OPERANDS if o.name == L.DEVICE_PLUGIN_APP)
 
 
 class SimOperator:
@@ -99,9 +110,24 @@ class SimOperator:
             raise
 
     def reconcile(self) -> None:
+        """One pass: the GPU Operator's part (with a ClusterPolicy), the DRA driver's kubelet plugins (with
+        or without one), the CUDA runtime. A part that fails is logged and does not hold up the others."""
+        policy = self._guarded("gpu-operator", self._reconcile_operator)
+        self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.v1.api_client))
+        self._guarded("cuda-samples", lambda: self._run_cuda_samples(device_plugin=policy is not None))
+
+    @staticmethod
+    def _guarded(part: str, run: Callable[[], Any]) -> Any:
+        try:
+            return run()
+        except Exception:  # noqa: BLE001 - keep simulating; the API server may be restarting
+            log.exception("reconcile failed: %s", part)
+            return None
+
+    def _reconcile_operator(self) -> Policy | None:
         policy = self.policy()
         if policy is None:
-            return
+            return None
         self.namespace = self.operator_namespace()
         nodes = [n for n in self.v1.list_node().items if is_gpu_node(n.metadata.labels or {})]
         if nodes:  # the operator creates no DaemonSet in a cluster without GPU nodes
@@ -119,7 +145,7 @@ class SimOperator:
         for node in nodes:
             self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
                                  plugin_pods.get(node.metadata.name))
-        self._run_cuda_samples()
+        return policy
 
     def _ensure_daemon_sets(self, policy: Policy) -> None:
         existing = {d.metadata.name: d for d in self.apps.list_namespaced_daemon_set(self.namespace).items}
@@ -209,6 +235,15 @@ class SimOperator:
                 else:
                     resources = {L.GPU_RESOURCE: gpus * sharing.replicas}
             want_labels["nvidia.com/mig.strategy"] = policy.mig_strategy
+        if not policy.enabled(DEVICE_PLUGIN):
+            # DRA mode: no device plugin ever registers here, so the kubelet lists no such resource. A node
+            # that lists one, even at 0 (the kubelet leaves 0 where a plugin had registered: Kubernetes
+            # v1.36.3 pkg/kubelet/nodestatus/setters.go:273-283), is still served by DRA for nvidia.com/gpu
+            # requests: the scheduler leaves a resource to DRA unless allocatable is above 0
+            # (pkg/scheduler/framework/plugins/noderesources/fit.go:270-292 shouldDelegateResourceToDRA,
+            # dynamicresources/extendeddynamicresources.go:240-249). The sim removes the keys anyway, so that
+            # a node in DRA mode looks like one whose device plugin never ran.
+            resources = {}
         if sharing.replicas > 1:
             product += "-SHARED"
         want_labels.update({
@@ -240,7 +275,8 @@ class SimOperator:
             self.v1.patch_node(node.metadata.name, {"metadata": meta}, _content_type=MERGE_PATCH)
         allocatable = node.status.allocatable or {}
         want = {k: str(v) for k, v in resources.items()}
-        stale = {k: None for k in allocatable if GPU_REQUEST.match(k) and k not in want}
+        listed = {*allocatable, *(node.status.capacity or {})}
+        stale = {k: None for k in listed if GPU_REQUEST.match(k) and k not in want}
         if stale or any(allocatable.get(k) != v for k, v in want.items()):
             status = {**want, **stale}
             self.v1.patch_node_status(node.metadata.name, {"status": {"capacity": status, "allocatable": status}},
@@ -248,16 +284,24 @@ class SimOperator:
 
     # -- the CUDA runtime ------------------------------------------------------------------
 
-    def _run_cuda_samples(self) -> None:
+    def _run_cuda_samples(self, device_plugin: bool) -> None:
+        """Finish the CUDA sample pods that got a GPU: from a ResourceClaim allocated on their node (the DRA
+        driver prepared it), or, with the GPU Operator (`device_plugin`), from nvidia.com/gpu limits."""
         for pod in self.v1.list_pod_for_all_namespaces(field_selector="status.phase=Running").items:
             if EXIT_CODE in (pod.metadata.annotations or {}) or not pod.spec.node_name:
                 continue
             container = pod.spec.containers[0]
             match = CUDA_SAMPLE.match(container.image or "")
-            limits = (container.resources.limits if container.resources else None) or {}
-            requested = [k for k in limits if GPU_REQUEST.match(k)]
-            if match is None or not requested:
+            if match is None:
                 continue  # not a CUDA sample: it keeps running, as it would on a real GPU
+            claims = pod_claim_names(pod, container.name)
+            if claims:
+                got_gpu = any(self._allocated_on(pod.metadata.namespace, c, pod.spec.node_name) for c in claims)
+            else:
+                limits = (container.resources.limits if container.resources else None) or {}
+                got_gpu = device_plugin and any(GPU_REQUEST.match(k) for k in limits)
+            if not got_gpu:
+                continue  # no GPU: a CUDA sample would keep failing; the sim leaves it running
             needed = (int(match[1]), int(match[2]))
             if needed <= CUDA_VERSION:
                 lines, code = PASSED_LOG, 0
@@ -266,6 +310,20 @@ class SimOperator:
                                f"for CUDA runtime version: needs {needed[0]}.{needed[1]}, driver supports "
                                f"{CUDA_VERSION[0]}.{CUDA_VERSION[1]})!"], 1
             self._finish(pod, container.name, lines, code)
+
+    def _allocated_on(self, namespace: str, claim: str, node: str) -> bool:
+        """True when ResourceClaim `claim` holds a device of the GPU driver on `node` (pool = node name)."""
+        from kubernetes.client import ResourceV1Api
+
+        try:
+            data = json.loads(ResourceV1Api(self.v1.api_client).read_namespaced_resource_claim(
+                claim, namespace, _preload_content=False).data)
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return False
+            raise
+        results = (((data.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        return any(r.get("driver") == DRIVER and r.get("pool") == node for r in results)
 
     def _finish(self, pod: Any, container: str, lines: list[str], code: int) -> None:
         """Write the container log, serve it through a kwok Logs object, and report the exit code."""
@@ -287,6 +345,21 @@ class SimOperator:
         # The outcome itself is kwok's to give: its Stage completes the pod from this annotation.
         self.v1.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                      {"metadata": {"annotations": {EXIT_CODE: str(code)}}}, _content_type=MERGE_PATCH)
+
+
+def pod_claim_names(pod: Any, container: str) -> list[str]:
+    """The ResourceClaims that give `container` of `pod` (a V1Pod) its devices: those of the pod's
+    spec.resourceClaims the container lists in resources.claims (by name, or the claim made from a template
+    as status.resourceClaimStatuses names it), and the claim the scheduler made for extended resources the
+    DRA driver serves (status.extendedResourceClaimStatus, KEP-5004)."""
+    spec = next(c for c in pod.spec.containers if c.name == container)
+    wanted = {c.name for c in ((spec.resources.claims if spec.resources else None) or [])}
+    made = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+    names = [c.resource_claim_name or made.get(c.name) for c in pod.spec.resource_claims or [] if c.name in wanted]
+    extended = pod.status.extended_resource_claim_status
+    if extended is not None and any(r.container_name == container for r in extended.request_mappings or []):
+        names.append(extended.resource_claim_name)
+    return [n for n in names if n]
 
 
 PASSED_LOG = [

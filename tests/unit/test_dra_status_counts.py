@@ -1,0 +1,73 @@
+"""`gpuctl status` in DRA mode: devices from the driver's ResourceSlices, allocations from ResourceClaims
+(gpuctl/status.py, pure parts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuctl import status
+from gpuctl.catalog import get_gpu
+from gpuctl.mig import parse_layout
+from gpuctl.providers.sim import dra
+
+
+def a_slice(node: str, devices: list[str], generation: int = 1, count: int = 1, driver: str = "gpu.nvidia.com",
+            kind: str = "gpu") -> dict[str, Any]:
+    return {"spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": generation, "resourceSliceCount": count},
+                     "devices": [{"name": d, "attributes": {"type": {"string": kind}}} for d in devices]}}
+
+
+def a_claim(*results: tuple[str, str], driver: str = "gpu.nvidia.com", admin: bool = False) -> dict[str, Any]:
+    found = [{"request": "gpu", "driver": driver, "pool": pool, "device": device, **({"adminAccess": True} if admin
+                                                                                     else {})}
+             for pool, device in results]
+    return {"status": {"allocation": {"devices": {"results": found}}}}
+
+
+def test_devices_per_node_from_the_newest_complete_generation() -> None:
+    slices = [a_slice("a", ["gpu-0", "gpu-1"]),
+              a_slice("b", ["gpu-0"], generation=1), a_slice("b", ["gpu-0", "gpu-1", "gpu-2"], generation=2),
+              a_slice("c", ["gpu-0"], generation=3, count=2),  # the pool's second slice is not there yet
+              a_slice("d", ["eth-0"], driver="net.example.com")]
+    devices = status.slice_devices(slices)
+    assert {n: [d["name"] for d in ds] for n, ds in devices.items()} == {
+        "a": ["gpu-0", "gpu-1"], "b": ["gpu-0", "gpu-1", "gpu-2"]}
+
+
+def test_a_pool_of_two_slices_counts_both() -> None:
+    devices = status.slice_devices([a_slice("a", ["gpu-0"], count=2), a_slice("a", ["gpu-1"], count=2)])
+    assert [d["name"] for d in devices["a"]] == ["gpu-0", "gpu-1"]
+
+
+def test_allocations_per_pool_of_the_gpu_driver_only() -> None:
+    claims = [a_claim(("a", "gpu-0"), ("a", "gpu-1")), a_claim(("b", "gpu-3")), {"status": {}}, {},
+              a_claim(("a", "gpu-0")),  # the same device twice (a shared claim is one allocation)
+              a_claim(("a", "gpu-5"), admin=True),  # admin access holds no device
+              a_claim(("a", "eth-0"), driver="net.example.com")]
+    assert status.claim_allocations(claims) == {"a": {"gpu-0", "gpu-1"}, "b": {"gpu-3"}}
+
+
+def test_free_counts_only_published_devices() -> None:
+    node = status.NodeDevices(tuple(a_slice("a", ["gpu-0", "gpu-1", "gpu-2"])["spec"]["devices"]),
+                              frozenset({"gpu-1", "gpu-9"}))  # gpu-9: an allocation its device outlived
+    assert (len(node.devices), node.in_use, node.free) == (3, 1, 2)
+
+
+def test_mig_only_from_the_device_type() -> None:
+    model = get_gpu("a100-40gb")
+    mig = status.NodeDevices(tuple(dra.render_devices("n", model, 2, parse_layout("3g.20gb-2x2g.10gb", model))),
+                             frozenset())
+    full = status.NodeDevices(tuple(dra.render_devices("n", model, 2)), frozenset())
+    assert mig.mig_only and not full.mig_only
+    assert not status.NodeDevices((), frozenset()).mig_only
+    assert {status.device_type(d) for d in mig.devices} == {"mig"}
+
+
+def test_table_columns_follow_the_mode() -> None:
+    assert status.status_columns([]) == status.COLUMNS
+    assert status.status_columns([{"node": "a", "allocatable": {}}]) == status.COLUMNS
+    columns = status.status_columns([{"node": "a", "devices": 8, "allocated": 1, "free": 7}])
+    assert columns == status.DRA_COLUMNS
+    assert {"devices", "allocated", "free", "kubelet_plugin"} <= set(columns)
+    assert not {"allocatable", "sharing", "replicas", "device_plugin"} & set(columns)
