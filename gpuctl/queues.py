@@ -7,6 +7,26 @@ Kueue's rules this follows (its ClusterQueue CRD and docs): a resource is covere
 only; every flavor of a group lists every covered resource; a flavor is in one group only; borrowing
 limits need a cohort; a lending limit cannot exceed the nominal quota. The quota is per flavor, so a team
 gets its GPU quota on each GPU model; the namespace's ResourceQuota caps the total (nominal + borrow).
+
+In DRA mode (gpuctl.dra: NVIDIA's DRA driver serves the GPUs) a team's GPUs are ResourceClaims, which Kueue
+v0.19 charges to the logical resource its Configuration maps their DeviceClass to (`resources.
+deviceClassMappings`, stack/kueue.py). gpuctl names them as the API server's ResourceQuota does
+(tenants.py): gpu.nvidia.com's as `nvidia.com/gpu`, mig.nvidia.com's as
+`mig.nvidia.com.deviceclass.resource.k8s.io/devices`. So one Kueue resource, nvidia.com/gpu, counts a
+team's GPUs however a job asks for them (kueue v0.19.2 source):
+- a ResourceClaimTemplate of gpu.nvidia.com: the mapped name (pkg/dra/claims.go
+  GetResourceRequestsForResourceClaimTemplates);
+- `resources.requests` of nvidia.com/gpu: the chart's DeviceClass names it as its extendedResourceName,
+  so KueueDRAIntegrationExtendedResource (beta, on by default since v0.19) takes the class's mapped name
+  (pkg/dra/extended_resources.go resolveQuotaKey); with another name this would be a second resource;
+- `resources.limits` alone: not seen by that path, which looks at requests before limits become requests
+  (pkg/cache/queue/manager.go: NeedsDRAReconcile before AdjustResources), so counted as nvidia.com/gpu
+  itself; a logical name of its own would leave these jobs, the usual spelling, outside the quota.
+The queue covers those two resources on one flavor without node labels (`gpuctl-dra`): Kueue cannot tell
+which GPU model a claim's CEL selector picks (it only checks that enough devices match anywhere,
+pkg/dra/claims.go validateCELSelectorsAgainstDevices), so with a flavor per model it would inject another
+model's node labels; the claim's selector, not the flavor, chooses the model, and the quota is per device
+class, as the ResourceQuota's is.
 """
 
 from __future__ import annotations
@@ -16,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
+from gpuctl.dra import GPU_CLASS, MIG_CLASS, quota_key
 from gpuctl.errors import UsageError
 from gpuctl.gpu_nodes import gpu_resources
 from gpuctl.kube.client import api_error, is_not_found
@@ -34,6 +55,21 @@ DEFAULT_COHORT = "gpuctl"
 FLAVOR_PREFIX = "gpuctl-"
 PLURALS = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
 OURS = {L.MANAGED_BY: L.MANAGER}
+DRA_FLAVOR = FLAVOR_PREFIX + "dra"
+DRA_CLASSES = (GPU_CLASS, MIG_CLASS)
+
+
+def dra_resource(device_class: str) -> str:
+    """Kueue's logical resource for the devices of `device_class`, as the ResourceQuota names them: the
+    extended resource full GPUs are served as (DeviceClass gpu.nvidia.com extendedResourceName), else the
+    class's devices."""
+    return L.GPU_RESOURCE if device_class == GPU_CLASS else quota_key(device_class)
+
+
+def device_class_mappings() -> list[dict[str, Any]]:
+    """Kueue Configuration `resources.deviceClassMappings`: each of the driver's DeviceClasses to its logical
+    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping)."""
+    return [{"name": dra_resource(c), "deviceClassNames": [c]} for c in DRA_CLASSES]
 
 
 @dataclass(frozen=True)
@@ -64,32 +100,44 @@ def flavors_of(nodes: list[V1Node]) -> list[Flavor]:
         labels = members[0].metadata.labels or {}
         selector = {k: labels[k] for k in (L.GPU_MODEL, CONFIG_LABEL, L.MIG_CONFIG) if labels.get(k)}
         resources = sorted({r for n in members for r, count in gpu_resources(n).items() if count > 0})
-        taint_sets = [{(t.key, t.value or "", t.effect) for t in n.spec.taints or []} for n in members]
-        common = set.intersection(*taint_sets) if taint_sets else set()
-        tolerations = tuple({"key": k, "operator": "Equal", "value": v, "effect": e} if v else
-                            {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(common))
-        flavors.append(Flavor(name, selector, tuple(resources), tolerations))
+        flavors.append(Flavor(name, selector, tuple(resources), _tolerations(members)))
     return flavors
 
 
-def quota_of(tenant: Tenant) -> dict[str, int]:
-    """The team's nominal quota per GPU resource."""
+def _tolerations(nodes: list[V1Node]) -> tuple[dict[str, str], ...]:
+    """Tolerations of the taints every one of `nodes` carries."""
+    taint_sets = [{(t.key, t.value or "", t.effect) for t in n.spec.taints or []} for n in nodes]
+    common = set.intersection(*taint_sets) if taint_sets else set()
+    return tuple({"key": k, "operator": "Equal", "value": v, "effect": e} if v else
+                 {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(common))
+
+
+def dra_flavor(nodes: list[V1Node]) -> Flavor:
+    """DRA mode's one flavor: the driver's devices on every GPU node, no node labels (a claim's selector picks
+    the model), tolerating the taints all GPU nodes carry."""
+    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DRA_CLASSES), _tolerations(nodes))
+
+
+def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:
+    """The team's nominal quota per GPU resource; in DRA mode per device class (MIG: all profiles together)."""
     from gpuctl.mig import resource_name
 
+    if dra:
+        return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): sum(tenant.mig.values())}
     return {L.GPU_RESOURCE: tenant.gpus, **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}
 
 
 def flavor_manifest(flavor: Flavor) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeLabels": flavor.node_labels}
+    spec: dict[str, Any] = {"nodeLabels": flavor.node_labels} if flavor.node_labels else {}
     if flavor.tolerations:
         spec["tolerations"] = list(flavor.tolerations)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
             "metadata": {"name": flavor.name, "labels": dict(OURS)}, "spec": spec}
 
 
-def resource_groups(tenant: Tenant, flavors: list[Flavor]) -> list[dict[str, Any]]:
+def resource_groups(tenant: Tenant, flavors: list[Flavor], dra: bool = False) -> list[dict[str, Any]]:
     """Resources joined by a flavor that offers both form one group (Kueue: a flavor is in one group)."""
-    quota = quota_of(tenant)
+    quota = quota_of(tenant, dra)
     offered = [f for f in flavors if set(f.resources) & set(quota)]
     groups: list[tuple[set[str], list[Flavor]]] = []
     for flavor in offered:
@@ -115,13 +163,13 @@ def _limits(resource: str, nominal: int, tenant: Tenant) -> dict[str, Any]:
     return entry
 
 
-def cluster_queue_manifest(tenant: Tenant, flavors: list[Flavor]) -> dict[str, Any]:
+def cluster_queue_manifest(tenant: Tenant, flavors: list[Flavor], dra: bool = False) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
             "metadata": {"name": tenant.name, "labels": dict(OURS)},
             "spec": {"cohortName": tenant.cohort,
                      # only the team's own namespace may queue here
                      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
-                     "resourceGroups": resource_groups(tenant, flavors)}}
+                     "resourceGroups": resource_groups(tenant, flavors, dra)}}
 
 
 def local_queue_manifest(tenant: Tenant) -> dict[str, Any]:
@@ -130,10 +178,10 @@ def local_queue_manifest(tenant: Tenant) -> dict[str, Any]:
             "spec": {"clusterQueue": tenant.name}}
 
 
-def queue_manifests(tenant: Tenant, nodes: list[V1Node]) -> list[dict[str, Any]]:
+def queue_manifests(tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> list[dict[str, Any]]:
     """Flavors the team's queue uses, its ClusterQueue and LocalQueue, in the order they must exist."""
-    flavors = flavors_of(nodes)
-    queue = cluster_queue_manifest(tenant, flavors)
+    flavors = [dra_flavor(nodes)] if dra else flavors_of(nodes)
+    queue = cluster_queue_manifest(tenant, flavors, dra)
     used = {f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]}
     return [*(flavor_manifest(f) for f in flavors if f.name in used), queue, local_queue_manifest(tenant)]
 
@@ -212,20 +260,31 @@ def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:
                          "choose another tenant name, or delete that ClusterQueue")
 
 
-def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node]) -> Change:
+def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
     """Apply the team's flavors and queues where they differ; flavors gpuctl did not make are left alone."""
     from gpuctl.tenants import contains
 
     queues = Queues(client)
     created = updated = False
-    for doc in queue_manifests(tenant, nodes):
+    for doc in queue_manifests(tenant, nodes, dra):
         meta = doc["metadata"]
         current = queues.get(doc["kind"], meta["name"], meta.get("namespace"))
-        if current is not None and (contains(current, doc) or (doc["kind"] == "ResourceFlavor" and not is_ours(current))):
+        if current is not None and (contains(_quantities(current), _quantities(doc))
+                                    or (doc["kind"] == "ResourceFlavor" and not is_ours(current))):
             continue
         queues.apply(doc)
         created, updated = created or current is None, updated or current is not None
     return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+
+
+def _quantities(doc: Any) -> Any:
+    """`doc` with its numbers as strings: gpuctl writes quotas as numbers, Kueue's manager writes its
+    ClusterQueues back (finalizers) with them as quantity strings ("4"); both mean the same."""
+    if isinstance(doc, dict):
+        return {k: _quantities(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_quantities(v) for v in doc]
+    return str(doc) if isinstance(doc, int) and not isinstance(doc, bool) else doc
 
 
 def remove_queues(client: ApiClient, name: str) -> None:

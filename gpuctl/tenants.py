@@ -1,5 +1,18 @@
 """Team onboarding on a shared GPU pool: a Namespace, a GPU ResourceQuota and a RoleBinding per team, the
-GPU fence of tenant namespaces (fence.py) and, where Kueue runs, the team's queues (queues.py)."""
+GPU fence of tenant namespaces (fence.py), where Kueue runs, the team's queues (queues.py) and, in DRA mode
+(dra.py: NVIDIA's DRA driver serves the GPUs), the team's ResourceClaimTemplates (tenant_claims.py).
+
+In DRA mode the ResourceQuota also counts devices claimed: the API server's quota evaluator for
+ResourceClaims (Kubernetes v1.36 pkg/quota/v1/evaluator/core/resource_claims.go, claimEvaluator.Usage)
+charges each claim `<device class>.deviceclass.resource.k8s.io/devices` with the devices of every request
+of that class (ExactCount: its count; All: 32, the most an allocation holds; firstAvailable: the largest
+alternative per class), whoever made the claim (a pod's template, the scheduler for an extended resource,
+a user). With DRAExtendedResource (beta, on by default in 1.36, pkg/features/kube_features.go) it also
+charges `requests.<extendedResourceName>` of the class, `requests.nvidia.com/gpu` for the chart's
+gpu.nvidia.com, less what the owning pod's own requests already count (addExtendedResourceQuota), so one
+`requests.nvidia.com/gpu` caps GPUs asked for either way. The device-plugin keys stay: a pod's
+`nvidia.com/gpu` is still counted by the pod evaluator, and nodes outside the driver may still serve them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
+from gpuctl.dra import GPU_CLASS, MIG_CLASS, quota_key
 from gpuctl.errors import NotFound, UsageError
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH
@@ -43,11 +57,15 @@ class Tenant:
     lend: int | None = None  # Kueue: how much of its idle quota others may borrow; None: all of it
     cohort: str = DEFAULT_COHORT
 
-    def hard(self) -> dict[str, str]:
-        """The namespace's ResourceQuota: the most the team may ever use, its quota plus what it may borrow."""
+    def hard(self, dra: bool = False) -> dict[str, str]:
+        """The namespace's ResourceQuota: the most the team may ever use, its quota plus what it may borrow;
+        in DRA mode also the devices its ResourceClaims may hold, per device class (MIG: all profiles)."""
         quota = {f"requests.{L.GPU_RESOURCE}": str(self.gpus + self.borrow)}
         quota.update({f"requests.{resource_name(p)}": str(n + self.borrow) for p, n in sorted(self.mig.items())})
-        return quota
+        if dra:
+            quota[quota_key(GPU_CLASS)] = str(self.gpus + self.borrow)
+            quota[quota_key(MIG_CLASS)] = str(sum(self.mig.values()) + self.borrow)
+        return dict(sorted(quota.items()))
 
 
 def check_tenant_name(name: str, field: str) -> str:
@@ -81,8 +99,9 @@ def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, ad
     return Tenant(name, gpus, dict(mig), group, adopt, borrow, lend, cohort)
 
 
-def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
-    """(kind, object) of the tenant: namespace, quota and, with a group, binding."""
+def tenant_manifests(tenant: Tenant, dra: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, object) of the tenant: namespace, quota (with the devices of claims in DRA mode) and, with a
+    group, binding."""
     labels = {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}
     # An adopted namespace is the team's, not gpuctl's: it is marked, never labelled as made by gpuctl.
     namespace_meta = {"name": tenant.name, "labels": {TENANT_LABEL: tenant.name},
@@ -91,7 +110,7 @@ def tenant_manifests(tenant: Tenant) -> list[tuple[str, dict[str, Any]]]:
         ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": namespace_meta}),
         ("quota", {"apiVersion": "v1", "kind": "ResourceQuota",
                    "metadata": {"name": QUOTA, "namespace": tenant.name, "labels": labels},
-                   "spec": {"hard": tenant.hard()}}),
+                   "spec": {"hard": tenant.hard(dra)}}),
     ]
     if tenant.group:
         objects.append(("binding", {
@@ -132,13 +151,18 @@ def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--ado
 
 def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt") -> Change:
     """Observe the three objects; apply (server-side, field manager gpuctl) only those that differ.
-    An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it."""
+    An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it.
+    In DRA mode (detected now) the quota counts claimed devices and the team gets ResourceClaimTemplates."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
+    from gpuctl.dra import dra_mode
     from gpuctl.fence import ensure_fence
+    from gpuctl.gpu_nodes import gpu_nodes
+    from gpuctl.tenant_claims import claim_templates, ensure_claim_templates, models_of
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     tenant = check_ownership(client, tenant, adopt_field)
+    dra = dra_mode(client)
     fence = ensure_fence(client)  # in force before the namespace is a tenant's
     calls = {
         "namespace": (lambda: v1.read_namespace(tenant.name),
@@ -153,7 +177,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
                                                                     _content_type=APPLY_PATCH)),
     }
     created = updated = False
-    for kind, body in tenant_manifests(tenant):
+    for kind, body in tenant_manifests(tenant, dra):
         read, apply = calls[kind]
         current = read_or_none(read, kind, tenant.name)
         if current is None:
@@ -166,25 +190,26 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
             apply(body)
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"applying the {kind} of tenant {tenant.name}") from None
-    queued = _ensure_queues(client, tenant)
+    kueue = Queues(client).installed()
+    nodes = gpu_nodes(CoreV1Api(client)) if dra or kueue else []
+    # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
+    templates = ensure_claim_templates(client, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
+    if kueue:
+        queued = ensure_queues(client, tenant, nodes, dra)
+    else:
+        queued = Change.NO_CHANGE
+        _warn_no_kueue(tenant)
     if created:
         return Change.CREATED
-    others = (fence, queued or Change.NO_CHANGE)
+    others = (fence, templates, queued)
     return Change.UPDATED if updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
 
 
-def _ensure_queues(client: ApiClient, tenant: Tenant) -> Change | None:
-    """The team's Kueue queues where Kueue runs; None (and a warning) where it does not."""
-    from kubernetes.client import CoreV1Api
-
-    from gpuctl.gpu_nodes import gpu_nodes
+def _warn_no_kueue(tenant: Tenant) -> None:
     from gpuctl.output import info
 
-    if not Queues(client).installed():
-        info(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
-             "(no borrowing or lending)")
-        return None
-    return ensure_queues(client, tenant, gpu_nodes(CoreV1Api(client)))
+    info(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
+         "(no borrowing or lending)")
 
 
 def read_or_none(read: Any, kind: str, name: str) -> Any:
@@ -253,6 +278,10 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
         raise NotFound(f"no gpuctl tenant {name!r}", "see 'gpuctl tenant list'")
     if Queues(client).installed():
         remove_queues(client, name)
+    if owner == "adopted":  # (a namespace gpuctl made takes its templates along when it is deleted)
+        from gpuctl.tenant_claims import remove_claim_templates
+
+        remove_claim_templates(client, name)
     try:
         if owner == "created":
             v1.delete_namespace(name)
@@ -273,18 +302,27 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
     return Change.DELETED
 
 
-def over_allocatable(client: ApiClient, tenant: Tenant) -> list[str]:
-    """Quotas above what the cluster's GPU nodes offer in total: allowed, but worth a warning."""
+def over_allocatable(client: ApiClient, tenant: Tenant, dra: bool | None = None) -> list[str]:
+    """Quotas above what the cluster's GPU nodes offer in total: allowed, but worth a warning. In DRA mode
+    (`dra` None: detect it) the devices the driver's ResourceSlices publish count as well."""
     from kubernetes.client import CoreV1Api
 
+    from gpuctl.dra import dra_mode
     from gpuctl.gpu_nodes import gpu_nodes, gpu_resources
 
+    if dra is None:
+        dra = dra_mode(client)
     totals: dict[str, int] = {}
     for node in gpu_nodes(CoreV1Api(client)):
         for resource, count in gpu_resources(node).items():
             totals[resource] = totals.get(resource, 0) + count
+    if dra:
+        from gpuctl.tenant_claims import published_devices
+
+        for resource, count in published_devices(client).items():
+            totals[resource] = totals.get(resource, 0) + count
     warnings = []
-    for key, value in tenant.hard().items():
+    for key, value in tenant.hard(dra).items():
         resource = key.removeprefix("requests.")
         if int(value) > totals.get(resource, 0):
             warnings.append(f"{resource} quota {value} is above the cluster's allocatable {totals.get(resource, 0)}")

@@ -8,6 +8,17 @@ at v0.19.2) with one addition: quota is checked only for the resources a Cluster
 (`resources.quotaCheckStrategy: IgnoreUndeclared`; the default BlockUndeclared never admits a job that
 requests anything a queue does not cover): gpuctl's queues cover GPUs, so a job's CPU and memory requests
 stay the scheduler's business.
+
+Also for DRA (NVIDIA's DRA driver, gpuctl/dra.py), `resources.deviceClassMappings` maps the driver's
+DeviceClasses gpu.nvidia.com and mig.nvidia.com to the resources gpuctl's queues give quota on
+(queues.py: nvidia.com/gpu and mig.nvidia.com.deviceclass.resource.k8s.io/devices), counted in devices.
+Kueue v0.19.2 reads them at start-up (cmd/kueue/main.go: only with its KueueDRAIntegration feature, beta
+and on by default since v0.18, pkg/features/kube_features.go); a workload whose ResourceClaimTemplate names
+an unmapped class is never admitted (pkg/dra/claims.go GetResourceRequestsForResourceClaimTemplates).
+Mapping a class that does not exist costs nothing, so the mapping is always there: a cluster may get the
+driver after Kueue. gpuctl turns on no Kueue feature gate: the ResourceClaimTemplate path
+(KueueDRAIntegration) and the extended resource path (KueueDRAIntegrationExtendedResource, beta and on by
+default since v0.19) are what v0.19.2 ships.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from gpuctl.queues import device_class_mappings
 from gpuctl.stack.charts import KUEUE, chart_ref
 from gpuctl.stack.helm import Release
 
@@ -39,7 +51,7 @@ def manager_config() -> dict[str, Any]:
                                                 "ResourceFlavor.kueue.x-k8s.io": 1}},
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": list(FRAMEWORKS)},
-        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared", "deviceClassMappings": device_class_mappings()},
     }
 
 

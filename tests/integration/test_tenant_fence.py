@@ -18,6 +18,7 @@ from tests.integration.conftest import SimCluster
 pytestmark = pytest.mark.integration
 TEAM = "team-fence"
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
+CLAIM = [{"name": "gpu", "resourceClaimTemplateName": "gpu-a100-40gb"}]  # DRA mode: a GPU from a tenant template
 
 
 def pod(name: str, container: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
@@ -38,6 +39,7 @@ BYPASSES = {
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]})),
     "runtime-class": ("runtime-class", pod("rc", runtimeClassName="nvidia")),
     "runtime-class-cdi": ("runtime-class", pod("rccdi", runtimeClassName="nvidia-cdi")),
+    "runtime-class-unused-claim": ("runtime-class", pod("rcclaim", runtimeClassName="nvidia", resourceClaims=CLAIM)),
     "cdi-annotation": ("cdi-annotation", pod("cdi", annotations={"nvidia.cdi.k8s.io/container.main": "nvidia.com/gpu=all"})),
     "cdi-standard": ("cdi-annotation", pod("cdistd", annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})),
     "privileged": ("privileged", pod("priv", {"securityContext": {"privileged": True}})),
@@ -55,6 +57,8 @@ ADMITTED = {
     "gpu": pod("gpu", {"resources": GPU}),
     "gpu-with-runtime-class": pod("gpurc", {"resources": GPU}, runtimeClassName="nvidia"),
     "mig": pod("mig", {"resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}}}),
+    "claim-with-runtime-class": pod("claimrc", {"resources": {"claims": [{"name": "gpu"}]}}, runtimeClassName="nvidia",
+                                    resourceClaims=CLAIM),
     "cpu": pod("cpu", {"env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
                                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}),
     "cpu-host-data": pod("data", volumes=[{"name": "d", "hostPath": {"path": "/devices"}}]),

@@ -16,7 +16,9 @@ source (cmd/kueue/main.go, apis/config/v1beta2, pkg/features/kube_features.go):
 - VisibilityOnDemand=false: the visibility API server would need /visibility/tls.{crt,key}.
 - DisableWaitForPodsReady=true: no kubelet makes pods Ready, so waitForPodsReady (on by default in
   v0.19) would evict every admitted workload after 30 minutes.
-- integrations.frameworks [batch/job] only; otherwise the Configuration gpuctl installs on clouds.
+- integrations.frameworks [batch/job] only; otherwise the Configuration gpuctl installs on clouds, DRA's
+  deviceClassMappings included (stack/kueue.py). The manager reads its Configuration once, at start: one
+  whose config file is not what gpuctl renders now (a gpuctl of another version wrote it) is restarted.
 The manager's informers need all eleven kueue.x-k8s.io CRDs: apply those in kueue_crds_dir() (made by
 controller-gen from Kueue's API types at build time) before start_kueue.
 """
@@ -217,7 +219,7 @@ def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
                                f"create it: gpuctl cluster create --cloud sim --name {cluster}")
         want = _argv(tool.path, cluster)
         procs = _procs(cluster)
-        current = next((p for p in procs if list(p.argv) == want), None)
+        current = next((p for p in procs if list(p.argv) == want and _config_is_current(cluster)), None)
         kill_and_wait([p for p in procs if p is not current])
         if current is not None:
             if get_kueue_pid(cluster) != current.pid:
@@ -227,6 +229,18 @@ def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
             pid = _start(tool.path, cluster, want)
     wait_for_kueue(cluster, timeout)
     return pid
+
+
+def _config_is_current(cluster: str) -> bool:
+    """Whether the config file is the one gpuctl would render now, with the ports and certs it names."""
+    try:
+        text = _config_path(cluster).read_text()
+        config = yaml.safe_load(text)
+        webhook, health = config["webhook"], config["health"]["healthProbeBindAddress"]
+        wanted = render_kueue_config(Path(webhook["certDir"]), int(webhook["port"]), int(health.rsplit(":", 1)[1]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return False
+    return text == wanted
 
 
 def _start(binary: Path, cluster: str, argv: list[str]) -> int:

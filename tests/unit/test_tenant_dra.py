@@ -1,0 +1,141 @@
+"""Tenants in DRA mode: the quota's device keys, the ResourceClaimTemplates, Kueue's DRA flavor, queue and
+Configuration (tests/integration/test_tenant_dra.py holds them against the real API server, scheduler and Kueue)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
+
+from gpuctl.queues import DRA_FLAVOR, device_class_mappings, dra_flavor, flavor_manifest, queue_manifests
+from gpuctl.stack.kueue import manager_config
+from gpuctl.tenant_claims import claim_templates, models_of
+from gpuctl.tenants import make_tenant, tenant_manifests
+
+GPU_DEVICES = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
+MIG_DEVICES = "mig.nvidia.com.deviceclass.resource.k8s.io/devices"
+GPU_TAINT = V1Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+# k8s.io/apimachinery validation: IsDNS1123Subdomain (object names), IsQualifiedName (Kueue's IsLabelKey)
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+QUALIFIED_NAME = re.compile(rf"({DNS_SUBDOMAIN.pattern}/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def node(name: str, labels: dict[str, str], taints: list[V1Taint] | None = None, gpus: int = 0) -> V1Node:
+    # DRA mode: no device plugin, so no nvidia.com/gpu allocatable
+    allocatable = {"cpu": "8", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    return V1Node(metadata=V1ObjectMeta(name=name, labels=labels), spec=V1NodeSpec(taints=taints),
+                  status=V1NodeStatus(allocatable=allocatable))
+
+
+NODES = [
+    node("a100-0", {"gpuctl.dev/gpu": "a100-40gb"}, [GPU_TAINT]),
+    node("a100-1", {"gpuctl.dev/gpu": "a100-40gb", "nvidia.com/mig.config": "custom-3g.20gb-2x2g.10gb"},
+         [GPU_TAINT, V1Taint(key="only", value="a100-1", effect="NoSchedule")]),
+    node("h100-0", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}, [GPU_TAINT]),  # GFD's label only
+    node("t4-0", {"gpuctl.dev/gpu": "t4"}, [GPU_TAINT]),
+    node("odd-0", {"nvidia.com/gpu.product": "NVIDIA-Unknown"}),  # no catalog model: no template
+]
+
+
+def selector(template: dict) -> str:  # type: ignore[type-arg]
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    [sel] = request["exactly"]["selectors"]
+    return str(sel["cel"]["expression"])
+
+
+def test_quota_counts_claimed_devices_per_class_beside_the_device_plugin_keys() -> None:
+    team = make_tenant("team-a", 4, {"3g.20gb": 2, "1g.5gb+me": 3}, None, False, "tenant", borrow=1)
+    assert team.hard() == {"requests.nvidia.com/gpu": "5", "requests.nvidia.com/mig-1g.5gb.me": "4",
+                           "requests.nvidia.com/mig-3g.20gb": "3"}  # outside DRA mode: as before
+    assert team.hard(dra=True) == {**team.hard(), GPU_DEVICES: "5", MIG_DEVICES: "6"}  # 2 + 3 MIG, + 1 borrowed
+    [quota] = [body for kind, body in tenant_manifests(team, dra=True) if kind == "quota"]
+    assert quota["spec"]["hard"] == team.hard(dra=True)
+    no_mig = make_tenant("team-b", 2, {}, None, False, "tenant")
+    assert no_mig.hard(dra=True)[MIG_DEVICES] == "0"  # MIG claims refused, not unlimited
+
+
+def test_a_template_per_gpu_model_and_per_mig_profile_with_guessable_names() -> None:
+    team = make_tenant("team-a", 4, {"3g.20gb": 1, "1g.10gb": 2, "1g.10gb+me": 1, "7g.180gb": 1}, None, False, "t")
+    templates = {t["metadata"]["name"]: t for t in claim_templates(team, models_of(NODES))}
+    # 7g.180gb is a B200 profile: no GPU here offers it
+    assert list(templates) == ["gpu-a100-40gb", "gpu-h100-80gb", "gpu-t4", "mig-1g.10gb", "mig-1g.10gb.me",
+                               "mig-3g.20gb"]
+    for name, t in templates.items():
+        assert DNS_SUBDOMAIN.fullmatch(name) and len(name) <= 253
+        assert (t["apiVersion"], t["kind"]) == ("resource.k8s.io/v1", "ResourceClaimTemplate")
+        assert t["metadata"]["namespace"] == "team-a"
+        assert t["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl", "gpuctl.dev/tenant": "team-a"}
+        [request] = t["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["allocationMode"] == "ExactCount" and request["exactly"]["count"] == 1
+        assert request["exactly"]["deviceClassName"] == ("gpu.nvidia.com" if name.startswith("gpu-") else
+                                                         "mig.nvidia.com")
+    assert selector(templates["gpu-t4"]) == "device.attributes['gpu.nvidia.com'].productName == 'Tesla T4'"
+    assert selector(templates["mig-3g.20gb"]) == (
+        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB' && "
+        "device.attributes['gpu.nvidia.com'].profile == '3g.20gb'")
+    # 1g.10gb is on both the A100-40GB and the H100: either one
+    assert selector(templates["mig-1g.10gb"]) == (
+        "(device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB' && "
+        "device.attributes['gpu.nvidia.com'].profile == '1g.10gb') || "
+        "(device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3' && "
+        "device.attributes['gpu.nvidia.com'].profile == '1g.10gb')")
+    assert selector(templates["mig-1g.10gb.me"]).endswith("profile == '1g.10gb+me'")  # the driver's spelling
+    assert claim_templates(team, []) == []  # no GPU node yet: nothing to claim
+
+
+def test_dra_queue_covers_the_mapped_resources_on_one_flavor_without_node_labels() -> None:
+    team = make_tenant("team-a", 4, {"3g.20gb": 2, "2g.10gb": 1}, None, False, "tenant", borrow=2, lend=3,
+                       cohort="pool")
+    flavor, queue, local = queue_manifests(team, NODES, dra=True)
+    assert flavor == {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                      "metadata": {"name": DRA_FLAVOR, "labels": {"app.kubernetes.io/managed-by": "gpuctl"}},
+                      # the taint every GPU node carries; odd-0 carries none, so none is common to all
+                      "spec": {}}
+    assert flavor_manifest(dra_flavor(NODES[:4]))["spec"] == {
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}
+    [group] = queue["spec"]["resourceGroups"]
+    # GPUs stay nvidia.com/gpu: Kueue's name for gpu.nvidia.com's devices, however a job asks for them
+    assert group == {"coveredResources": [MIG_DEVICES, "nvidia.com/gpu"], "flavors": [{"name": DRA_FLAVOR,
+                                                                                     "resources": [
+        {"name": MIG_DEVICES, "nominalQuota": 3, "borrowingLimit": 2, "lendingLimit": 3},
+        {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 2, "lendingLimit": 3}]}]}
+    assert (queue["metadata"]["name"], queue["spec"]["cohortName"], local["spec"]["clusterQueue"]) == (
+        "team-a", "pool", "team-a")
+    # outside DRA mode nothing changes: the device plugin's resources, a flavor per model
+    plugin = [node("a100-dp", {"gpuctl.dev/gpu": "a100-40gb"}, [GPU_TAINT], gpus=4)]
+    flavor, queue, _ = queue_manifests(team, plugin)
+    assert flavor["metadata"]["name"] == "gpuctl-a100-40gb"
+    assert flavor["spec"]["nodeLabels"] == {"gpuctl.dev/gpu": "a100-40gb"}
+    assert [g["coveredResources"] for g in queue["spec"]["resourceGroups"]] == [["nvidia.com/gpu"]]
+
+
+def test_kueue_maps_each_device_class_to_the_resource_the_queues_cover() -> None:
+    resources = manager_config()["resources"]
+    assert resources["quotaCheckStrategy"] == "IgnoreUndeclared"
+    assert resources["deviceClassMappings"] == device_class_mappings() == [
+        {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]},
+        {"name": MIG_DEVICES, "deviceClassNames": ["mig.nvidia.com"]}]
+    for mapping in resources["deviceClassMappings"]:  # kueue v0.19.2 pkg/config/validation.go: IsLabelKey
+        assert QUALIFIED_NAME.fullmatch(mapping["name"]) and len(mapping["name"]) <= 253
+
+
+def test_the_sim_restarts_a_kueue_manager_whose_config_is_not_what_gpuctl_renders_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kueue reads deviceClassMappings only at start: a manager started by an older gpuctl must not be kept."""
+    import yaml
+
+    from gpuctl.providers.sim import kueue
+
+    monkeypatch.setenv("GPUCTL_STATE_DIR", str(tmp_path))
+    path = kueue._config_path("c")
+    path.parent.mkdir(parents=True)
+    assert not kueue._config_is_current("c")  # none yet
+    path.write_text(kueue.render_kueue_config(tmp_path / "certs", 40001, 40002))
+    assert kueue._config_is_current("c")
+    config = yaml.safe_load(path.read_text())
+    assert config["resources"]["deviceClassMappings"] == device_class_mappings()
+    del config["resources"]["deviceClassMappings"]  # as gpuctl wrote it before DRA
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    assert not kueue._config_is_current("c")
