@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,16 @@ def test_bench_startup_runs(sim_env: dict[str, str]) -> None:
                     "gpuctl render -f tests/specs/good.yaml", "gpuctl cluster create --gpu t4 --export-spec",
                     "gpuctl mig validate 3g.20gb-2x2g.10gb --gpu a100-40gb"):
         assert " ms " in rows[command] and "FAIL (" not in rows[command], proc.stdout
+
+
+def test_bench_dra_runs(sim_env: dict[str, str]) -> None:
+    # 32 pods on 4 nodes x 8 GPUs: every GPU taken on both sides; the ratio is printed, not asserted.
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "dra"), "--nodes", "4", "--pods", "32"],
+                          capture_output=True, text=True, env=sim_env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "32 single-GPU pods on 4 sim nodes x 8 GPUs (32 GPUs)" in proc.stdout
+    assert "ratio DRA / extended resource" in proc.stdout and "targets: none (report only)" in proc.stdout
+    [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert figures["pods"] == 32 and figures["nodes"] == 4
+    assert figures["extended_s"] > 0 and figures["dra_s"] > 0
+    assert figures["ratio"] == pytest.approx(figures["dra_s"] / figures["extended_s"], rel=0.01)
