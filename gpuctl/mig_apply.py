@@ -4,11 +4,13 @@ write the mig-parted config, label the nodes, wait for the MIG manager, and veri
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
+from gpuctl.dra import GPU_CLASS, MIG_CLASS, dra_mode
 from gpuctl.errors import ClusterError, UsageError, ValidationFailed, WaitTimeout
 from gpuctl.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.client import core
@@ -23,6 +25,7 @@ from gpuctl.stack.releases import operator_release
 from gpuctl.sharing import CONFIG_LABEL
 from gpuctl.stack.values import (MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, GroupSharing, StackSpec,
                                  choose_mig_strategy, stack_from_record, stack_record)
+from gpuctl.status import NodeDevices, device_type, read_node_devices
 from gpuctl.steps import Reporter, StepResult, run_step
 
 if TYPE_CHECKING:
@@ -94,6 +97,10 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
     steps.append(run_step("label-nodes", lambda: label_mig_config(v1, node_docs, name), report))
     steps.append(run_step("wait-mig-manager",
                           lambda: wait_for_mig_state(v1, [t.node for t in targets], name, timeout), report))
+    if dra_mode(client):  # the DRA driver publishes the MIG devices; no device plugin advertises them
+        expected = {t.node: dra_devices(t.layout, t.gpus) for t in targets}
+        steps.append(run_step("verify-devices", lambda: _verify_devices(client, expected, timeout), report))
+        return steps, expected
     expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
                 for t in targets}
     steps.append(run_step("verify-allocatable", lambda: _verify(v1, expected, timeout), report))
@@ -156,6 +163,42 @@ def wait_for_mig_state(v1, names: list[str], config: str, timeout: float) -> Cha
                 raise WaitTimeout(f"MIG config {config} not applied after {timeout:.0f}s on {', '.join(pending)}",
                                   "a node stuck in 'pending' may need its GPU workloads drained")
             wait.update(f"{sum(s == 'success' for s in states.values())}/{len(names)} nodes")
+            time.sleep(0.5)
+
+
+def dra_devices(layout: MigLayout, gpus: int) -> dict[str, int]:
+    """What the DRA driver publishes for `layout` on `gpus` GPUs: "<class>/<profile>" -> MIG devices, or
+    the full GPUs (gpu.nvidia.com) where MIG is off."""
+    if not layout.enabled:
+        return {GPU_CLASS: gpus}
+    return {f"{MIG_CLASS}/{profile}": count * gpus for profile, count in sorted(Counter(layout.profiles).items())}
+
+
+def published(devices: NodeDevices | None) -> dict[str, int]:
+    """A node's published devices counted as dra_devices counts them."""
+    counts: Counter[str] = Counter()
+    for device in devices.devices if devices is not None else ():
+        attributes = device.get("attributes") or {}
+        if device_type(device) == "mig":
+            counts[f"{MIG_CLASS}/{(attributes.get('profile') or {}).get('string')}"] += 1
+        elif device_type(device) == "gpu":
+            counts[GPU_CLASS] += 1
+    return dict(sorted(counts.items()))
+
+
+def _verify_devices(client: ApiClient, expected: dict[str, dict[str, int]], timeout: float) -> Change:
+    deadline = time.monotonic() + min(timeout, 60.0)
+    with waiting("the DRA driver to publish the MIG devices", min(timeout, 60.0)) as wait:
+        while True:
+            nodes = read_node_devices(client)
+            wrong = {n: got for n in expected if (got := published(nodes.get(n))) != expected[n]}
+            if not wrong:
+                return Change.PASSED
+            node, got = next(iter(wrong.items()))
+            if time.monotonic() > deadline:
+                raise ValidationFailed(f"the ResourceSlice of {node} publishes {got or 'no device'}, expected "
+                                       f"{expected[node]}", "check the DRA driver's kubelet-plugin pod on that node")
+            wait.update(f"{node} publishes {got or 'none'}, expected {expected[node]}")
             time.sleep(0.5)
 
 

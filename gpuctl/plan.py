@@ -134,8 +134,8 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
                                        f"{name} on {', '.join(moving)}" if moving else ""))
     if spec.kueue:
         planned.append(_plan_kueue(client, helm, spec))
-    for tenant in spec.tenants:
-        planned.append(_plan_tenant(client, tenant))
+    for tenant in spec.tenants:  # DRA mode is spec.stack.dra: check_dra_mode refused a cluster where it is not
+        planned.append(_plan_tenant(client, tenant, spec.stack.dra))
     return planned
 
 
@@ -185,7 +185,7 @@ def _plan_cluster_policy(client: Any, stack_plan: StackPlan, stack: StackSpec) -
     return PlannedStep("configure-gpu-operator", Change.UPDATED, note, diff)
 
 
-def _plan_tenant(client: Any, tenant: Any) -> PlannedStep:
+def _plan_tenant(client: Any, tenant: Any, dra: bool) -> PlannedStep:
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
 
@@ -194,10 +194,10 @@ def _plan_tenant(client: Any, tenant: Any) -> PlannedStep:
              "quota": lambda: v1.read_namespaced_resource_quota(QUOTA, tenant.name),
              "binding": lambda: rbac.read_namespaced_role_binding(BINDING, tenant.name)}
     action, diffs = Change.NO_CHANGE, []
-    for kind, body in tenant_manifests(tenant):
+    for kind, body in tenant_manifests(tenant, dra):
         current = read_or_none(reads[kind], kind, tenant.name)
         if current is None:
-            return PlannedStep(f"ensure-tenant/{tenant.name}", Change.CREATED, f"namespace, quota {tenant.hard()}")
+            return PlannedStep(f"ensure-tenant/{tenant.name}", Change.CREATED, f"namespace, quota {tenant.hard(dra)}")
         observed = client.sanitize_for_serialization(current)
         if not contains(observed, body):
             action = Change.UPDATED

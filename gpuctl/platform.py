@@ -22,6 +22,7 @@ from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, plugin_configs
 from gpuctl.spec import NodeGroupSpec
+from gpuctl.stack.dra_driver import NAMESPACE as DRA_NAMESPACE
 from gpuctl.stack.dra_driver import check_dra_mode, install_dra_driver
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  cluster_policy_fields, stack_record)
@@ -177,7 +178,7 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
                  lambda g=group: _apply_mig(v1, selectors[g.spec.name], g.mig))  # type: ignore[arg-type]
     for group in spec.groups:
         step(f"wait-capacity/{group.spec.name}",
-             lambda g=group: _wait_capacity(client, selectors[g.spec.name], result.checks))
+             lambda g=group: _wait_capacity(client, selectors[g.spec.name], result.checks, spec.stack.dra))
     if spec.kueue:  # before the tenants: their queues need Kueue's API
         step("install-kueue", lambda: install_kueue(provider, spec.name, helm, spec.stack.charts))
     for index, tenant in enumerate(spec.tenants):
@@ -295,32 +296,42 @@ def _apply_mig(v1, selector: str, layout: MigLayout) -> Change:  # noqa: ANN001
     return change
 
 
-def _capacity_check(client: ApiClient, selector: str) -> Check:
+def _capacity_check(client: ApiClient, selector: str, dra: bool) -> tuple[Check, Check]:
+    """(capacity, agents): allocatable against the configuration and the device plugins ready; in DRA mode
+    the devices the DRA driver's slices publish and its kubelet plugins ready."""
+    from gpuctl.status import DRA_PLUGIN_SELECTOR, pods_by_node, read_node_devices
+    from gpuctl.validate import check_dra_capacity, check_kubelet_plugins
+
     v1 = core(client)
     plugin, mig = read_configs(client)
     nodes = v1.list_node(label_selector=selector).items
-    return check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes})
+    if dra:
+        return (check_dra_capacity(nodes, read_node_devices(client), mig),
+                check_kubelet_plugins(nodes, pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")))
+    return (check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}),
+            check_device_plugins(client))
 
 
-def _wait_capacity(client: ApiClient, selector: str, checks: list[Check]) -> Change:
-    """Until allocatable matches the configuration and every device-plugin pod is ready (a restarted
-    pod serves before its DaemonSet counts it ready)."""
+def _wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bool) -> Change:
+    """Until the nodes offer what was configured (allocatable, or in DRA mode published devices) and every
+    device-plugin (kubelet-plugin) pod is ready: a restarted pod serves before its DaemonSet counts it ready."""
     from gpuctl.progress import waiting
 
+    what = "DRA devices" if dra else "allocatable GPUs"
     deadline = time.monotonic() + CAPACITY_TIMEOUT_S
-    with waiting(f"allocatable GPUs on nodes {selector}", CAPACITY_TIMEOUT_S) as wait:
+    with waiting(f"{what} on nodes {selector}", CAPACITY_TIMEOUT_S) as wait:
         while True:
-            check = _capacity_check(client, selector)
-            plugins = check_device_plugins(client)
-            if (check.ok and plugins.ok) or time.monotonic() >= deadline:
+            check, agents = _capacity_check(client, selector, dra)
+            if (check.ok and agents.ok) or time.monotonic() >= deadline:
                 break
-            wait.update(plugins.detail if check.ok else check.detail)
+            wait.update(agents.detail if check.ok else check.detail)
             time.sleep(0.5)
     checks.append(check)
     if not check.ok:
-        raise WaitTimeout(f"allocatable GPUs on nodes {selector} did not reach the configuration within "
-                          f"{CAPACITY_TIMEOUT_S:.0f}s: "
-                          f"{check.detail}", "check the device-plugin pods in namespace gpu-operator")
+        where = (f"the DRA driver's kubelet-plugin pods (namespace {DRA_NAMESPACE})" if dra
+                 else "the device-plugin pods in namespace gpu-operator")
+        raise WaitTimeout(f"{what} on nodes {selector} did not reach the configuration within "
+                          f"{CAPACITY_TIMEOUT_S:.0f}s: {check.detail}", f"check {where}")
     return Change.NO_CHANGE  # waiting changes nothing; the results are checks
 
 

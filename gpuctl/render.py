@@ -16,6 +16,7 @@ from gpuctl.platform import PlatformSpec, gpu_config_data
 from gpuctl.stack.dra_driver import dra_release
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
+from gpuctl.tenant_claims import claim_templates
 from gpuctl.tenants import tenant_manifests
 
 
@@ -41,10 +42,13 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
         files[f"10-configmap-{name}.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
                                               "metadata": {"name": name, "namespace": NAMESPACE, "labels": MANAGED},
                                               "data": data}
+    models = list({g.spec.gpu.name: g.spec.gpu for g in spec.groups}.values())
     for tenant in spec.tenants:
-        for kind, body in tenant_manifests(tenant):
+        for kind, body in tenant_manifests(tenant, spec.stack.dra):
             order = {"namespace": 20, "quota": 21, "binding": 22}[kind]
             files[f"{order}-{kind}-{tenant.name}.yaml"] = body
+        for template in claim_templates(tenant, models) if spec.stack.dra else []:
+            files[f"23-resourceclaimtemplate-{tenant.name}-{template['metadata']['name']}.yaml"] = template
     return files
 
 

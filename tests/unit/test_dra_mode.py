@@ -92,3 +92,23 @@ def test_spec_file_keys_are_strict(tmp_path) -> None:  # noqa: ANN001
     path.write_text(yaml.safe_dump(doc))
     proc = run_gpuctl("plan", "-f", str(path))
     assert proc.returncode == 2 and "spec.dra.alphaSharin: unknown key; did you mean alphaSharing?" in proc.stderr
+
+
+def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path) -> None:  # noqa: ANN001
+    from gpuctl.render import helm_values, manifests
+    from gpuctl.specfile import load_spec, to_platform
+
+    doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},
+           "spec": {"provider": {"cloud": "sim"}, "dra": {"enabled": True},
+                    "nodeGroups": [{"name": "g", "gpu": "a100-40gb", "nodes": 1}],
+                    "tenants": [{"name": "team-a", "gpus": 2, "mig": {"3g.20gb": 1}}]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    spec = to_platform(*load_spec(path))
+    values = helm_values(spec)
+    assert values["values-dra-driver-nvidia-gpu.yaml"]["values"]["gpuResourcesEnabledOverride"] is True
+    assert values["values-gpu-operator.yaml"]["values"]["devicePlugin"]["enabled"] is False
+    files = manifests(spec)
+    assert files["21-quota-team-a.yaml"]["spec"]["hard"]["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "2"
+    templates = {f: b for f, b in files.items() if b["kind"] == "ResourceClaimTemplate"}
+    assert sorted(b["metadata"]["name"] for b in templates.values()) == ["gpu-a100-40gb", "mig-3g.20gb"]
