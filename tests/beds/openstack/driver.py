@@ -107,22 +107,26 @@ def _start(key: str, kind: str, work) -> None:  # noqa: ANN001 - a callable retu
     threading.Thread(target=run, name=f"bed-{kind}-{key[:8]}", daemon=True).start()
 
 
-def _take(key: str) -> Op | None:
-    """The finished operation of a record (removed from the ledger), None while it runs. A record
-    in progress with no operation (the conductor restarted) gets a failed one."""
+def _finished(key: str) -> Op | None:
+    """The finished operation of a record, None while it runs. A record in progress with no operation
+    (the conductor restarted) gets a failed one. It stays in the ledger until _forget: a status save that
+    fails (SQLite answers a concurrent writer "database is locked" at once) is retried by the next sync,
+    as Magnum's conductor retries its own."""
     with _LOCK:
         op = _OPS.get(key)
         if op is None:
             if time.monotonic() - _MISSING.setdefault(key, time.monotonic()) < LOST_AFTER_S:
                 return None
             del _MISSING[key]
-            op = Op("operation", error="the bed's conductor lost track of this operation (it restarted)")
+            op = _OPS[key] = Op("operation", error="the bed's conductor lost track of this operation (it restarted)")
             op.done.set()
-            return op
-        if not op.done.is_set():
-            return None
-        del _OPS[key]
-        return op
+        return op if op.done.is_set() else None
+
+
+def _forget(key: str) -> None:
+    """The record's status is saved: its operation leaves the ledger."""
+    with _LOCK:
+        _OPS.pop(key, None)
 
 
 def _ca_files(context, cluster, workdir: Path) -> tuple[Path, Path]:  # noqa: ANN001
@@ -221,21 +225,23 @@ class SimDriver(driver.Driver):
             if not ng.status.endswith("_IN_PROGRESS") or ng.status == STATUS.CREATE_IN_PROGRESS \
                     and cluster.status == STATUS.CREATE_IN_PROGRESS:
                 continue  # the cluster's own create finishes its default node groups (below)
-            op = _take(ng.uuid)
+            op = _finished(ng.uuid)
             if op is None:
                 busy = True
                 continue
             action = ng.status.removesuffix("_IN_PROGRESS")
             if action == "DELETE" and op.error is None:
                 ng.destroy()
+                _forget(ng.uuid)
                 continue
             ng.status = f"{action}_FAILED" if op.error else f"{action}_COMPLETE"
             ng.status_reason = op.error
             ng.save()
+            _forget(ng.uuid)
             if op.error:
                 failed.append(f"node group {ng.name}: {op.error}")
         if cluster.status in (STATUS.CREATE_IN_PROGRESS, STATUS.DELETE_IN_PROGRESS):
-            op = _take(cluster.uuid)
+            op = _finished(cluster.uuid)
             if op is None:
                 return
             action = cluster.status.removesuffix("_IN_PROGRESS")
@@ -252,6 +258,7 @@ class SimDriver(driver.Driver):
             cluster.status = f"{action}_FAILED" if op.error else f"{action}_COMPLETE"
             cluster.status_reason = op.error
             cluster.save()  # DELETE_COMPLETE: the periodic job destroys the record and its node groups
+            _forget(cluster.uuid)
             return
         if busy:
             return
