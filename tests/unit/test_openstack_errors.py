@@ -182,3 +182,18 @@ def test_an_accepted_create_is_remembered_until_seen_or_too_old(tmp_path, monkey
     assert pending.get("cluster", "os1") is None  # too old to still appear: a rerun creates it
     pending.drop("cluster", "os1")
     assert not path.exists()
+
+
+def test_a_cluster_magnum_cannot_show_yet_right_after_its_create_is_not_visible_yet() -> None:
+    # The conductor writes the cluster row before its node groups; a GET in between is a 400 (master_count 0).
+    from types import SimpleNamespace
+
+    from gpuctl.providers.openstack.magnum import MagnumApi
+
+    api = object.__new__(MagnumApi)
+    body = json.dumps({"errors": [{"detail": "Invalid input for field/attribute master_count. Value: 0."}]})
+    api._request = lambda *args, **kwargs: SimpleNamespace(status_code=400, text=body)  # type: ignore[method-assign]
+    api._register_token = lambda: None  # type: ignore[method-assign]
+    assert api.get_cluster("4b617382-6401-4193-98a1-583f5dbea42d", being_created=True) is None
+    with pytest.raises(CloudError, match="master_count"):
+        api.get_cluster("4b617382-6401-4193-98a1-583f5dbea42d")

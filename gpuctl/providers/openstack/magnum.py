@@ -258,10 +258,13 @@ class MagnumApi:
         return resp.json() if resp.content else None
 
     def _get_named(self, path: str, ident: str, kind: str, listing: Callable[[], list[Json]],
-                   where: str) -> Json | None:
-        """GET by name or uuid; Magnum answers 409 when several records share the name."""
+                   where: str, being_created: bool = False) -> Json | None:
+        """GET by name or uuid; Magnum answers 409 when several records share the name. A record
+        `being_created` that Magnum cannot show yet (400, see get_cluster) is None: not visible yet."""
         doing = f"reading {kind} {ident!r}"
         resp = self._request("GET", path, doing)
+        if resp.status_code == 400 and being_created:
+            return None
         if resp.status_code == 409:
             uuids = sorted(item["uuid"] for item in listing() if item.get("name") == ident)
             raise UsageError("--name" if kind == "cluster" else "--nodegroup-name",
@@ -277,8 +280,13 @@ class MagnumApi:
 
     # -- clusters --------------------------------------------------------------------------
 
-    def get_cluster(self, ident: str) -> Json | None:
-        return self._get_named(f"/clusters/{quote(ident, safe='')}", ident, "cluster", self.list_clusters, "")
+    def get_cluster(self, ident: str, being_created: bool = False) -> Json | None:
+        """The cluster record; None when there is none. Right after a create Magnum's conductor writes the
+        cluster row before its default node groups (magnum/conductor/handlers/cluster_conductor.py
+        cluster_create), and a GET in between fails the API type's own check (master_count 0 below its
+        minimum 1: HTTP 400); `being_created` takes that for "not visible yet"."""
+        return self._get_named(f"/clusters/{quote(ident, safe='')}", ident, "cluster", self.list_clusters, "",
+                               being_created)
 
     def list_clusters(self) -> list[Json]:
         return self._call("GET", "/clusters", "listing clusters")["clusters"]

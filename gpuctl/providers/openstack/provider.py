@@ -110,7 +110,8 @@ class MagnumProvider:
         return cluster
 
     def ensure_cluster(self, name: str) -> Change:
-        cluster = self.api.get_cluster(name) or self._accepted("cluster", name, self.api.get_cluster)
+        cluster = self.api.get_cluster(name) or self._accepted(
+            "cluster", name, lambda uuid: self.api.get_cluster(uuid, being_created=True))
         if cluster is not None:  # adopt it, once any operation in progress has finished
             if cluster["status"] not in USABLE:
                 self._wait_cluster(cluster["uuid"], name, USABLE)
@@ -141,7 +142,8 @@ class MagnumProvider:
     def _wait_cluster(self, uuid: str, name: str, goal: tuple[str, ...] | None, before: Json | None = None,
                       created: bool = False) -> Json | None:
         try:
-            return wait_for_status(lambda: self.api.get_cluster(uuid), f"Magnum cluster {name!r}", goal,
+            return wait_for_status(lambda: self.api.get_cluster(uuid, being_created=created),
+                                   f"Magnum cluster {name!r}", goal,
                                    CLUSTER_TIMEOUT_S, self._cluster_cleanup(name), before, created)
         finally:
             if created:
