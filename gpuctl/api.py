@@ -6,7 +6,8 @@ from pathlib import Path
 
 from gpuctl.kubeconfig import check_kubeconfig, remove_context
 from gpuctl.plan import PlannedStep, plan_platform
-from gpuctl.platform import GroupPlan, PlatformResult, PlatformSpec, apply_platform
+from gpuctl import platform as _platform
+from gpuctl.platform import LOCK_TIMEOUT_S, GroupPlan, PlatformResult, PlatformSpec
 from gpuctl.render import render
 from gpuctl.mig_apply import apply_mig
 from gpuctl.specfile import export_spec, load_spec, to_platform
@@ -17,11 +18,26 @@ from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
+from gpuctl.steps import Reporter
 
 __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster"]
+
+
+def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float = LOCK_TIMEOUT_S,
+                   context: str | None = None, timeout: float | None = None) -> PlatformResult:
+    """Converge the cluster to `spec` (gpuctl.platform.apply_platform). `timeout`: the most seconds any
+    one wait for a state (capacity, MIG) may take; without it a wait ends only when its progress stalls
+    (gpuctl.waiting)."""
+    from gpuctl.naming import check_duration
+    from gpuctl.waiting import wait_limit
+
+    if timeout is not None:
+        check_duration(timeout, "--timeout")
+    with wait_limit(timeout):
+        return _platform.apply_platform(spec, kubeconfig, report, lock_timeout=lock_timeout, context=context)
 
 
 def _provider(cloud: str, options: CloudOptions | None) -> Provider:
@@ -53,12 +69,39 @@ def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: Cloud
     return provider.ensure_node_group(cluster, spec)
 
 
-def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: CloudOptions | None = None) -> Change:
-    return _provider(cloud, options).scale_node_group(cluster, name, nodes)
+def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: CloudOptions | None = None,
+                     kubeconfig: Path | None = None, context: str | None = None) -> Change:
+    """Scale the node group, then give its nodes the group's recorded configuration (new nodes join without
+    the sharing or MIG layout gpuctl set on their siblings), through `kubeconfig` and `context` (else the
+    provider's context name)."""
+    from gpuctl.kube.client import api_client
+    from gpuctl.platform import configure_recorded_group
+
+    check_kubeconfig(kubeconfig)
+    provider = _provider(cloud, options)
+    change = provider.scale_node_group(cluster, name, nodes)
+    client = api_client(kubeconfig, context or provider.context_name(cluster))
+    configured = configure_recorded_group(client, provider.node_selector(name), name)
+    return Change.UPDATED if change is Change.NO_CHANGE and configured is not Change.NO_CHANGE else change
 
 
-def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None) -> Change:
-    return _provider(cloud, options).delete_node_group(cluster, name)
+def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None,
+                      kubeconfig: Path | None = None, context: str | None = None) -> Change:
+    """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
+    stack's settings), reached through `kubeconfig` and `context` where it can be."""
+    from gpuctl.errors import GpuctlError
+    from gpuctl.kube.client import api_client
+    from gpuctl.platform import forget_recorded_group
+
+    check_kubeconfig(kubeconfig)
+    provider = _provider(cloud, options)
+    change = provider.delete_node_group(cluster, name)
+    try:
+        client = api_client(kubeconfig, context or provider.context_name(cluster))
+    except GpuctlError:  # no context for this cluster here: nothing of it was recorded from here
+        return change
+    forget_recorded_group(client, name)
+    return change
 
 
 def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None) -> NodeGroupInfo | None:

@@ -53,6 +53,33 @@ def _read(read: Any, name: str) -> dict[str, Any] | None:
         raise api_error(exc, f"reading {name}") from None
 
 
+def probe_pods() -> list[dict[str, Any]]:
+    """One pod per way in the fence refuses, none requesting a GPU: the fence is in force in a namespace once
+    the API server refuses each. (Not the runtime-class rule: the RuntimeClass admission plugin refuses a
+    pod naming an absent RuntimeClass before any policy sees it.)"""
+    def pod(rule: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        container = {"name": "probe", "image": "registry.k8s.io/pause:3.10", **spec.pop("container", {})}
+        metadata: dict[str, Any] = {"name": f"gpuctl-fence-probe-{rule}", "labels": {L.MANAGED_BY: L.MANAGER}}
+        if annotations:
+            metadata["annotations"] = annotations
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+                "spec": {"automountServiceAccountToken": False, "containers": [container], **spec}}
+
+    return [
+        pod("device-env", {"container": {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}}),
+        pod("cdi-annotation", {}, {"cdi.k8s.io/gpuctl-probe": "nvidia.com/gpu=all"}),
+        pod("privileged", {"container": {"securityContext": {"privileged": True}}}),
+        pod("host-devices", {"volumes": [{"name": "dev", "hostPath": {"path": "/dev/nvidia0"}}]}),
+    ]
+
+
+def wait_fence_in_force(client: ApiClient, namespace: str) -> float:
+    """Return once the API server refuses every probe pod in `namespace`; the seconds that took."""
+    from gpuctl.kube.admission import wait_until_refused
+
+    return wait_until_refused(client, NAME, namespace, probe_pods())
+
+
 def ensure_fence(client: ApiClient) -> Change:
     """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
     from gpuctl.tenants import contains

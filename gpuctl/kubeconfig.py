@@ -55,17 +55,16 @@ def read_kubeconfig(path: Path) -> dict[str, Any]:
 
 def check_kubeconfig(path: Path | None) -> None:
     """Before anything is started: every kubeconfig gpuctl would read is sound, and the one it would
-    write can be written (an existing file must be a kubeconfig; its directory must be writable)."""
+    write can be written (paths.check_target: an existing one a regular file, a new one creatable, its
+    directory writable on a file system that holds files); an existing one must be a kubeconfig."""
+    from gpuctl.paths import check_target
+
+    # Named as the user gave it: the flag, or the variable the default file comes from.
+    from_env = path is None and any(os.environ.get("KUBECONFIG", "").split(os.pathsep))
+    check_target(path or default_path(), "$KUBECONFIG" if from_env else FIELD)
     for candidate in read_paths(path):
         if candidate.exists() or candidate.is_symlink():
             read_kubeconfig(candidate)
-    target = path or default_path()
-    parent = target.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(FIELD, f"cannot write {target}: {parent} is not a writable directory",
-                         "pass --kubeconfig with a path you can write")
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -65,8 +65,9 @@ def _layout_text(names: Sequence[str]) -> str:
     return "-".join(name if count == 1 else f"{count}x{name}" for name, count in groups)
 
 
-def _parse_custom(text: str, geo: MigGeometry, model: GpuModel, field: str) -> list[MigProfile]:
-    counts: Counter[MigProfile] = Counter()
+def _entries(text: str, field: str) -> list[tuple[str, int]]:
+    """(profile, repeat count) of each '-'-joined entry of a custom layout, syntax checked."""
+    entries = []
     for token in text.split("-"):
         # profile names never contain "x", so an "x" always marks a repeat count
         count_text, _, name = token.rpartition("x") if "x" in token else ("1", "", token)
@@ -74,7 +75,32 @@ def _parse_custom(text: str, geo: MigGeometry, model: GpuModel, field: str) -> l
             raise UsageError(field, f"malformed MIG layout entry {shown(token)}", _SYNTAX_HINT)
         if int(count_text) == 0:
             raise UsageError(field, f"repeat count 0 in '{token}'", _SYNTAX_HINT)
-        counts[_profile(geo, name, model, field)] += int(count_text)
+        entries.append((name, int(count_text)))
+    return entries
+
+
+def check_layout_text(text: str, field: str = "LAYOUT") -> str:
+    """What a layout must be on any GPU: its syntax, and profiles that some MIG GPU of the catalog has.
+    For `mig apply`, which learns the GPU models from the cluster: judged before the first request."""
+    from gpuctl.catalog import GPUS
+
+    if not _LAYOUT.fullmatch(text):
+        raise UsageError(field, f"{shown(text)} is not a MIG layout", _SYNTAX_HINT)
+    name = text.lower()
+    if name in NAMED:
+        return text
+    known = {p.name: None for m in GPUS.values() if m.mig for p in m.mig.profiles}
+    for profile in [name.removeprefix("all-")] if name.startswith("all-") else [p for p, _ in _entries(name, field)]:
+        if profile not in known:
+            raise UsageError(field, f"unknown profile {shown(profile)} (no MIG GPU has it)",
+                             f"use one of: {', '.join(known)}")
+    return text
+
+
+def _parse_custom(text: str, geo: MigGeometry, model: GpuModel, field: str) -> list[MigProfile]:
+    counts: Counter[MigProfile] = Counter()
+    for name, count in _entries(text, field):
+        counts[_profile(geo, name, model, field)] += count
     _check_counts(counts, geo, model, field)  # before expanding, so "9999x1g.5gb" stays cheap
     return _ordered(counts.elements(), geo)
 

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
 from gpuctl.dra import GPU_CLASS, MIG_CLASS, dra_mode
-from gpuctl.errors import ClusterError, UsageError, ValidationFailed, WaitTimeout
+from gpuctl.errors import ClusterError, UsageError, ValidationFailed
 from gpuctl.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.client import core
 from gpuctl.kube.nodes import patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
-from gpuctl.mig import MigLayout, advertised_resources, config_name, mig_parted_config, parse_layout, parse_mig_parted_config
+from gpuctl.mig import (MigLayout, advertised_resources, check_layout_text, config_name, mig_parted_config, parse_layout,
+                        parse_mig_parted_config)
+from gpuctl.naming import check_duration, check_name, check_selector, shown
 from gpuctl.progress import waiting
 from gpuctl.providers.base import Change
 from gpuctl.stack.existing import Operator, configured_operator
@@ -62,12 +64,30 @@ def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarge
     return targets
 
 
+def check_mig_inputs(text: str, nodegroup: str | None, selector: str | None, strategy: str | None,
+                     timeout: float | None) -> None:
+    """Every input of `mig apply`, judged before the kubeconfig is read or a request made (what the layout
+    means on each node's GPU is judged once the nodes are known, still before any write)."""
+    check_layout_text(text)
+    if nodegroup is None and selector is None:
+        raise UsageError("--nodegroup", "no nodes targeted", "pass --nodegroup NAME or --selector LABELS")
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    if selector is not None:
+        check_selector(selector, "--selector")
+    if strategy is not None:
+        choose_mig_strategy(strategy, [], "--strategy")  # the one rule for a strategy's name
+    if timeout is not None:
+        check_duration(timeout, "--timeout")
+
+
 def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | None, selector: str | None,
               strategy: str | None, timeout: float, report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
+    check_mig_inputs(text, nodegroup, selector, strategy, timeout)
     v1 = core(client)
     nodes = gpu_nodes(v1, nodegroup, selector)
     if not nodes:
-        raise UsageError("--selector", f"no GPU nodes match {selector!r}", "check the selector with 'gpuctl status'")
+        raise UsageError("--selector", f"no GPU nodes match {shown(selector)}", "check the selector with 'gpuctl status'")
     # Another's GPU Operator keeps gpuctl's ConfigMaps in its own namespace and takes settings through its
     # ClusterPolicy (see stack/owners.py); gpuctl's own reads them from gpu-operator and takes Helm values.
     operator = configured_operator(client)
@@ -75,8 +95,6 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
     record = read_config_map_data(v1, namespace, STACK_CONFIGMAP) or {}
     stack = stack_from_record(record["stack.json"]) if "stack.json" in record else None
     current_strategy = stack.mig_strategy if stack else None
-    if strategy is not None and strategy not in ("mixed", "single"):
-        raise UsageError("--strategy", f"unknown strategy {strategy!r}", "use mixed or single")
     if strategy and stack is None:
         raise UsageError("--strategy", "the GPU Operator here was not installed by gpuctl",
                          "set mig.strategy in its values yourself, then rerun without --strategy")
@@ -147,23 +165,33 @@ def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN00
     return Change.UPDATED if patch_nodes(v1, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched else Change.NO_CHANGE
 
 
-def wait_for_mig_state(v1, names: list[str], config: str, timeout: float) -> Change:  # noqa: ANN001
-    """Block until the MIG manager reports success on every node; fail fast on 'failed'."""
-    with waiting(f"{L.MIG_STATE}=success", timeout, every=PROGRESS_EVERY_S) as wait:
-        while True:
-            states = {n: (v1.read_node(n).metadata.labels or {}).get(L.MIG_STATE, "unknown") for n in names}
-            failed = sorted(n for n, s in states.items() if s == "failed")
-            if failed:
-                raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
-                                   "see the nvidia-mig-manager pod logs on those nodes")
-            if all(s == "success" for s in states.values()):
-                return Change.PASSED
-            if wait.elapsed > timeout:
-                pending = sorted(n for n, s in states.items() if s != "success")
-                raise WaitTimeout(f"MIG config {config} not applied after {timeout:.0f}s on {', '.join(pending)}",
-                                  "a node stuck in 'pending' may need its GPU workloads drained")
-            wait.update(f"{sum(s == 'success' for s in states.values())}/{len(names)} nodes")
-            time.sleep(0.5)
+def wait_for_mig_state(v1, names: list[str], config: str, timeout: float | None) -> Change:  # noqa: ANN001
+    """Block until the MIG manager reports success on every node; fail fast on 'failed'. The wait lasts
+    while nodes keep reaching success (gpuctl.waiting): WaitTimeout when none does for STALL_S seconds,
+    or after `timeout` (None: the command's --timeout, if any)."""
+    from gpuctl.kube.nodes import list_nodes_json
+    from gpuctl.waiting import Count, Look, wait_until
+
+    wanted = set(names)
+
+    def look() -> Look:
+        # One LIST, not a GET per node: a thousand nodes are read in one request.
+        nodes = {n["metadata"]["name"]: n for n in list_nodes_json(v1, "") if n["metadata"]["name"] in wanted}
+        states = {n: (nodes[n]["metadata"].get("labels") or {}).get(L.MIG_STATE, "unknown") if n in nodes
+                  else "missing" for n in names}
+        failed = sorted(n for n, s in states.items() if s == "failed")
+        if failed:
+            raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
+                               "see the nvidia-mig-manager pod logs on those nodes")
+        pending = sorted(n for n, s in states.items() if s != "success")
+        listed = ", ".join(f"{n} ({states[n]})" for n in pending[:5]) + (f" (+{len(pending) - 5} more)"
+                                                                           if len(pending) > 5 else "")
+        return Look(not pending, (Count(f"nodes at {L.MIG_STATE}=success", len(names) - len(pending), len(names)),),
+                    f"MIG config {config} pending on {listed}" if pending else "")
+
+    wait_until(f"{L.MIG_STATE}=success", look, "a node stuck in 'pending' may need its GPU workloads drained",
+               timeout=timeout, every=PROGRESS_EVERY_S)
+    return Change.PASSED
 
 
 def dra_devices(layout: MigLayout, gpus: int) -> dict[str, int]:

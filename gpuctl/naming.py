@@ -19,11 +19,44 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 ASCII_COUNT = re.compile(r"[0-9]{1,9}")  # a whole number: ASCII digits, no sign, '_' or space
+_DIGITS = re.compile(r"[0-9]+")
+# More digits than any bound of gpuctl has (int64 has 19): such a number is read as a Huge, never converted
+# (Python refuses to convert more than 4,300 digits, and a bound's message must not quote them all).
+MAX_DIGITS = 18
 MAX_TEXT_LENGTH = 1024
 SHOWN_PREFIX = 40
 
 MAX_NODES = 5000
 MAX_DURATION_S = 24 * 3600.0
+
+
+class Huge(int):
+    """A whole number of more than MAX_DIGITS digits, as read from a flag or a spec file: above every
+    bound (below, when negative), so the bound's validator refuses it with the field and the bound,
+    and shown by its length, never by its digits."""
+
+    digits: int
+
+    def __new__(cls, digits: int, negative: bool = False) -> Huge:
+        self = super().__new__(cls, -(10 ** MAX_DIGITS) if negative else 10 ** MAX_DIGITS)
+        self.digits = digits
+        return self
+
+    def __repr__(self) -> str:
+        return f"a {'negative ' if self < 0 else ''}number of {self.digits} digits"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+
+def whole_number(digits: str, negative: bool = False) -> int:
+    """The value of a string of ASCII digits of any length: an int, or a Huge beyond MAX_DIGITS digits."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > MAX_DIGITS:
+        return Huge(len(significant), negative)
+    return -int(significant) if negative else int(significant)
 
 
 def shown(value: object) -> str:
@@ -56,10 +89,11 @@ def check_count(value: int, field: str, minimum: int = 1, maximum: int = MAX_NOD
 
 
 def parse_count(text: str, field: str) -> int:
-    """A whole number written in ASCII digits (no sign, no '_', no spaces, at most 9 digits)."""
-    if not ASCII_COUNT.fullmatch(text):
+    """A whole number written in ASCII digits (no sign, no '_', no spaces), of any length: one too long
+    to be within any bound comes back as a Huge, for the field's bound check to refuse."""
+    if not _DIGITS.fullmatch(text):
         raise UsageError(field, f"{shown(text)} is not a whole number", "write ASCII digits, e.g. 2")
-    return int(text)
+    return whole_number(text)
 
 
 def check_duration(value: float, field: str, maximum: float = MAX_DURATION_S) -> float:
@@ -95,3 +129,38 @@ def check_label_value(value: str, field: str) -> str:
         raise UsageError(field, f"invalid value {shown(value)}",
                          "use up to 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric")
     return value
+
+
+_REQUIREMENT = re.compile(  # one requirement of a Kubernetes label selector (apimachinery labels.Parse)
+    r"(?P<not>!)?\s*(?P<key>[^\s!=<>(),]+)\s*(?:(?P<op>==|=|!=|<|>)\s*(?P<value>[^\s!=<>(),]*)"
+    r"|\s(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?")
+SELECTOR_HINT = "write requirements joined by ',', e.g. 'gpu=a100,zone in (a,b),!spot'"
+
+
+def check_selector(text: str, field: str) -> str:
+    """A Kubernetes label selector (`k=v`, `k!=v`, `k in (a,b)`, `k notin (a)`, `k`, `!k`, `k>1`), whole:
+    every requirement well formed, every key and value valid label syntax; an empty one selects all, so
+    it is refused (leave the flag out instead)."""
+    check_text(text, field)
+    requirements, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            requirements.append(text[start:i])
+            start = i + 1
+    requirements.append(text[start:])
+    for requirement in requirements:
+        if not requirement.strip():
+            raise UsageError(field, f"an empty requirement in {shown(text)}", SELECTOR_HINT)
+        match = _REQUIREMENT.fullmatch(requirement.strip())
+        if match is None or (match["not"] and (match["op"] or match["set"])):
+            raise UsageError(field, f"{shown(requirement)} is not a label selector requirement", SELECTOR_HINT)
+        check_label_key(match["key"], field)
+        values = [v.strip() for v in match["values"].split(",")] if match["set"] else \
+            [match["value"]] if match["op"] else []
+        for value in values:
+            check_label_value(value, field)
+        if match["op"] in ("<", ">") and not ASCII_COUNT.fullmatch(match["value"]):
+            raise UsageError(field, f"{shown(requirement)} compares with {shown(match['value'])}, not a whole number",
+                             SELECTOR_HINT)
+    return text

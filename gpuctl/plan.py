@@ -29,7 +29,7 @@ from gpuctl.stack.helm import HelmTarget, plan_release
 from gpuctl.stack.owners import StackPlan, check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import MIG_CONFIGMAP, StackSpec
-from gpuctl.tenants import BINDING, QUOTA, contains, read_or_none, tenant_manifests
+from gpuctl.tenants import BINDING, QUOTA, holds, read_or_none, tenant_manifests
 
 
 
@@ -99,8 +99,7 @@ def plan_cluster(spec: PlatformSpec, client: Any, selectors: dict[str, str], hel
                                    Change.UPDATED if patches else Change.NO_CHANGE,
                                    f"{len(patches)} of {len(nodes)} nodes" if patches else "", diff))
     text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
-    wanted = gpu_config_data(spec.stack, [g.sharing for g in spec.groups], [g.mig for g in spec.groups if g.mig],
-                             parse_mig_parted_config(text) if text else {})
+    wanted = gpu_config_data(spec, parse_mig_parted_config(text) if text else {})
     diffs, action = [], Change.NO_CHANGE
     for name, data in wanted.items():
         current = read_config_map_data(v1, namespace, name)
@@ -199,7 +198,7 @@ def _plan_tenant(client: Any, tenant: Any, dra: bool) -> PlannedStep:
         if current is None:
             return PlannedStep(f"ensure-tenant/{tenant.name}", Change.CREATED, f"namespace, quota {tenant.hard(dra)}")
         observed = client.sanitize_for_serialization(current)
-        if not contains(observed, body):
+        if not holds(observed, body):
             action = Change.UPDATED
             diffs.append(_diff(yaml.safe_dump(_subset(observed, body), sort_keys=True),
                                yaml.safe_dump(body, sort_keys=True), f"{kind}/{tenant.name}"))

@@ -4,15 +4,14 @@ Each step observes first and acts only on a difference, so a second run reports 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuctl import labels as L
-from gpuctl.errors import ValidationFailed, WaitTimeout
+from gpuctl.errors import ValidationFailed
 from gpuctl.kube.client import api_client, api_error, core
 from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.naming import check_duration, check_text
@@ -20,17 +19,17 @@ from gpuctl.mig import MigLayout, config_name, mig_parted_config, parse_mig_part
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, Provider
 from gpuctl.providers.options import CloudOptions
-from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing, plugin_configs
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.stack.dra_driver import NAMESPACE as DRA_NAMESPACE
+from gpuctl.sharing import CONFIG_LABEL, Sharing, plugin_configs
+from gpuctl.spec import GroupPlan
 from gpuctl.stack.dra_driver import check_dra_mode, install_dra_driver
 from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
                                  cluster_policy_fields, stack_record)
 from gpuctl.steps import Reporter, StepResult, run_step
 from gpuctl.taints import Taint
+from gpuctl.validation_record import forget_validated, read_validated, record_validated, spec_digest
 from gpuctl.tenants import Tenant, check_ownership, contains, ensure_tenant
-from gpuctl.validate import (SMOKE_IMAGE, Check, check_capacity, check_device_plugins, expected_resources,
-                             read_configs, validate_cluster)
+from gpuctl.capacity import wait_capacity as _wait_capacity
+from gpuctl.validate import SMOKE_IMAGE, Check, validate_cluster
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -39,19 +38,7 @@ if TYPE_CHECKING:
     from gpuctl.stack.helm import HelmTarget
     from gpuctl.stack.owners import StackPlan
 
-CAPACITY_TIMEOUT_S = 120.0
-MIG_TIMEOUT_S = 300.0
 LOCK_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class GroupPlan:
-    """A node group (with its taints) and what the platform makes of it: sharing or a MIG layout, labels."""
-
-    spec: NodeGroupSpec
-    sharing: Sharing = NO_SHARING
-    mig: MigLayout | None = None
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,11 +52,36 @@ class PlatformSpec:
     options: CloudOptions = field(default_factory=CloudOptions)
     tenants: tuple[Tenant, ...] = ()
     kueue: bool = False  # install Kueue, for the tenants' queues
+    # Node groups the cluster has (group_records.py) that this spec does not name: they shape the cluster-wide
+    # state in `stack` and the GPU configs, and no step acts on them.
+    others: tuple[GroupPlan, ...] = ()
+
+    @property
+    def every_group(self) -> tuple[GroupPlan, ...]:
+        return self.groups + self.others
 
 
 def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:
-    """The union of the groups' taints: what the GPU stack's pods must tolerate."""
-    return tuple(dict.fromkeys(t for g in groups for t in g.spec.taints))
+    """The union of the groups' taints, in a stable order: what the GPU stack's pods must tolerate."""
+    return tuple(sorted({t for g in groups for t in g.spec.taints}, key=str))
+
+
+def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> PlatformSpec:
+    """`spec` with the cluster's other recorded node groups: the operator tolerates their taints too, serves
+    gpuctl's configs where any group shares, under one MIG strategy for all (refused when none fits)."""
+    from gpuctl.group_records import others_of
+    from gpuctl.stack.values import GroupSharing, choose_mig_strategy
+
+    others = others_of({g.spec.name for g in spec.groups}, recorded)
+    if not others:
+        return spec
+    every = spec.groups + others
+    strategy = choose_mig_strategy(spec.stack.mig_strategy, [
+        GroupSharing(g.spec.name, g.sharing.strategy, g.mig.profiles if g.mig else ()) for g in every],
+        "spec.gpuOperator.migStrategy (--mig-strategy)")
+    stack = replace(spec.stack, taints=all_taints(every), mig_strategy=strategy,
+                    shares_gpus=any(g.sharing.config_key for g in every))
+    return replace(spec, stack=stack, others=others)
 
 
 @dataclass
@@ -84,7 +96,7 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     """Converge the cluster to `spec`; its context (named `context`, else the provider's name) is
     merged into `kubeconfig` (else the default file)."""
     # The lock, kubeconfig and Helm machinery load here: `render` and `--export-spec` never need them.
-    from gpuctl.kube.lock import cluster_lock
+    from gpuctl.kube.lock import clear_dead_holder, cluster_lock
     from gpuctl.kubeconfig import check_kubeconfig, named, write_kubeconfig
     from gpuctl.stack.existing import read_stack
     from gpuctl.stack.helm import HelmTarget
@@ -117,26 +129,44 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     step("write-kubeconfig", kubeconfig_step)
     client = api_client(result.kubeconfig, entry["current-context"])
     selectors = {g.spec.name: provider.node_selector(g.spec.name) for g in spec.groups}
+    spec = with_cluster_groups(spec, read_recorded_groups(client))
 
     helm = HelmTarget(result.kubeconfig, entry["current-context"])
     # Another apply may be writing: lock, unless there is nothing to write (a re-apply stays write-free).
     from gpuctl.plan import plan_cluster
 
     for index, tenant in enumerate(spec.tenants):  # before any write to the cluster
-        check_ownership(client, tenant, f"spec.tenants[{index}].adopt")
+        check_ownership(client, tenant, f"spec.tenants[{index}].adopt", kueue_coming=spec.kueue)
     # A GPU stack someone else installed is configured through, or refused (exit 2), before any write.
     stack_plan = check_single_owners(read_stack(client), spec.stack)
     planned = plan_cluster(spec, client, selectors, helm, stack_plan)  # DRA mode checked there too
     dra_owner = check_dra_mode(client, spec.stack)
-    writes = any(p.action is not Change.NO_CHANGE for p in planned)
+    cleared = clear_dead_holder(client)  # converged or not: no later apply waits out a killed one's lock
+    if cleared:
+        from gpuctl.output import info
+
+        info(f"  cleared the apply lock of {cleared}: that gpuctl is no longer running")
+    v1, namespace = core(client), stack_plan.namespace
+    digest = spec_digest(spec)
+    validated = read_validated(v1, namespace) == digest
+    writes = any(p.action is not Change.NO_CHANGE for p in planned) or _changed(result)
     with cluster_lock(client, name, lock_timeout) if writes else nullcontext():
-        _cluster_steps(spec, provider, client, selectors, helm, step, result, stack_plan, dra_owner)
+        if writes:
+            forget_validated(v1, namespace)
+        _cluster_steps(spec, provider, client, selectors, helm, step, result, stack_plan, dra_owner,
+                       must_validate=not validated)
+        if any(s.name.startswith("validate/") and s.outcome is Change.PASSED for s in result.steps):
+            record_validated(v1, namespace, digest)  # (a failed validation raised)
     return result
+
+
+def _changed(result: PlatformResult) -> bool:
+    return any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
 
 
 def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, selectors: dict[str, str],
                    helm: HelmTarget, step: Callable[[str, Callable[[], Change]], None], result: PlatformResult,
-                   stack_plan: StackPlan, dra_owner: str | None) -> None:
+                   stack_plan: StackPlan, dra_owner: str | None, must_validate: bool) -> None:
     from gpuctl.output import info
     from gpuctl.stack.helm import ensure_release
     from gpuctl.stack.releases import nfd_release, operator_release
@@ -150,8 +180,7 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
     changed_keys: set[str] = set()
 
     def gpu_config_step() -> Change:
-        change, changed = write_gpu_config(v1, spec.stack, [g.sharing for g in spec.groups],
-                                           [g.mig for g in spec.groups if g.mig], stack_plan.namespace)
+        change, changed = write_gpu_config(v1, spec, stack_plan.namespace)
         changed_keys.update(changed)
         return change
 
@@ -170,7 +199,7 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
         if dra_owner is not None:
             info(f"  uses the DRA driver of {dra_owner}")
         step("install-dra-driver", lambda: install_dra_driver(helm, spec.stack, dra_owner))
-    in_use = {g.sharing.config_key for g in spec.groups if g.sharing.config_key}
+    in_use = {g.sharing.config_key for g in spec.every_group if g.sharing.config_key}
     step("restart-device-plugin", lambda: _restart_device_plugin(v1, changed_keys & in_use, stack_plan.namespace))
     for group in spec.groups:
         if group.mig is not None:
@@ -184,12 +213,34 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
     for index, tenant in enumerate(spec.tenants):
         step(f"ensure-tenant/{tenant.name}", lambda t=tenant, i=index: ensure_tenant(
             client, t, adopt_field=f"spec.tenants[{i}].adopt"))
-    # The smoke test proves a change; a converged cluster is left alone (`gpuctl validate` re-checks it).
-    changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
+    # The smoke test proves a change, or a platform not validated since its last one (a killed run); a
+    # converged, validated cluster is left alone (`gpuctl validate` re-checks it).
+    changed = must_validate or _changed(result)
     if spec.validate:
         for group in spec.groups:
             step(f"validate/{group.spec.name}",
                  lambda g=group: _validate(client, g.spec.name, spec, result.checks) if changed else Change.NO_CHANGE)
+
+
+def configure_recorded_group(client: ApiClient, selector: str, name: str) -> Change:
+    """Bring the nodes of node group `name` (a scaled one's new nodes) to its recorded configuration: taints,
+    labels, sharing, and its MIG layout applied. NO_CHANGE where nothing is recorded for the group."""
+    plan = read_recorded_groups(client).get(name)
+    if plan is None:
+        return Change.NO_CHANGE
+    v1 = core(client)
+    change = configure_nodes(v1, selector, plan.sharing, plan.spec.taints, plan.labels)
+    if plan.mig is not None and _apply_mig(v1, selector, plan.mig) is not Change.NO_CHANGE:
+        change = Change.UPDATED
+    return change
+
+
+def forget_recorded_group(client: ApiClient, name: str) -> Change:
+    from gpuctl.group_records import GROUPS_CONFIGMAP
+    from gpuctl.kube.objects import remove_config_map_key
+    from gpuctl.stack.existing import config_namespace
+
+    return remove_config_map_key(core(client), config_namespace(client), GROUPS_CONFIGMAP, name)
 
 
 def install_kueue(provider: Provider, cluster: str, helm: HelmTarget, charts: str) -> Change:
@@ -212,25 +263,35 @@ def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ..
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
-def gpu_config_data(stack: StackSpec, sharings: list[Sharing], layouts: list[MigLayout],
-                    existing_mig: dict[str, dict[str, int] | None]) -> dict[str, dict[str, str]]:
-    """ConfigMap name -> data: the stack record, the device-plugin configs of these sharings (none at
-    all without sharing), and the mig-parted configs of these layouts beside all-disabled and the
-    `existing_mig` ones."""
-    data = {STACK_CONFIGMAP: {"stack.json": stack_record(stack)},
-            DEVICE_PLUGIN_CONFIGMAP: plugin_configs(sharings),
-            MIG_CONFIGMAP: {"config.yaml": mig_parted_config(layouts, existing_mig)}}
+def gpu_config_data(spec: PlatformSpec, existing_mig: dict[str, dict[str, int] | None]) -> dict[str, dict[str, str]]:
+    """ConfigMap name -> data: the stack record, the device-plugin configs of every group's sharing (none
+    at all without sharing), the mig-parted configs of their layouts beside all-disabled and the
+    `existing_mig` ones, and the records of the node groups `spec` names."""
+    from gpuctl.group_records import GROUPS_CONFIGMAP, records_data
+
+    every = spec.every_group
+    data = {STACK_CONFIGMAP: {"stack.json": stack_record(spec.stack)},
+            DEVICE_PLUGIN_CONFIGMAP: plugin_configs([g.sharing for g in every]),
+            MIG_CONFIGMAP: {"config.yaml": mig_parted_config([g.mig for g in every if g.mig], existing_mig)},
+            GROUPS_CONFIGMAP: records_data(spec.groups)}
     return {name: keys for name, keys in data.items() if keys}
 
 
-def write_gpu_config(v1, stack: StackSpec, sharings: list[Sharing],  # noqa: ANN001
-                     layouts: list[MigLayout], namespace: str = NAMESPACE) -> tuple[Change, set[str]]:
+def read_recorded_groups(client: ApiClient) -> dict[str, GroupPlan]:
+    """The node groups recorded on the cluster (in the namespace of the GPU configs gpuctl writes)."""
+    from gpuctl.group_records import read_group_plans
+    from gpuctl.stack.existing import config_namespace
+
+    return read_group_plans(core(client), config_namespace(client))
+
+
+def write_gpu_config(v1, spec: PlatformSpec, namespace: str = NAMESPACE) -> tuple[Change, set[str]]:  # noqa: ANN001
     """Write gpu_config_data into the GPU Operator's `namespace` where it differs; also return the
     device-plugin keys whose content changed (their consumers must restart)."""
     text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
     outcomes = [ensure_namespace(v1, namespace)]
     changed: set[str] = set()
-    for name, data in gpu_config_data(stack, sharings, layouts, parse_mig_parted_config(text) if text else {}).items():
+    for name, data in gpu_config_data(spec, parse_mig_parted_config(text) if text else {}).items():
         outcome, keys = ensure_config_map_keys(v1, namespace, name, data)
         outcomes.append(outcome)
         if name == DEVICE_PLUGIN_CONFIGMAP:
@@ -292,47 +353,8 @@ def _apply_mig(v1, selector: str, layout: MigLayout) -> Change:  # noqa: ANN001
     nodes = list_nodes_json(v1, selector)
     name = config_name(layout)
     change = label_mig_config(v1, nodes, name)
-    wait_for_mig_state(v1, [n["metadata"]["name"] for n in nodes], name, MIG_TIMEOUT_S)
+    wait_for_mig_state(v1, [n["metadata"]["name"] for n in nodes], name, None)  # until progress stalls, or --timeout
     return change
-
-
-def _capacity_check(client: ApiClient, selector: str, dra: bool) -> tuple[Check, Check]:
-    """(capacity, agents): allocatable against the configuration and the device plugins ready; in DRA mode
-    the devices the DRA driver's slices publish and its kubelet plugins ready."""
-    from gpuctl.status import DRA_PLUGIN_SELECTOR, pods_by_node, read_node_devices
-    from gpuctl.validate import check_dra_capacity, check_kubelet_plugins
-
-    v1 = core(client)
-    plugin, mig = read_configs(client)
-    nodes = v1.list_node(label_selector=selector).items
-    if dra:
-        return (check_dra_capacity(nodes, read_node_devices(client), mig),
-                check_kubelet_plugins(nodes, pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")))
-    return (check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}),
-            check_device_plugins(client))
-
-
-def _wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bool) -> Change:
-    """Until the nodes offer what was configured (allocatable, or in DRA mode published devices) and every
-    device-plugin (kubelet-plugin) pod is ready: a restarted pod serves before its DaemonSet counts it ready."""
-    from gpuctl.progress import waiting
-
-    what = "DRA devices" if dra else "allocatable GPUs"
-    deadline = time.monotonic() + CAPACITY_TIMEOUT_S
-    with waiting(f"{what} on nodes {selector}", CAPACITY_TIMEOUT_S) as wait:
-        while True:
-            check, agents = _capacity_check(client, selector, dra)
-            if (check.ok and agents.ok) or time.monotonic() >= deadline:
-                break
-            wait.update(agents.detail if check.ok else check.detail)
-            time.sleep(0.5)
-    checks.append(check)
-    if not check.ok:
-        where = (f"the DRA driver's kubelet-plugin pods (namespace {DRA_NAMESPACE})" if dra
-                 else "the device-plugin pods in namespace gpu-operator")
-        raise WaitTimeout(f"{what} on nodes {selector} did not reach the configuration within "
-                          f"{CAPACITY_TIMEOUT_S:.0f}s: {check.detail}", f"check {where}")
-    return Change.NO_CHANGE  # waiting changes nothing; the results are checks
 
 
 def _validate(client: ApiClient, group: str, spec: PlatformSpec, checks: list[Check]) -> Change:

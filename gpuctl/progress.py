@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -26,17 +27,19 @@ def live_terminal() -> bool:
 class Waiting:
     """A wait in progress; call `update(detail)` on every poll. Use as a context manager."""
 
-    def __init__(self, what: str, timeout: float | None = None, every: float | None = None) -> None:
+    def __init__(self, what: str, timeout: float | None = None, every: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
         self.timeout = timeout
         self.every = every
-        self.started = self._said = time.monotonic()
+        self.clock = clock
+        self.started = self._said = clock()
         self._status: Any = None
         self._console: Any = None
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return self.clock() - self.started
 
     def line(self, detail: str = "") -> str:
         """What the live line shows: what is awaited, for how long of how long, and its state (last, so
@@ -53,7 +56,7 @@ class Waiting:
         return text
 
     def __enter__(self) -> Waiting:
-        self.started = self._said = time.monotonic()
+        self.started = self._said = self.clock()
         if live_terminal():
             from rich.console import Console
 
@@ -67,9 +70,9 @@ class Waiting:
             self.what = what
         if self._status is not None:
             self._status.update(self._text(detail))
-        elif self.every is not None and time.monotonic() - self._said >= self.every:
+        elif self.every is not None and self.clock() - self._said >= self.every:
             info(f"  waiting for {self.what}{': ' + detail if detail else ''} ({self.elapsed:.0f}s)")
-            self._said = time.monotonic()
+            self._said = self.clock()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._status is not None:
@@ -77,6 +80,7 @@ class Waiting:
             self._status = None
 
 
-def waiting(what: str, timeout: float | None = None, every: float | None = None) -> Waiting:
+def waiting(what: str, timeout: float | None = None, every: float | None = None,
+            clock: Callable[[], float] = time.monotonic) -> Waiting:
     """`with waiting("the kube-apiserver at https://...", 120) as wait: ... wait.update("not ready")`."""
-    return Waiting(what, timeout, every)
+    return Waiting(what, timeout, every, clock)

@@ -37,8 +37,7 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {
         f"00-namespace-{NAMESPACE}.yaml": {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": NAMESPACE, "labels": MANAGED}}}
-    mig = [g.mig for g in spec.groups if g.mig]
-    for name, data in gpu_config_data(spec.stack, [g.sharing for g in spec.groups], mig, {}).items():
+    for name, data in gpu_config_data(spec, {}).items():
         files[f"10-configmap-{name}.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
                                               "metadata": {"name": name, "namespace": NAMESPACE, "labels": MANAGED},
                                               "data": data}
@@ -72,22 +71,23 @@ def _values_text(entry: dict[str, Any]) -> str:
     return header + _dump(entry["values"])
 
 
-def render(spec: PlatformSpec, out: Path | None) -> list[Path] | str:
-    """Write manifests/ and helm/ under `out`, or return everything as one YAML stream."""
+def render(spec: PlatformSpec, out: Path | None, field: str = "--out") -> list[Path] | str:
+    """Write manifests/ and helm/ under `out`, or return everything as one YAML stream. Every file is
+    rendered, and every path it goes to judged (paths.check_target, errors naming `field`), before the
+    first is written."""
     objects = manifests(spec)
     values = helm_values(spec)
     if out is None:
         stream = "".join(f"---\n# {name}\n{_dump(obj)}" for name, obj in objects.items())
         return stream + "".join(f"---\n# {name}\n{_values_text(v)}" for name, v in values.items())
-    written = []
-    for name, obj in objects.items():
-        path = out / "manifests" / name
+    from gpuctl.paths import check_target
+
+    files = {out / "manifests" / name: _dump(obj) for name, obj in objects.items()}
+    files.update({out / "helm" / name: _values_text(entry) for name, entry in values.items()})
+    check_target(out, field, directory=True)
+    for path in files:
+        check_target(path, field)
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_dump(obj))
-        written.append(path)
-    for name, entry in values.items():
-        path = out / "helm" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_values_text(entry))
-        written.append(path)
-    return written
+        path.write_text(text)
+    return list(files)

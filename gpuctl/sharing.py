@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from gpuctl.catalog import GpuModel
 from gpuctl.errors import UsageError
 
@@ -58,6 +56,8 @@ def check_sharing_fits(sharing: Sharing, model: GpuModel, field: str) -> None:
 
 def render_plugin_config(sharing: Sharing) -> str:
     """The device-plugin config document for one ConfigMap key (NO_SHARING: the plain default)."""
+    import yaml  # not at import: the node-group model loads this module, `gpuctl --help` loads that
+
     doc: dict = {"version": "v1"}
     if sharing.config_key:
         section = "timeSlicing" if sharing.strategy == "time-slicing" else "mps"
@@ -77,6 +77,8 @@ def plugin_configs(sharings: list[Sharing]) -> dict[str, str]:
 
 def parse_plugin_config(text: str) -> Sharing:
     """Inverse of render_plugin_config, for the simulated device plugin (ValueError if malformed)."""
+    import yaml
+
     doc = yaml.safe_load(text) or {}
     sharing = doc.get("sharing") or {}
     for section, strategy in (("timeSlicing", "time-slicing"), ("mps", "mps")):

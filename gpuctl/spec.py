@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuctl import labels as L
 from gpuctl.catalog import GpuModel
+from gpuctl.mig import MigLayout
+from gpuctl.sharing import NO_SHARING, Sharing
 from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
 
 MAX_GPUS_PER_NODE = 16
@@ -33,3 +35,13 @@ class NodeGroupSpec:
     def registration_labels(self) -> dict[str, str]:
         """Kubernetes labels a cloud that labels nodes at registration (EKS, Magnum >= 1.14) puts on them."""
         return {L.GPU_MODEL: self.gpu.name, L.GPUS_PER_NODE: str(self.gpus_per_node)}
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A node group (with its taints) and what the platform makes of it: sharing or a MIG layout, labels."""
+
+    spec: NodeGroupSpec
+    sharing: Sharing = NO_SHARING
+    mig: MigLayout | None = None
+    labels: dict[str, str] = field(default_factory=dict)

@@ -18,7 +18,8 @@ from gpuctl.catalog import GPUS, GpuModel
 from gpuctl.dra import check_dra_kubernetes
 from gpuctl.errors import UsageError
 from gpuctl.mig import MigLayout, parse_layout
-from gpuctl.naming import MAX_NODES, check_count, check_label_key, check_label_value, check_name, check_text
+from gpuctl.naming import (MAX_NODES, SHOWN_PREFIX, Huge, check_count, check_label_key, check_label_value, check_name,
+                           check_text, shown)
 from gpuctl.providers.options import ALLOWED, CloudOptions
 from gpuctl.stack.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
 from gpuctl.stack.dra_driver import ALPHA_SHARING_GATES
@@ -105,8 +106,17 @@ def _typed(value: Any, path: str, kind: type, example: str) -> Any:
         return None
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
-        raise UsageError(path, f"must be {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}", f"e.g. {example}")
+        got = "int" if isinstance(value, Huge) else type(value).__name__
+        text = repr(value)
+        if len(text) > SHOWN_PREFIX:
+            text = f"{text[:SHOWN_PREFIX]}... ({len(text)} characters)"
+        raise UsageError(path, f"must be {_KIND_NAMES[kind]}, got {got} {text}", f"e.g. {example}")
     return value
+
+
+def _given(value: Any, default: Any) -> Any:
+    """`value`, or `default` where it was left out: an empty string is a value (and judged), not absence."""
+    return default if value is None else value
 
 
 def _str_list(value: Any, path: str) -> tuple[str, ...] | None:
@@ -174,9 +184,9 @@ def parse(doc: Any) -> GpuClusterDoc:
     """Read a GpuCluster document strictly; no defaults beyond the dataclasses', no catalog checks."""
     top = _mapping(doc, "", ("apiVersion", "kind", "metadata", "spec"), ("apiVersion", "kind", "metadata", "spec"))
     if top["apiVersion"] != API_VERSION:
-        raise UsageError("apiVersion", f"unsupported {top['apiVersion']!r}", f"use {API_VERSION}")
+        raise UsageError("apiVersion", f"unsupported {shown(top['apiVersion'])}", f"use {API_VERSION}")
     if top["kind"] != KIND:
-        raise UsageError("kind", f"unsupported {top['kind']!r}", f"use {KIND}")
+        raise UsageError("kind", f"unsupported {shown(top['kind'])}", f"use {KIND}")
     name = _typed(_mapping(top["metadata"], "metadata", ("name",), ("name",))["name"], "metadata.name", str, "demo")
     spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "kueue", "dra", "tenants"),
                     ("provider", "nodeGroups"))
@@ -208,9 +218,10 @@ def parse(doc: Any) -> GpuClusterDoc:
         options=CloudOptions(**options),
         node_groups=tuple(_node_group(g, f"spec.nodeGroups[{i}]") for i, g in enumerate(groups)),
         charts=_typed(operator.get("charts"), "spec.gpuOperator.charts", str, "upstream"),
-        nfd=_typed(operator.get("nfd"), "spec.gpuOperator.nfd", str, "standalone") or "standalone",
+        nfd=_given(_typed(operator.get("nfd"), "spec.gpuOperator.nfd", str, "standalone"), "standalone"),
         mig_strategy=_typed(operator.get("migStrategy"), "spec.gpuOperator.migStrategy", str, "mixed"),
-        smoke_image=_typed(operator.get("smokeImage"), "spec.gpuOperator.smokeImage", str, SMOKE_IMAGE) or SMOKE_IMAGE,
+        smoke_image=_given(_typed(operator.get("smokeImage"), "spec.gpuOperator.smokeImage", str, SMOKE_IMAGE),
+                           SMOKE_IMAGE),
         validate=True if operator.get("validate") is None else _typed(operator["validate"],
                                                                       "spec.gpuOperator.validate", bool, "true"),
         karpenter=bool(_typed(karpenter.get("enabled"), "spec.karpenter.enabled", bool, "true")),
@@ -235,7 +246,7 @@ def _tenant(value: Any, path: str) -> Tenant:
                        bool(_typed(doc.get("adopt"), f"{path}.adopt", bool, "true")), path,
                        _typed(doc.get("borrow"), f"{path}.borrow", int, "2") or 0,
                        _typed(doc.get("lend"), f"{path}.lend", int, "2"),
-                       _typed(doc.get("cohort"), f"{path}.cohort", str, "gpu-pool") or DEFAULT_COHORT)
+                       _given(_typed(doc.get("cohort"), f"{path}.cohort", str, "gpu-pool"), DEFAULT_COHORT))
 
 
 # -- pass 2: defaults -----------------------------------------------------------------------
@@ -250,7 +261,7 @@ def apply_defaults(doc: GpuClusterDoc) -> GpuClusterDoc:
             model.default_gpus_per_node if model else None)
         groups.append(replace(group, gpus_per_node=per_node,
                               taints=group.taints if group.taints is not None else tuple(map(str, DEFAULT_GPU_TAINTS))))
-    charts = doc.charts or ("bundled" if doc.cloud == "sim" else "upstream")
+    charts = _given(doc.charts, "bundled" if doc.cloud == "sim" else "upstream")
     return replace(doc, node_groups=tuple(groups), charts=charts)
 
 
@@ -261,7 +272,7 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     """Every value against the catalog, label syntax, taint effects and MIG geometry."""
     check_name(doc.name, "metadata.name")
     if doc.cloud not in ALLOWED:
-        raise UsageError("spec.provider.cloud", f"unknown cloud {doc.cloud!r}", f"use one of: {', '.join(ALLOWED)}")
+        raise UsageError("spec.provider.cloud", f"unknown cloud {shown(doc.cloud)}", f"use one of: {', '.join(ALLOWED)}")
     for attr, value in vars(doc.options).items():
         key = next((k for k, a in PROVIDER_KEYS.items() if a == attr), attr)
         if value not in (None, False, ()) and attr not in ALLOWED[doc.cloud]:
@@ -270,17 +281,17 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
             if isinstance(text, str):
                 check_text(text, f"spec.provider.{key}" + (f"[{i}]" if isinstance(value, tuple) else ""), 255)
     check_text(doc.smoke_image, "spec.gpuOperator.smokeImage")
-    chart_ref(GPU_OPERATOR, doc.charts or "upstream", "spec.gpuOperator.charts")
-    chart_ref(NFD, doc.charts or "upstream", "spec.gpuOperator.charts")
+    chart_ref(GPU_OPERATOR, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
+    chart_ref(NFD, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     if doc.nfd not in NFD_OWNERS:
-        raise UsageError("spec.gpuOperator.nfd", f"unknown owner {doc.nfd!r}", f"use one of: {', '.join(NFD_OWNERS)}")
+        raise UsageError("spec.gpuOperator.nfd", f"unknown owner {shown(doc.nfd)}", f"use one of: {', '.join(NFD_OWNERS)}")
     if doc.kueue and doc.cloud != "sim":  # the sim runs Kueue itself; clouds install its chart
-        if (doc.charts or "upstream") == "bundled":
+        if _given(doc.charts, "upstream") == "bundled":
             raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
                              "use charts upstream, a directory holding kueue/, or an oci:// mirror")
-        chart_ref(KUEUE, doc.charts or "upstream", "spec.gpuOperator.charts")
+        chart_ref(KUEUE, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     if doc.dra:
-        chart_ref(DRA_DRIVER, doc.charts or "upstream", "spec.gpuOperator.charts")
+        chart_ref(DRA_DRIVER, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
         check_dra_kubernetes(doc.options.kubernetes_version, "spec.provider.kubernetesVersion")
     elif doc.dra_alpha_sharing:
         raise UsageError("spec.dra.alphaSharing", "only in DRA mode", "turn DRA mode on (--dra, spec.dra.enabled: true), "
@@ -311,7 +322,7 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     seen.add(group.name)
     model = GPUS.get(group.gpu)
     if model is None:
-        raise UsageError(f"{path}.gpu", f"unknown GPU {group.gpu!r}", f"use one of: {', '.join(GPUS)}")
+        raise UsageError(f"{path}.gpu", f"unknown GPU {shown(group.gpu)}", f"use one of: {', '.join(GPUS)}")
     check_count(group.nodes, f"{path}.nodes")
     per_node = model.default_gpus_per_node if group.gpus_per_node is None else group.gpus_per_node
     check_count(per_node, f"{path}.gpusPerNode", maximum=MAX_GPUS_PER_NODE)
@@ -349,7 +360,7 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
 
 def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
     """Read (bounded and strict), default and validate a GpuCluster file; every error names its field."""
-    return load_document(read_yaml(path, "-f"))
+    return load_document(read_yaml(path, "-f", long_numbers=True))
 
 
 def load_document(raw: Any, flags: Mapping[str, str] | None = None) -> tuple[GpuClusterDoc, list[ValidGroup]]:
@@ -375,7 +386,8 @@ def as_flag_error(err: UsageError, flags: Mapping[str, str]) -> UsageError:
     matches = [path for path in flags if err.field == path or err.field.startswith((f"{path}.", f"{path}["))]
     if not matches:
         return err
-    return UsageError(flags[max(matches, key=len)], err.message.removeprefix(f"{err.field}: "), err.hint)
+    flag = flags[max(matches, key=len)]
+    return UsageError(flag, err.message.removeprefix(f"{err.field}: "), err.hint and err.hint.replace(err.field, flag))
 
 
 # -- to and from the internal model ---------------------------------------------------------
@@ -396,7 +408,7 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 -
 
     plans = tuple(GroupPlan(node_group_spec(g), g.doc.sharing, g.mig, dict(g.doc.labels)) for g in groups)
     ships_driver = get_provider(doc.cloud, doc.options).ships_driver
-    stack = StackSpec(charts=doc.charts or "upstream", nfd=doc.nfd, driver=not ships_driver,
+    stack = StackSpec(charts=_given(doc.charts, "upstream"), nfd=doc.nfd, driver=not ships_driver,
                       toolkit=not ships_driver, mig_strategy=mig_strategy(doc, groups), taints=all_taints(plans),
                       shares_gpus=any(g.doc.sharing.config_key for g in groups), dra=doc.dra,
                       dra_alpha_sharing=doc.dra_alpha_sharing)

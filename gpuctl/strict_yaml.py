@@ -4,7 +4,9 @@ A file is read only if it is a regular file no larger than the cap, and only as 
 is composed with aliases refused (an alias bomb is refused at its first `*`), nesting bounded and
 duplicate keys refused (YAML says keys are unique; PyYAML would keep the last). Scalars resolve
 as in YAML 1.2's core schema: `yes`, `on`, `0x10`, `1_000` and `1:20` stay strings, so a field
-that wants a number or a boolean says so instead of taking a surprise value.
+that wants a number or a boolean says so instead of taking a surprise value. An integer of more
+than naming.MAX_DIGITS digits is refused at its line, or, where `long_numbers` asks for it (spec files),
+read as a naming.Huge, so the field's validator names the field and its bound.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import yaml
 
 from gpuctl.errors import UsageError
+from gpuctl.naming import MAX_DIGITS, Huge
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
@@ -31,6 +34,7 @@ class _Refused(yaml.YAMLError):
 
 class _StrictLoader(yaml.SafeLoader):
     depth = 0
+    long_numbers = False
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -56,6 +60,24 @@ class _StrictLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node: Any) -> Any:
+        text = str(node.value).replace("_", "")
+        digits = text.lstrip("+-")
+        if digits.isascii() and digits.isdigit() and not digits.startswith("0") and len(digits) > MAX_DIGITS:
+            if not self.long_numbers:
+                raise _Refused(f"a number of {len(digits)} digits (at most {MAX_DIGITS})", node.start_mark)
+            return Huge(len(digits), text.startswith("-"))
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # an explicitly tagged `!!int` Python cannot convert
+            raise _Refused(f"{text[:40]!r} is not an integer gpuctl can read", node.start_mark) from None
+
+
+class _LongNumbersLoader(_StrictLoader):
+    long_numbers = True
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 # YAML 1.2 core schema for the implicit types; everything else is a string.
 _StrictLoader.yaml_implicit_resolvers = {}
@@ -67,10 +89,12 @@ for _tag, _pattern, _first in (
     _StrictLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$"), _first)
 
 
-def loads(text: str, source: str, field: str) -> Any:
-    """Parse `text` strictly; errors name `field` and `source` with the line."""
+def loads(text: str, source: str, field: str, long_numbers: bool = False) -> Any:
+    """Parse `text` strictly; errors name `field` and `source` with the line. With `long_numbers`, an
+    integer of more than MAX_DIGITS digits is a Huge (for a validator to refuse), else an error here."""
+    loader = _LongNumbersLoader if long_numbers else _StrictLoader
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -101,6 +125,6 @@ def read_text(path: Path, field: str, max_bytes: int = MAX_BYTES) -> str:
         raise UsageError(field, f"{path} is not UTF-8 (byte {exc.start})", "save the file as UTF-8") from None
 
 
-def read_yaml(path: Path, field: str, max_bytes: int = MAX_BYTES) -> Any:
-    """Read and strictly parse one YAML document from a user's file."""
-    return loads(read_text(path, field, max_bytes), str(path), field)
+def read_yaml(path: Path, field: str, max_bytes: int = MAX_BYTES, long_numbers: bool = False) -> Any:
+    """Read and strictly parse one YAML document from a user's file (`long_numbers`: see loads)."""
+    return loads(read_text(path, field, max_bytes), str(path), field, long_numbers)

@@ -131,9 +131,24 @@ def ownership(namespace: Any, name: str) -> str | None:
     return "created" if labels.get(L.MANAGED_BY) == L.MANAGER else None
 
 
-def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt") -> Tenant:
-    """Refuse an existing namespace gpuctl did not make (unless adopted); reads only. Returns the
-    tenant as it must be applied: who made its namespace does not change."""
+def check_no_queue_fields(tenant: Tenant, prefix: str) -> None:
+    """Borrowing, lending and cohorts are Kueue's: refuse them where Kueue does not run (`prefix` + the
+    field: a flag `--borrow` or a path `spec.tenants[0].borrow`), instead of a quota that silently means
+    something else."""
+    given = [name for name, value in (("borrow", tenant.borrow), ("lend", tenant.lend),
+                                      ("cohort", None if tenant.cohort == DEFAULT_COHORT else tenant.cohort))
+             if value]
+    if given:
+        raise UsageError(prefix + given[0], "borrowing, lending and cohorts need Kueue, which is not installed "
+                         "on this cluster", "install it (gpuctl cluster create ... --kueue, or spec "
+                         f"kueue.enabled: true), or drop {prefix}{given[0]}")
+
+
+def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt",
+                    kueue_coming: bool = False) -> Tenant:
+    """Refuse an existing namespace gpuctl did not make (unless adopted), and Kueue's fields where Kueue
+    neither runs nor is about to be installed (`kueue_coming`); reads only. Returns the tenant as it must
+    be applied: who made its namespace does not change."""
     from kubernetes.client import CoreV1Api
 
     v1 = CoreV1Api(client)
@@ -146,6 +161,8 @@ def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--ado
     if queues.installed():
         name_field = adopt_field.removesuffix("adopt") + "name" if adopt_field.startswith("spec.") else "NAME"
         check_queue_ownership(queues, tenant, name_field)
+    elif not kueue_coming:
+        check_no_queue_fields(tenant, adopt_field.removesuffix("adopt") if adopt_field.startswith("spec.") else "--")
     return replace(tenant, adopt=owner == "adopted") if owner is not None else tenant
 
 
@@ -156,7 +173,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     from gpuctl.dra import dra_mode
-    from gpuctl.fence import ensure_fence
+    from gpuctl.fence import ensure_fence, wait_fence_in_force
     from gpuctl.gpu_nodes import gpu_nodes
     from gpuctl.tenant_claims import claim_templates, ensure_claim_templates, models_of
 
@@ -182,7 +199,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
         current = read_or_none(read, kind, tenant.name)
         if current is None:
             created = True
-        elif contains(client.sanitize_for_serialization(current), body):
+        elif holds(client.sanitize_for_serialization(current), body):
             continue
         else:
             updated = True
@@ -190,6 +207,9 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
             apply(body)
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"applying the {kind} of tenant {tenant.name}") from None
+    if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
+        waited = wait_fence_in_force(client, tenant.name)
+        _report(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
     kueue = Queues(client).installed()
     nodes = gpu_nodes(CoreV1Api(client)) if dra or kueue else []
     # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
@@ -205,10 +225,14 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     return Change.UPDATED if updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
 
 
-def _warn_no_kueue(tenant: Tenant) -> None:
+def _report(line: str) -> None:
     from gpuctl.output import info
 
-    info(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
+    info(line)
+
+
+def _warn_no_kueue(tenant: Tenant) -> None:
+    _report(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
          "(no borrowing or lending)")
 
 
@@ -221,6 +245,14 @@ def read_or_none(read: Any, kind: str, name: str) -> Any:
         raise api_error(exc, f"reading the {kind} of tenant {name}") from None
 
 
+def holds(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """A tenant object on the cluster is as gpuctl wants it: every wanted field, and a quota's `hard` exactly
+    (a quota key the tenant no longer has, such as a dropped --mig profile, must go)."""
+    if wanted["kind"] == "ResourceQuota" and (current.get("spec") or {}).get("hard") != wanted["spec"]["hard"]:
+        return False
+    return contains(current, wanted)
+
+
 def contains(current: Any, wanted: Any) -> bool:
     """True if every field of `wanted` is in `current` with the same value (others may add fields)."""
     if isinstance(wanted, dict):
@@ -229,6 +261,14 @@ def contains(current: Any, wanted: Any) -> bool:
         return isinstance(current, list) and len(current) == len(wanted) and all(
             contains(c, w) for c, w in zip(current, wanted))
     return current == wanted
+
+
+def read_quota(client: ApiClient, name: str) -> dict[str, str]:
+    """The GPU quota tenant `name` holds on the cluster now ({} without one)."""
+    from kubernetes.client import CoreV1Api
+
+    quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, name), "quota", name)
+    return dict(sorted((quota.spec.hard or {}).items())) if quota is not None else {}
 
 
 def list_tenants(client: ApiClient) -> list[dict[str, Any]]:

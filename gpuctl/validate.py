@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
 
     from gpuctl.catalog import GpuModel
+    from gpuctl.spec import GroupPlan
     from gpuctl.status import NodeDevices
 
 SMOKE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
@@ -48,9 +49,12 @@ class Check:
         return {"check": self.name, "ok": self.ok, "detail": self.detail}
 
 
-def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs: dict[str, Any]) -> dict[str, int]:
-    """What the device plugin should advertise on `node`, from its labels and the operator's ConfigMaps."""
-    labels = node.metadata.labels or {}
+def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
+                       intended: dict[str, str | None] | None = None) -> dict[str, int]:
+    """What the device plugin should advertise on `node`, from its labels (with its group's `intended`
+    labels over them: a node that lacks its group's configuration is expected to have it all the same) and
+    the operator's ConfigMaps."""
+    labels = {k: v for k, v in {**(node.metadata.labels or {}), **(intended or {})}.items() if v is not None}
     gpus = int(labels.get(L.GPU_COUNT, "0"))
     mig_config = labels.get(L.MIG_CONFIG, "")
     layout = layout_from_counts(mig_config, mig_configs[mig_config]) if mig_config in mig_configs else None
@@ -76,22 +80,106 @@ def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> 
     return Check("capacity", True, f"{len(nodes)} nodes advertise what was configured: {total}")
 
 
-def check_device_plugins(client: ApiClient) -> Check:
-    """Exactly one device-plugin DaemonSet (the MPS control daemon is not one), with every pod ready."""
+@dataclass(frozen=True)
+class Rollout:
+    """A DaemonSet's rollout as `kubectl rollout status` judges it (k8s.io/kubectl v0.36
+    pkg/polymorphichelpers/rollout_status.go:95-117, DaemonSetStatusViewer.Status: done when
+    status.observedGeneration >= metadata.generation, updatedNumberScheduled and numberAvailable both
+    reach desiredNumberScheduled), and its pods as they are now: the controller's counts lag a pod that
+    was just deleted (a device-plugin restart), so the nodes with a ready pod not being deleted count too."""
+
+    name: str  # namespace/name
+    desired: int
+    updated: int
+    available: int
+    ready: int  # status.numberReady
+    pods_ready: int  # nodes with a ready pod of it that is not being deleted
+    observed: bool  # the controller has seen the current spec
+    rolling: bool  # RollingUpdate: OnDelete pods take a new template only when deleted
+
+    def waiting_for(self) -> str | None:
+        """What the rollout still waits for (kubectl's words where it has them), None when it is done."""
+        if not self.observed:
+            return "waiting for the DaemonSet spec update to be observed"
+        if self.desired == 0:  # none scheduled yet: no node advertises GPUs from this plugin
+            return "0 of 0 pods ready (no node runs it yet)"
+        if self.rolling and self.updated < self.desired:
+            return f"rollout: {self.updated} of {self.desired} pods updated"
+        if self.available < self.desired:
+            return f"rollout: {self.available} of {self.desired} updated pods available"
+        if min(self.ready, self.pods_ready) < self.desired:
+            return f"{min(self.ready, self.pods_ready)} of {self.desired} pods ready"
+        return None
+
+
+def daemon_set_rollout(client: ApiClient, daemon_set: Any) -> Rollout:
+    """The Rollout of `daemon_set` (a V1DaemonSet), its pods read now."""
+    from kubernetes.client import CoreV1Api
+
+    meta, spec, status = daemon_set.metadata, daemon_set.spec, daemon_set.status
+    selector = ",".join(f"{k}={v}" for k, v in sorted(((spec.selector.match_labels if spec and spec.selector
+                                                         else None) or {}).items()))
+    try:
+        pods = json.loads(CoreV1Api(client).list_namespaced_pod(meta.namespace, label_selector=selector,
+                                                                _preload_content=False).data)["items"]
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"listing the pods of DaemonSet {meta.namespace}/{meta.name}") from None
+    ready_on = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")
+                and any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (p.get("status") or {}).get("conditions") or [])}
+    strategy = spec.update_strategy.type if spec and spec.update_strategy else None
+    return Rollout(
+        name=f"{meta.namespace}/{meta.name}",
+        desired=(status.desired_number_scheduled or 0) if status else 0,
+        updated=(status.updated_number_scheduled or 0) if status else 0,
+        available=(status.number_available or 0) if status else 0,
+        ready=(status.number_ready or 0) if status else 0,
+        pods_ready=len(ready_on - {None}),
+        observed=status is not None and (meta.generation or 0) <= (status.observed_generation or 0),
+        rolling=strategy in (None, "RollingUpdate"))
+
+
+def device_plugin_rollouts(client: ApiClient) -> tuple[list[str], Rollout | None]:
+    """The device-plugin DaemonSets (namespace/name; the MPS control daemon is not one) and, when there is
+    exactly one, its Rollout."""
     from gpuctl.stack.owners import is_device_plugin, list_daemon_sets
 
     plugins = [d for d in list_daemon_sets(client) if is_device_plugin(d.metadata.name)]
     names = [f"{d.metadata.namespace}/{d.metadata.name}" for d in plugins]
-    if len(plugins) != 1:
-        return Check("device-plugin", False, f"expected exactly one device-plugin DaemonSet, found {len(plugins)}: "
+    return names, (daemon_set_rollout(client, plugins[0]) if len(plugins) == 1 else None)
+
+
+def check_node_config(nodes: list[V1Node], plans: dict[str, GroupPlan]) -> Check:
+    """Each node carries its node group's recorded configuration (sharing or MIG config, labels, taints):
+    a node added later (scaled, autoscaled) without it advertises less than its siblings."""
+    from gpuctl.gpu_nodes import nodegroup_of
+    from gpuctl.group_records import node_drift
+
+    drift: list[str] = []
+    for node in nodes:
+        plan = plans.get(nodegroup_of(node) or "")
+        if plan is not None:
+            taints = {(t.key, t.value or "", t.effect) for t in node.spec.taints or []}
+            drift += node_drift(node.metadata.name, node.metadata.labels or {}, taints, plan)
+    if drift:
+        more = f" (+{len(drift) - 5} more)" if len(drift) > 5 else ""
+        return Check("node-config", False, "; ".join(drift[:5]) + more + "; rerun 'gpuctl apply'")
+    return Check("node-config", True, f"{len(nodes)} nodes carry their node group's configuration")
+
+
+def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | None] | None = None) -> Check:
+    """Exactly one device-plugin DaemonSet (the MPS control daemon is not one), rolled out (as `kubectl
+    rollout status` says) with every pod ready. `found`: device_plugin_rollouts(client), when read already."""
+    names, rollout = found if found is not None else device_plugin_rollouts(client)
+    if rollout is None:
+        return Check("device-plugin", False, f"expected exactly one device-plugin DaemonSet, found {len(names)}: "
                      f"{', '.join(names) or 'none'}")
-    status = plugins[0].status
-    desired = (status.desired_number_scheduled or 0) if status else 0
-    ready = (status.number_ready or 0) if status else 0
-    if desired == 0 or ready < desired:  # none scheduled yet: no node advertises GPUs from this plugin
-        return Check("device-plugin", False, f"{names[0]}: {ready} of {desired} pods ready; "
-                     f"see 'kubectl logs -n {plugins[0].metadata.namespace} ds/{plugins[0].metadata.name}'")
-    return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {names[0]} ({ready} pods ready)")
+    namespace, name = rollout.name.split("/", 1)
+    if (waiting_for := rollout.waiting_for()) is not None:
+        return Check("device-plugin", False, f"{rollout.name}: {waiting_for}; "
+                     f"see 'kubectl rollout status -n {namespace} ds/{name}' and 'kubectl logs -n {namespace} ds/{name}'")
+    return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {rollout.name} "
+                 f"({rollout.ready} pods ready, rolled out)")
 
 
 def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
@@ -250,7 +338,9 @@ def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOK
     from kubernetes.client import CoreV1Api
 
     from gpuctl.dra import dra_mode
-    from gpuctl.gpu_nodes import NODEGROUP_LABELS, gpu_nodes
+    from gpuctl.gpu_nodes import NODEGROUP_LABELS, gpu_nodes, nodegroup_of
+    from gpuctl.group_records import intended_labels, read_group_plans
+    from gpuctl.stack.existing import config_namespace
 
     nodes = gpu_nodes(CoreV1Api(client), nodegroup)
     if not nodes:
@@ -264,7 +354,12 @@ def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOK
                    {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(taints)]
     if dra_mode(client):
         return validate_dra(client, nodes, mig, image, pin, tolerations, timeout)
-    checks = [check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}),
+    plans = read_group_plans(CoreV1Api(client), config_namespace(client))
+    intended = {n.metadata.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
+                for n in nodes}
+    checks = [check_node_config(nodes, plans),
+              check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig, intended[n.metadata.name])
+                                     for n in nodes}),
               check_device_plugins(client)]
     checks.append(run_smoke_test(client, image, smoke_resource(nodes), pin, tolerations, timeout))
     return checks

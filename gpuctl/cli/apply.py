@@ -8,16 +8,17 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl.cli.settings import settings
-from gpuctl.cli.types import seconds
+from gpuctl.cli.types import path, seconds
 from gpuctl.output import emit, info
 
-SpecFile = Annotated[Path, typer.Option("-f", "--filename", help="GpuCluster spec file.")]
+SpecFile = Annotated[Path, typer.Option("-f", "--filename", parser=path, metavar="PATH", help="GpuCluster spec file.")]
 
 
 def apply(
     ctx: typer.Context,
     filename: SpecFile,
     lock_timeout: Annotated[float, typer.Option("--lock-timeout", parser=seconds, help="Seconds to wait for another apply on the same cluster.")] = 300.0,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", parser=seconds, help="Seconds any one wait (capacity, MIG) may take; without it a wait gives up when nothing converges for 120 s.")] = None,
 ) -> None:
     """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
     from gpuctl import api
@@ -28,7 +29,7 @@ def apply(
     doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
     spec = to_platform(doc, groups)
     opts = settings(ctx)
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
     emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),
@@ -39,7 +40,7 @@ def apply(
 def render(
     ctx: typer.Context,
     filename: SpecFile,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write manifests/ and helm/ here (default: stdout).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="PATH", help="Write manifests/ and helm/ here (default: stdout).")] = None,
 ) -> None:
     """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
     from gpuctl.render import render as render_spec

@@ -12,7 +12,7 @@ from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, Instan
                                 NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Template, Yes,
                                 cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
-from gpuctl.cli.types import count
+from gpuctl.cli.types import count, seconds
 from gpuctl.output import emit, info
 from gpuctl.steps import StepResult
 
@@ -61,6 +61,7 @@ def create(
     dra: Annotated[bool, typer.Option("--dra", help="GPUs by ResourceClaim: install NVIDIA's DRA driver (pinned chart; --charts applies) and turn the operator's device plugin off.")] = False,
     dra_alpha_sharing: Annotated[bool, typer.Option("--dra-alpha-sharing", help="With --dra: allow time-slicing and MPS through the DRA driver's ALPHA feature gates.")] = False,
     export_spec: Annotated[bool, typer.Option("--export-spec", help="Print the GpuCluster spec of this command line and stop.")] = False,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", parser=seconds, help="Seconds any one wait (capacity, MIG) may take; without it a wait gives up when nothing converges for 120 s.")] = None,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl.cli.documents import cluster_document, sharing_document
@@ -87,7 +88,7 @@ def create(
         return
     from gpuctl import api  # the cluster machinery: not for --export-spec
 
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
     groups = [asdict(g) for g in api.list_node_groups(cloud, name, spec.options)]

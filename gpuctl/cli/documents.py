@@ -31,7 +31,7 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
 
 def sharing_document(slices: int | None, strategy: str | None) -> dict[str, Any] | None:
     """`--slices N [--sharing time-slicing|mps|none]` as a node group's `sharing:` section."""
-    chosen = strategy or ("time-slicing" if slices is not None else "none")
+    chosen = strategy if strategy is not None else ("time-slicing" if slices is not None else "none")  # '' is judged
     if chosen not in STRATEGIES:
         raise UsageError("--sharing", f"unknown strategy {shown(chosen)}", f"use one of: {', '.join(STRATEGIES)}")
     if chosen == "none":

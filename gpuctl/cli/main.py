@@ -12,6 +12,7 @@ import typer
 from gpuctl import __version__
 from gpuctl.cli.lazy import LazyGroup, install_fast_coercion
 from gpuctl.cli.settings import make_settings
+from gpuctl.cli.types import path
 from gpuctl.errors import ExitCode, GpuctlError
 
 try:  # typer >= 0.22 vendors click; older releases use click itself
@@ -85,7 +86,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    kubeconfig: Annotated[Optional[Path], typer.Option("--kubeconfig", help="Kubeconfig to write or read (default: $KUBECONFIG or ~/.kube/config).")] = None,
+    kubeconfig: Annotated[Optional[Path], typer.Option("--kubeconfig", parser=path, metavar="PATH", help="Kubeconfig to write or read (default: $KUBECONFIG or ~/.kube/config).")] = None,
     context: Annotated[Optional[str], typer.Option("--context", help="Kubeconfig context to use.")] = None,
     output: Annotated[str, typer.Option("-o", "--output", help="Output format: table, json or yaml.")] = "table",
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More logging (repeat for more).")] = 0,

@@ -58,20 +58,12 @@ def apply(
 ) -> None:
     """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write."""
     from gpuctl.cli.cluster import print_step
-    from gpuctl.errors import UsageError
     from gpuctl.kube.client import api_client
-    from gpuctl.mig_apply import apply_mig
+    from gpuctl.mig_apply import apply_mig, check_mig_inputs
     from gpuctl.stack.helm import HelmTarget
 
-    from gpuctl.naming import check_name, check_text
-
     opts = settings(ctx)
-    if nodegroup is None and selector is None:
-        raise UsageError("--nodegroup", "no nodes targeted", "pass --nodegroup NAME or --selector LABELS")
-    if nodegroup is not None:
-        check_name(nodegroup, "--nodegroup")
-    if selector is not None:
-        check_text(selector, "--selector")
+    check_mig_inputs(layout, nodegroup, selector, strategy, timeout)  # before the kubeconfig is even read
     client = api_client(opts.kubeconfig, opts.context)
     steps, expected = apply_mig(client, HelmTarget(opts.kubeconfig, opts.context), layout, nodegroup, selector,
                                 strategy, timeout, print_step)

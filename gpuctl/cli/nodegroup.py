@@ -64,7 +64,8 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cl
     check_name(name, "--name")
     check_count(nodes, "--nodes")
     options = cloud_options(region, os_cloud, profile)
-    change = api.scale_node_group(cloud, cluster, name, nodes, options)
+    opts = settings(ctx)
+    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.kubeconfig, opts.context)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 
@@ -79,7 +80,9 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
     _checked(cloud, cluster)
     check_name(name, "--name")
     confirm_or_refuse(yes, f"Delete node group {name!r} of cluster {cluster!r}?")
-    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile))
+    opts = settings(ctx)
+    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.kubeconfig,
+                                   opts.context)
     info(f"node group {name!r}: {change.value}")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuctl.errors import UsageError
+from gpuctl.naming import check_text, shown
 from gpuctl.output import FORMATS
 
 
@@ -22,8 +23,16 @@ class Settings:
 
 def make_settings(kubeconfig: Path | None, context: str | None, output: str, verbose: int,
                   debug: bool) -> Settings:
+    """The global options, judged before any command runs (what a command adds, e.g. that the kubeconfig
+    it merges into can be written, it judges before its own first write)."""
     if output not in FORMATS:
-        raise UsageError("-o/--output", f"unknown format {output!r}", f"use one of: {', '.join(FORMATS)}")
+        raise UsageError("-o/--output", f"unknown format {shown(output)}", f"use one of: {', '.join(FORMATS)}")
+    if context is not None:
+        check_text(context, "--context", maximum=253)
+    if kubeconfig is not None:
+        from gpuctl.paths import check_file_path
+
+        check_file_path(kubeconfig, "--kubeconfig")
     return Settings(kubeconfig, context, output, verbose, debug)
 
 

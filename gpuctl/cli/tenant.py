@@ -19,22 +19,22 @@ TenantName = Annotated[str, typer.Argument(help="Team name; also the namespace."
 def add(
     ctx: typer.Context,
     name: TenantName,
-    gpus: Annotated[int, typer.Option("--gpus", parser=count, help="Quota on requests.nvidia.com/gpu (with NVIDIA's DRA driver: also on claimed gpu.nvidia.com devices).")] = 0,
-    mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2.")] = None,
+    gpus: Annotated[int, typer.Option("--gpus", parser=count, help="Quota on requests.nvidia.com/gpu (with NVIDIA's DRA driver: also on claimed gpu.nvidia.com devices). Omitted: 0, as in a spec file; every omitted flag means its default, also for an existing tenant.")] = 0,
+    mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2. Omitted: no MIG quota.")] = None,
     group: Annotated[Optional[str], typer.Option("--group", help="Group bound to the 'edit' role in the namespace.")] = None,
     adopt: Annotated[bool, typer.Option("--adopt", help="Take over an existing namespace gpuctl did not create; 'tenant remove' then deletes only gpuctl's objects in it.")] = False,
-    borrow: Annotated[int, typer.Option("--borrow", parser=count, help="Kueue: how much the team may borrow from its cohort's idle quota, per resource.")] = 0,
+    borrow: Annotated[int, typer.Option("--borrow", parser=count, help="Kueue: how much the team may borrow from its cohort's idle quota, per resource (default 0; refused where Kueue is not installed).")] = 0,
     lend: Annotated[Optional[int], typer.Option("--lend", parser=count, help="Kueue: how much of the team's idle quota others may borrow (default: all of it).")] = None,
     cohort: Annotated[Optional[str], typer.Option("--cohort", help="Kueue cohort the team's ClusterQueue shares quota in (default: gpuctl).")] = None,
 ) -> None:
-    """Create or update a tenant: Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence,
+    """Create or update a tenant, to exactly these flags (an omitted flag means its default): Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence,
     where Kueue runs, the team's ClusterQueue, LocalQueue and the cluster's GPU ResourceFlavors and, where
     NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates (gpu-<model>, mig-<profile>)."""
     from gpuctl.cli.documents import tenant_document
     from gpuctl.dra import dra_mode
     from gpuctl.kube.client import api_client
     from gpuctl.specfile import load_tenant
-    from gpuctl.tenants import ensure_tenant, over_allocatable
+    from gpuctl.tenants import ensure_tenant, over_allocatable, read_quota
 
     tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt, borrow, lend, cohort))
     opts = settings(ctx)
@@ -44,7 +44,7 @@ def add(
         info(f"warning: {warning}")
     change = ensure_tenant(client, tenant)
     info(f"tenant {name!r}: {change.value}")
-    emit({"tenant": name, "change": change.value, "quota": tenant.hard(dra)}, opts.output,
+    emit({"tenant": name, "change": change.value, "quota": read_quota(client, name)}, opts.output,
          ("tenant", "change", "quota"))
 
 

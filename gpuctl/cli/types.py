@@ -1,16 +1,19 @@
-"""Strict command-line value parsers: whole numbers in ASCII digits and finite, positive durations.
+"""Strict command-line value parsers: whole numbers in ASCII digits, finite positive durations, paths.
 
 Left to the CLI framework, `--nodes ' 3'`, `--nodes 1_000`, `--nodes 3.0` and `--timeout nan`
-would all be taken. These refuse them while the command line is parsed, naming the flag."""
+would all be taken, and `--out ''` would be the current directory. These refuse them while the command
+line is parsed, naming the flag. A number of any length is read: one too long for any bound comes back
+as a naming.Huge, so the flag's validator refuses it naming the bound."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from gpuctl.errors import UsageError
-from gpuctl.naming import check_duration, parse_count, shown
+from gpuctl.naming import MAX_DURATION_S, check_duration, parse_count, shown
 
-_SECONDS = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?")
+_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def count(value: object) -> int:
@@ -27,9 +30,23 @@ def seconds(value: object) -> float:
     """typer `parser=`: decimal seconds, then the one duration rule (naming.check_duration)."""
     if isinstance(value, float):
         return value
-    if not _SECONDS.fullmatch(str(value)):
+    text = str(value)
+    if not _SECONDS.fullmatch(text):
         raise ValueError(f"{shown(value)} is not a number of seconds such as 300")
     try:
-        return check_duration(float(str(value)), "value")
+        return check_duration(float(text), "value")  # float() takes any length: a long one is inf
+    except UsageError:
+        raise ValueError(f"{shown(value)} is not a number of seconds above 0 and at most {MAX_DURATION_S:g}") from None
+
+
+def path(value: object) -> Path:
+    """typer `parser=` for every path flag: the one rule for a path as typed (paths.check_path_text);
+    what the path must be (a readable file, a writable target) is checked where it is used."""
+    from gpuctl.paths import check_path_text
+
+    if isinstance(value, Path):
+        return value
+    try:
+        return Path(check_path_text(str(value), "value"))
     except UsageError as err:
-        raise ValueError(err.message.removeprefix("value: ")) from None
+        raise ValueError(f"{err.message.removeprefix('value: ')}; {err.hint}") from None

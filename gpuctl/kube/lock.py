@@ -56,8 +56,60 @@ def _expired(lease: Any) -> bool:
     return (_now() - spec.renew_time).total_seconds() > (spec.lease_duration_seconds or DURATION_S)
 
 
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None if it is gone:
+    with the pid it names one process, never a later one that reused the pid."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - one read of a proc file
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # fields after the command name, which may hold spaces
+
+
+def holder_identity() -> str:
+    """host/pid/start-ticks.random: enough for a later gpuctl on this host to prove this one dead."""
+    return f"{socket.gethostname()}/{os.getpid()}/{_start_ticks(os.getpid())}.{uuid.uuid4().hex[:6]}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True only when `holder` was a gpuctl on this host whose process is gone (pid gone, or reused by a
+    process that started at another time); a holder elsewhere, or in an unknown form, may be alive."""
+    parts = holder.split("/")
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    ticks = parts[2].split(".", 1)[0] if "." in parts[2] else None
+    current = _start_ticks(int(parts[1]))
+    return current is None or (ticks is not None and current != ticks)
+
+
+def clear_dead_holder(client: ApiClient) -> str | None:
+    """Delete the apply lease when a dead gpuctl on this host holds it (a killed apply); the holder, if so.
+    Converged or not, a rerun calls this, so no later apply waits out a dead holder's lease."""
+    from kubernetes.client import CoordinationV1Api, V1DeleteOptions, V1Preconditions
+
+    api = CoordinationV1Api(client)
+    try:
+        lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return None
+        raise api_error(exc, "reading the apply lease") from None
+    holder = lease.spec.holder_identity or ""
+    if not holder or not holder_is_dead(holder):
+        return None
+    try:  # only that lease: a live apply that took it over meanwhile keeps its own
+        api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE, body=V1DeleteOptions(
+            preconditions=V1Preconditions(resource_version=lease.metadata.resource_version)))
+    except Exception as exc:  # noqa: BLE001
+        if getattr(exc, "status", None) in (404, 409):
+            return None
+        raise api_error(exc, "clearing the apply lease of a dead gpuctl") from None
+    return holder
+
+
 def _try_acquire(api: Any, holder: str) -> Any | None:
-    """Take the lease if it is free or expired; return the current one when someone else holds it."""
+    """Take the lease if it is free, expired or held by a dead gpuctl on this host; return the current one
+    when someone else holds it."""
     try:
         lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
     except Exception as exc:  # noqa: BLE001
@@ -70,7 +122,7 @@ def _try_acquire(api: Any, holder: str) -> Any | None:
             if getattr(exc2, "status", None) == 409:  # another apply created it first
                 return api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
             raise api_error(exc2, "creating the apply lease") from None
-    if not _expired(lease):
+    if not _expired(lease) and not holder_is_dead(lease.spec.holder_identity or ""):
         return lease
     try:
         api.replace_namespaced_lease(LEASE, LEASE_NAMESPACE, _body(holder, lease.metadata.resource_version))
@@ -86,7 +138,7 @@ def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[No
     from kubernetes.client import CoordinationV1Api
 
     api = CoordinationV1Api(client)
-    holder = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    holder = holder_identity()
     with waiting("the apply lock", timeout, every=REPORT_EVERY_S) as wait:
         while (other := _try_acquire(api, holder)) is not None:
             if wait.elapsed > timeout:

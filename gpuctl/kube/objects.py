@@ -61,3 +61,19 @@ def ensure_config_map_keys(v1: CoreV1Api, namespace: str, name: str, data: dict[
         raise api_error(exc, f"writing ConfigMap {namespace}/{name}") from None
     changed_existing = {k for k in differing if current and k in current}
     return (Change.CREATED if current is None else Change.UPDATED), changed_existing
+
+
+def remove_config_map_key(v1: CoreV1Api, namespace: str, name: str, key: str) -> Change:
+    """Drop one key of a ConfigMap gpuctl writes, keeping the others (applied whole, as above)."""
+    current = read_config_map_data(v1, namespace, name)
+    if current is None or key not in current:
+        return Change.NO_CHANGE
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": MANAGED},
+            "data": {k: v for k, v in sorted(current.items()) if k != key}}
+    try:
+        v1.patch_namespaced_config_map(name, namespace, body, field_manager=L.MANAGER, force=True,
+                                       _content_type=APPLY_PATCH)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"writing ConfigMap {namespace}/{name}") from None
+    return Change.DELETED

@@ -21,6 +21,18 @@ def test_bench_scale_runs_and_a_converged_run_writes_nothing(sim_env: dict[str, 
     assert "targets: MET" in proc.stdout
 
 
+def test_bench_create_runs_and_the_create_exits_0(sim_env: dict[str, str]) -> None:
+    # 3 nodes here; 1,000 in the README's figure (the capacity wait lasts while nodes converge).
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "create"), "--nodes", "3"],
+                          capture_output=True, text=True, env=sim_env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "exit code 0 after" in proc.stdout and "targets: MET" in proc.stdout
+    [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert figures["exit_code"] == 0 and figures["nodes"] == 3 and figures["seconds"] > 0
+    assert {"wait-capacity/gpu", "validate/gpu"} <= set(figures["steps"])
+    assert "| validate/gpu" in proc.stderr  # the command's own step lines, passed through
+
+
 def test_bench_startup_runs(sim_env: dict[str, str]) -> None:
     # --no-fail: timings on a shared CI machine are printed, not asserted; a command that fails still fails it.
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "startup"), "--runs", "3", "--no-fail"],

@@ -158,9 +158,13 @@ class KwokCluster:
         argv = read_argv(pid) if pid is not None else None
         return pid if argv is not None and is_component(argv, self.dir, component) else None
 
+    def stopped(self) -> list[str]:
+        """The control-plane components that do not run."""
+        return [c for c in COMPONENTS if self.component_pid(c) is None]
+
     def running(self) -> bool:
         """Every control-plane component runs."""
-        return all(self.component_pid(c) is not None for c in COMPONENTS)
+        return not self.stopped()
 
     def endpoint(self) -> str | None:
         try:  # kwokctl writes it in place: a killed create can leave it empty or cut short

@@ -2,10 +2,12 @@
 Discovery, the MIG manager, the DRA driver's kubelet plugin and the CUDA runtime do on real GPU nodes,
 played against kwok's fake nodes.
 
-It runs as long as the sim cluster runs (started and stopped with it). Its GPU Operator part is idle
-until a ClusterPolicy exists: like the real operator it takes its inputs from the ClusterPolicy the chart
-renders (gpuctl's bundled stand-in chart, or NVIDIA's own through --charts DIR, or NVIDIA's chart
-installed by someone else under any release name). Faithful to upstream where it matters to gpuctl:
+It runs as long as the sim cluster runs (started and stopped with it), and meanwhile restarts the
+control-plane components that exit, as the kubelet restarts a control plane's static pods (supervisor.py).
+Its GPU Operator part is idle until a ClusterPolicy exists: like the real operator it takes its inputs
+from the ClusterPolicy the chart renders (gpuctl's bundled stand-in chart, or NVIDIA's own through
+--charts DIR, or NVIDIA's chart installed by someone else under any release name). Faithful to upstream
+where it matters to gpuctl:
 - the release name does not matter; operands and their ConfigMaps live in the operator's own
   namespace (OPERATOR_NAMESPACE, the namespace of its Deployment);
 - the operator's node labels and DaemonSets, with their names, labels and node selectors (operands.py);
@@ -14,7 +16,9 @@ installed by someone else under any release name). Faithful to upstream where it
 - allocatable nvidia.com/gpu = GPUs x replicas, labels nvidia.com/gpu.replicas, .sharing-strategy,
   nvidia.com/mps.capable and product "-SHARED" (GPU Feature Discovery);
 - an edited config is NOT reloaded until the node's device-plugin pod restarts (upstream defect);
-- nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed;
+- nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed; as the real MIG
+  manager does when it starts, a label whose state is not the answer to it (cleared, or left pending by
+  an operator that died) is answered too, `success` at once where the config is the one applied;
 - with the device plugin off in the ClusterPolicy (DRA mode), no nvidia.com/gpu or nvidia.com/mig-* on the node;
 - a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version; it gets its GPU
   from the device plugin (resources.limits, with a ClusterPolicy) or from a ResourceClaim the scheduler
@@ -52,6 +56,7 @@ from gpuctl.providers.sim.dra import sync_plugin_slices
 from gpuctl.providers.sim.nodes import CUDA_VERSION
 from gpuctl.providers.sim.operands import (CLUSTER_POLICY, HASH_ANNOTATION, OPERANDS, Policy, is_gpu_node, node_labels,
                                            render_daemon_set)
+from gpuctl.providers.sim.supervisor import Supervisor
 from gpuctl.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.stack.existing import OPERATOR_SELECTOR
 from gpuctl.stack.values import NAMESPACE
@@ -79,6 +84,7 @@ class SimOperator:
         self.logs = logs
         self.upstreamcheck = find_tool("upstreamcheck")
         self.namespace = NAMESPACE
+        self.mig_seen: set[str] = set()  # nodes whose MIG config this process has looked at
 
     def operator_namespace(self) -> str:
         """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the chart's
@@ -213,14 +219,27 @@ class SimOperator:
         resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas if serving else 0}
         product = model.product
         mig_wanted = labels.get(L.MIG_CONFIG) or want_labels.get(L.MIG_CONFIG)
+        mig_state = labels.get(L.MIG_STATE)
+        first_look = node.metadata.name not in self.mig_seen
+        self.mig_seen.add(node.metadata.name)
         if mig_wanted and mig_wanted != applied:
-            if labels.get(L.MIG_STATE) != "pending":
+            if mig_state != "pending":
                 want_labels[L.MIG_STATE] = "pending"
             else:
                 ok = self._mig_fits(model, mig_configs, mig_wanted)
                 want_labels[L.MIG_STATE] = "success" if ok else "failed"
                 if ok:
                     want_annotations[MIG_APPLIED] = applied = mig_wanted
+        elif mig_wanted and (mig_state not in ("success", "failed") or (first_look and mig_state != "success")):
+            # The label names the config already applied, but the state is not the answer to it: cleared by a
+            # relabel (gpuctl clears it with every change: mig_apply.label_mig_config) while no MIG manager ran,
+            # or left pending by one that died. The real MIG manager applies the label's value whenever it
+            # starts, and on every change it sees (mig-parted v0.14.4 cmd/nvidia-mig-manager/main.go: start()
+            # loops on migConfig.Get(), which ContinuouslySyncMigConfigChanges' informer Sets from the node's
+            # label when it first lists it, then from each change); a config that is already applied is
+            # answered `success` without `pending` (pkg/mig/reconfigure/reconfigure.go Run:
+            # validateMigConfig, then isConfigAlreadyApplied -> setState(success)).
+            want_labels[L.MIG_STATE] = "success" if self._mig_fits(model, mig_configs, mig_wanted) else "failed"
         if serving and applied and model.mig is not None and mig_wanted == applied and applied in mig_configs:
             layout = layout_from_counts(applied, mig_configs[applied])
             try:
@@ -380,6 +399,11 @@ def main() -> None:
                         "from the command line and restarts an operator of other code")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    supervisor = Supervisor.for_kubeconfig(args.kubeconfig, api_client(args.kubeconfig))
+    if supervisor is None:
+        log.warning("%s is not a sim cluster's kubeconfig: its control plane is not supervised", args.kubeconfig)
+    else:
+        supervisor.start()
     operator = SimOperator(args.kubeconfig, args.logs)
     while True:
         started = time.monotonic()

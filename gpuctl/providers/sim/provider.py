@@ -7,6 +7,7 @@ so nothing can drift between a state file and what the API server holds.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +30,14 @@ if TYPE_CHECKING:
     from gpuctl.providers.sim.kwok import KwokCluster
     from kubernetes.client import ApiClient, CoreV1Api, V1Node
 
+log = logging.getLogger(__name__)
+
 API_TIMEOUT_S = 120.0
 IDENTITY_LABELS = (L.NODEGROUP, L.GPU_MODEL, L.GPUS_PER_NODE, L.MANAGED_BY)
 NODES_READY_TIMEOUT_S = 120.0
+# The simulated operator restarts a control-plane process within seconds (supervisor.py: checks each
+# second, backs off a crash loop); one stopped longer than this will not come back by itself.
+SUPERVISOR_GRACE_S = 10.0
 
 
 def _kwok():  # noqa: ANN202 - the module gpuctl.providers.sim.kwok
@@ -62,6 +68,19 @@ def _probe_api(kwok: KwokCluster) -> None:
         raise
     except Exception:  # noqa: BLE001 - it answered (or is gone): kwokctl start deals with the rest
         return
+
+
+def _release_node_leases(kwok: KwokCluster) -> None:
+    """The node Leases of a kwok controller that is not running, released before another starts: it would
+    otherwise manage no node until they expire (200 s; supervisor.py release_node_leases)."""
+    from gpuctl.providers.sim.supervisor import release_node_leases
+
+    try:
+        release_node_leases(api_client(kwok.kubeconfig_path))
+    except RequestTimeout:
+        raise
+    except Exception as exc:  # noqa: BLE001 - etcd down, say: kwokctl start repairs it; they expire anyway
+        log.debug("releasing the node leases of sim cluster %s: %s", kwok.name, exc)
 
 
 class SimProvider:
@@ -122,6 +141,8 @@ class SimProvider:
         repairs = ["rewrote gpuctl's kwok Stages"] if kwok.ensure_stages() else []
         if not fresh and kwok.component_pid("kube-apiserver") is not None:
             _probe_api(kwok)
+            if kwok.component_pid("kwok-controller") is None:
+                _release_node_leases(kwok)
         started = kwok.ensure_started()
         self._wait_for_api(kwok)
         _kwok().crash_point("system-node")
@@ -207,11 +228,26 @@ class SimProvider:
 
     def _core(self, cluster: str) -> CoreV1Api:
         kwok = self._existing(cluster)
-        if not kwok.complete or not kwok.running():
-            state = "stopped" if kwok.complete else "incomplete (its create was interrupted)"
-            raise ClusterError(f"sim cluster {cluster!r} is {state}",
-                               f"start or repair it with 'gpuctl cluster create --cloud sim --name {cluster}'")
+        if not kwok.complete:
+            raise ClusterError(f"sim cluster {cluster!r} is incomplete (its create was interrupted)",
+                               f"repair it with 'gpuctl cluster create --cloud sim --name {cluster}'")
+        ok, reason = self.check_control_plane(cluster)
+        if not ok:
+            raise ClusterError(reason, f"start it with 'gpuctl cluster create --cloud sim --name {cluster}'")
         return core(api_client(kwok.kubeconfig_path))
+
+    def check_control_plane(self, cluster: str) -> tuple[bool, str]:
+        """(ok, reason): every control-plane process of the cluster runs; else which do not, with the last
+        line of each one's log. The simulated operator restarts a component that exits (supervisor.py),
+        so a wait that sees one stopped for longer than SUPERVISOR_GRACE_S can fail at once, naming it."""
+        kwok = _kwok().KwokCluster(cluster)
+        stopped = kwok.stopped()
+        if not stopped:
+            return True, ""
+        if len(stopped) == len(_kwok().COMPONENTS):
+            return False, f"sim cluster {cluster!r} is stopped"
+        said = "; ".join(f"{c}: {tail[-160:]}" for c in stopped if (tail := kwok.log_tail(c, 1)))
+        return False, (f"sim cluster {cluster!r}: {', '.join(stopped)} not running" + (f" ({said})" if said else ""))
 
     # -- node groups ----------------------------------------------------------------------
 
@@ -234,7 +270,7 @@ class SimProvider:
             if current.gpus_per_node != spec.gpus_per_node:
                 raise UsageError("--gpus-per-node", f"node group {spec.name!r} has {current.gpus_per_node} "
                                  f"GPUs per node, not {spec.gpus_per_node}", "add a node group with another name")
-        return self._converge(v1, spec, existing)
+        return self._converge(cluster, v1, spec, existing)
 
     def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
         v1 = self._core(cluster)
@@ -244,9 +280,9 @@ class SimProvider:
                            f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
         current = self._describe(cluster, name, list(existing.values()))
         spec = NodeGroupSpec(name, get_gpu(current.gpu), nodes, current.gpus_per_node)
-        return self._converge(v1, spec, existing)
+        return self._converge(cluster, v1, spec, existing)
 
-    def _converge(self, v1: CoreV1Api, spec: NodeGroupSpec, existing: dict[str, V1Node]) -> Change:
+    def _converge(self, cluster: str, v1: CoreV1Api, spec: NodeGroupSpec, existing: dict[str, V1Node]) -> Change:
         """Create missing nodes and delete surplus ones; write only differences.
 
         After creation a node's GPU labels and capacity belong to the GPU stack (GFD, the device
@@ -273,19 +309,29 @@ class SimProvider:
                 list(pool.map(lambda write: write(), writes))
         except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
             raise api_error(exc, f"converging node group {spec.name!r}") from None
-        self._wait_ready(v1, spec.name, set(desired))
+        self._wait_ready(cluster, v1, spec.name, set(desired))
         if not existing:
             return Change.CREATED
         return Change.UPDATED if writes else Change.NO_CHANGE
 
-    def _wait_ready(self, v1: CoreV1Api, group: str, names: set[str]) -> None:
+    def _wait_ready(self, cluster: str, v1: CoreV1Api, group: str, names: set[str]) -> None:
+        """Until the nodes are Ready (the kwok controller makes them so); a control plane with a process
+        stopped for SUPERVISOR_GRACE_S ends the wait at once, naming it, not at the deadline."""
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S
+        stopped_since: float | None = None
         while True:
             nodes = self._group_nodes(v1, group)
             not_ready = sorted(n for n in names if n not in nodes or not _ready(nodes[n]))
             if not not_ready:
                 return
-            if time.monotonic() > deadline:
+            ok, reason = self.check_control_plane(cluster)
+            now = time.monotonic()
+            stopped_since = None if ok else stopped_since or now
+            if stopped_since is not None and now - stopped_since > SUPERVISOR_GRACE_S:
+                raise ClusterError(f"nodes not Ready: {reason}",
+                                   f"restart it with 'gpuctl cluster create --cloud sim --name {cluster}'; logs in "
+                                   f"{_kwok().KwokCluster(cluster).dir / 'logs'}")
+            if now > deadline:
                 raise WaitTimeout(f"nodes not Ready after {NODES_READY_TIMEOUT_S:.0f}s: {', '.join(not_ready)}",
                                   "check the kwok-controller log of the sim cluster")
             time.sleep(0.25)

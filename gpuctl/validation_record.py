@@ -1,0 +1,41 @@
+"""Which platform last passed validation, recorded on the cluster: `apply` exits 0 only when the platform it
+describes has passed validation since its last change, also after a run that was killed between its writes
+and its smoke test. The record (ConfigMap `gpuctl-validated`, beside gpuctl's GPU configs) holds the digest
+of the spec that passed; a run that writes empties it first, and a run whose spec's digest differs from it
+validates even when it has nothing to write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
+
+VALIDATED_CONFIGMAP = "gpuctl-validated"
+_KEY = "spec-sha256"
+
+
+def spec_digest(spec: Any) -> str:
+    """A digest of a PlatformSpec (a dataclass): equal specs, equal digests."""
+    text = json.dumps(asdict(spec), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_validated(v1: CoreV1Api, namespace: str) -> str:
+    """The digest of the spec last validated on this cluster; "" when none is (or a change came since)."""
+    return (read_config_map_data(v1, namespace, VALIDATED_CONFIGMAP) or {}).get(_KEY, "")
+
+
+def forget_validated(v1: CoreV1Api, namespace: str) -> None:
+    """Before a run's first write: until its validation passes, nothing on the cluster counts as validated."""
+    if read_validated(v1, namespace):
+        ensure_config_map_keys(v1, namespace, VALIDATED_CONFIGMAP, {_KEY: ""})
+
+
+def record_validated(v1: CoreV1Api, namespace: str, digest: str) -> None:
+    ensure_config_map_keys(v1, namespace, VALIDATED_CONFIGMAP, {_KEY: digest})
