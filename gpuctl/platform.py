@@ -224,14 +224,18 @@ def _cluster_steps(spec: PlatformSpec, provider: Provider, client: ApiClient, se
 
 def configure_recorded_group(client: ApiClient, selector: str, name: str) -> Change:
     """Bring the nodes of node group `name` (a scaled one's new nodes) to its recorded configuration: taints,
-    labels, sharing, and its MIG layout applied. NO_CHANGE where nothing is recorded for the group."""
+    labels, sharing, and its MIG layout applied, and wait until they advertise it. NO_CHANGE where nothing is
+    recorded for the group."""
     plan = read_recorded_groups(client).get(name)
     if plan is None:
         return Change.NO_CHANGE
+    from gpuctl.dra import dra_mode
+
     v1 = core(client)
     change = configure_nodes(v1, selector, plan.sharing, plan.spec.taints, plan.labels)
     if plan.mig is not None and _apply_mig(v1, selector, plan.mig) is not Change.NO_CHANGE:
         change = Change.UPDATED
+    _wait_capacity(client, selector, [], dra_mode(client))  # done means advertised, as after apply
     return change
 
 

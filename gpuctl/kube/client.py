@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from gpuctl import redact
-from gpuctl.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, WaitTimeout
+from gpuctl.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, UsageError, WaitTimeout
+from gpuctl.naming import shown
 from gpuctl.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None,
     if config_dict is None:  # read strictly first: a hostile file is a usage error (exit 2), not a crash
         from gpuctl.kubeconfig import read_kubeconfig, read_paths
 
+        if kubeconfig is not None and not kubeconfig.exists():
+            raise UsageError("--kubeconfig", f"{shown(str(kubeconfig))} does not exist",
+                             "pass the kubeconfig gpuctl wrote (cluster create), or leave the flag out")
         for path in read_paths(kubeconfig):
             if path.exists():
                 read_kubeconfig(path)
