@@ -19,7 +19,7 @@ from gpuctl.kube.client import api_client, api_error, core
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import read_config_map_data
 from gpuctl.mig import config_name, parse_mig_parted_config
-from gpuctl.platform import PlatformSpec, gpu_config_data
+from gpuctl.platform import PlatformSpec, gpu_config_data, read_recorded_groups, with_cluster_groups
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change
 from gpuctl.sharing import CONFIG_LABEL
@@ -74,6 +74,7 @@ def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedSt
     except ClusterError as exc:
         planned.append(PlannedStep("cluster-side steps", Change.UPDATED, f"unknown: {exc.message}"))
         return planned
+    spec = with_cluster_groups(spec, read_recorded_groups(client))  # as apply sees it
     planned += plan_cluster(spec, client, {g.spec.name: provider.node_selector(g.spec.name) for g in spec.groups},
                             HelmTarget(kubeconfig, provider.context_name(spec.name)))
     return planned

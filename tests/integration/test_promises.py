@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -99,14 +98,6 @@ def test_a_converged_rerun_clears_a_dead_gpuctls_lease(cluster: SimCluster) -> N
     assert "no longer running" in proc.stderr, proc.stderr
     names = [lease.metadata.name for lease in leases.list_namespaced_lease("kube-system").items]
     assert "gpuctl-apply" not in names
-
-
-def test_a_live_holder_on_this_host_is_not_cleared(cluster: SimCluster) -> None:
-    from gpuctl.kube.lock import holder_identity, holder_is_dead
-
-    assert not holder_is_dead(holder_identity())
-    assert not holder_is_dead(f"another-host/{os.getpid() + 10**6}/1.abcdef")  # elsewhere: may be alive
-    assert holder_is_dead(f"{socket.gethostname()}/{os.getpid()}/1.abcdef")  # our pid, but another process
 
 
 def test_a_platform_changed_but_never_validated_is_validated_by_the_rerun(cluster: SimCluster) -> None:

@@ -1,0 +1,66 @@
+"""Node-group records (gpuctl/group_records.py) and how cluster-wide settings follow every recorded group."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuctl.errors import UsageError
+from gpuctl.group_records import intended_labels, node_drift, plan_of, record_of
+from gpuctl.platform import with_cluster_groups
+from gpuctl.specfile import load_document, to_platform
+from gpuctl.validation_record import spec_digest
+
+
+def platform(*groups: dict, strategy: str | None = None):  # noqa: ANN201
+    operator = {"migStrategy": strategy} if strategy else {}
+    doc, valid = load_document({"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "p"},
+                                "spec": {"provider": {"cloud": "sim"}, "nodeGroups": list(groups),
+                                         "gpuOperator": operator}})
+    return to_platform(doc, valid)
+
+
+SHARED = {"name": "shared", "gpu": "t4", "nodes": 2, "sharing": {"timeSlicing": {"replicas": 4}},
+          "labels": {"workload": "inference"}}
+TRAINING = {"name": "training", "gpu": "a100-40gb", "nodes": 1, "sharing": {"mig": {"layout": "3g.20gb-2x2g.10gb"}},
+            "taints": ["nvidia.com/gpu=true:NoSchedule", "dedicated=training:NoSchedule"]}
+MPS = {"name": "mps", "gpu": "t4", "nodes": 1, "sharing": {"mps": {"replicas": 4}}}
+
+
+def test_a_record_reads_back_as_the_group_it_records() -> None:
+    for group in platform(SHARED, TRAINING).groups:
+        back = plan_of(group.spec.name, record_of(group))
+        assert back is not None
+        assert (back.sharing, back.mig, back.labels, back.spec.taints, back.spec.gpu) == \
+            (group.sharing, group.mig, group.labels, group.spec.taints, group.spec.gpu)
+    assert plan_of("x", "{not json") is None and plan_of("x", '{"gpu": "no-such-gpu"}') is None
+
+
+def test_a_command_about_one_group_keeps_the_others_cluster_wide_settings() -> None:
+    full = platform(SHARED, TRAINING)
+    recorded = {g.spec.name: plan_of(g.spec.name, record_of(g)) for g in full.groups}
+    alone = platform({"name": "shared", "gpu": "t4", "nodes": 2})  # no sharing, default taint only
+    widened = with_cluster_groups(alone, recorded)  # type: ignore[arg-type]
+    assert [g.spec.name for g in widened.others] == ["training"]
+    assert set(widened.stack.taints) == set(full.stack.taints)  # dedicated=training still tolerated
+    assert widened.stack.shares_gpus is False  # the named group no longer shares; training has MIG only
+    assert with_cluster_groups(platform(SHARED), recorded).stack.shares_gpus  # type: ignore[arg-type]
+
+
+def test_no_mig_strategy_fits_every_group_is_refused() -> None:
+    recorded = {g.spec.name: g for g in platform(TRAINING).groups}
+    with pytest.raises(UsageError, match="migStrategy"):
+        with_cluster_groups(platform(MPS), recorded)
+
+
+def test_a_node_without_its_groups_sharing_drifts() -> None:
+    group = platform(SHARED).groups[0]
+    good = {**{k: v for k, v in intended_labels(group).items() if v is not None}}
+    taints = {("nvidia.com/gpu", "true", "NoSchedule")}
+    assert node_drift("n", good, taints, group) == []
+    drift = node_drift("n", {"workload": "inference"}, set(), group)
+    assert any("slice-4" in d for d in drift) and any("taint" in d for d in drift)
+
+
+def test_the_validated_digest_follows_the_spec() -> None:
+    assert spec_digest(platform(SHARED)) == spec_digest(platform(SHARED))
+    assert spec_digest(platform(SHARED)) != spec_digest(platform(SHARED, TRAINING))
