@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuctl.kubeconfig import check_kubeconfig, remove_context
 from gpuctl.plan import PlannedStep, plan_platform
@@ -19,6 +20,9 @@ from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
 from gpuctl.providers.options import CloudOptions
 from gpuctl.spec import NodeGroupSpec
 from gpuctl.steps import Reporter
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
@@ -74,13 +78,12 @@ def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: C
     """Scale the node group, then give its nodes the group's recorded configuration (new nodes join without
     the sharing or MIG layout gpuctl set on their siblings), through `kubeconfig` and `context` (else the
     provider's context name)."""
-    from gpuctl.kube.client import api_client
     from gpuctl.platform import configure_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
     change = provider.scale_node_group(cluster, name, nodes)
-    client = api_client(kubeconfig, context or provider.context_name(cluster))
+    client = _cluster_client(provider, cluster, kubeconfig, context)
     configured = configure_recorded_group(client, provider.node_selector(name), name)
     return Change.UPDATED if change is Change.NO_CHANGE and configured is not Change.NO_CHANGE else change
 
@@ -89,19 +92,25 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
                       kubeconfig: Path | None = None, context: str | None = None) -> Change:
     """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
     stack's settings), reached through `kubeconfig` and `context` where it can be."""
-    from gpuctl.errors import GpuctlError
-    from gpuctl.kube.client import api_client
     from gpuctl.platform import forget_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
     change = provider.delete_node_group(cluster, name)
-    try:
-        client = api_client(kubeconfig, context or provider.context_name(cluster))
-    except GpuctlError:  # no context for this cluster here: nothing of it was recorded from here
-        return change
-    forget_recorded_group(client, name)
+    forget_recorded_group(_cluster_client(provider, cluster, kubeconfig, context), name)
     return change
+
+
+def _cluster_client(provider: Provider, cluster: str, kubeconfig: Path | None, context: str | None) -> ApiClient:
+    """The cluster through the user's kubeconfig and context (else the provider's context name); where that
+    file holds no such context, through the kubeconfig the provider gives for the cluster."""
+    from gpuctl.errors import GpuctlError
+    from gpuctl.kube.client import api_client
+
+    try:
+        return api_client(kubeconfig, context or provider.context_name(cluster))
+    except GpuctlError:
+        return api_client(config_dict=provider.kubeconfig(cluster))
 
 
 def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None) -> NodeGroupInfo | None:
