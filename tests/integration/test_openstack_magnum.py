@@ -77,7 +77,7 @@ def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, object], 
     assert os1["nodeGroups"] == [{"name": "gpu", "cluster": "os1", "gpu": "t4", "nodes": 2, "ready_nodes": 2,
                                   "gpus_per_node": 1}]
     assert {c["check"]: c["ok"] for c in os1["checks"]} == {  # type: ignore[union-attr]
-        "capacity": True, "device-plugin": True, "smoke-test": True}
+        "node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
     assert cluster["status"] == "UPDATE_COMPLETE" or cluster["status"] == "CREATE_COMPLETE"
     assert cluster["labels"]["nvidia_gpu_enabled"] == "true" and cluster["labels"]["kube_tag"]  # merged
