@@ -81,6 +81,7 @@ def operator_node(capacity: dict[str, str]) -> V1Node:
 def reconcile(policy_spec: dict[str, Any], node: V1Node) -> list[tuple[str, str, dict[str, Any]]]:
     operator = SimOperator.__new__(SimOperator)  # no cluster: only the node's patch is looked at
     operator.v1 = RecordingCoreV1()
+    operator.mig_seen = set()
     operator._reconcile_node(node, Policy("cluster-policy", "uid", policy_spec), "", None, {}, None)
     return operator.v1.calls
 
