@@ -49,31 +49,28 @@ def ensure_config_map_keys(v1: CoreV1Api, namespace: str, name: str, data: dict[
     differing = {k for k, v in data.items() if (current or {}).get(k) != v}
     if current is not None and not differing:
         return Change.NO_CHANGE, set()
-    # Server-side apply removes fields this manager applied before and leaves out now: apply every key
-    # the ConfigMap keeps, not only the differing ones, or the configs in use would be dropped.
-    body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace, "labels": MANAGED},
-            "data": dict(sorted({**(current or {}), **data}.items()))}
-    try:
-        v1.patch_namespaced_config_map(name, namespace, body, field_manager=L.MANAGER, force=True,
-                                       _content_type=APPLY_PATCH)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"writing ConfigMap {namespace}/{name}") from None
+    _apply_config_map(v1, namespace, name, {**(current or {}), **data})
     changed_existing = {k for k in differing if current and k in current}
     return (Change.CREATED if current is None else Change.UPDATED), changed_existing
 
 
 def remove_config_map_key(v1: CoreV1Api, namespace: str, name: str, key: str) -> Change:
-    """Drop one key of a ConfigMap gpuctl writes, keeping the others (applied whole, as above)."""
+    """Drop one key of a ConfigMap gpuctl writes, keeping the others."""
     current = read_config_map_data(v1, namespace, name)
     if current is None or key not in current:
         return Change.NO_CHANGE
+    _apply_config_map(v1, namespace, name, {k: v for k, v in current.items() if k != key})
+    return Change.DELETED
+
+
+def _apply_config_map(v1: CoreV1Api, namespace: str, name: str, data: dict[str, str]) -> None:
+    """Server-side apply of the ConfigMap with exactly these keys. Apply removes the fields this manager
+    applied before and leaves out now, so callers pass every key the ConfigMap keeps, not only the
+    differing ones, or the configs in use would be dropped."""
     body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace, "labels": MANAGED},
-            "data": {k: v for k, v in sorted(current.items()) if k != key}}
+            "metadata": {"name": name, "namespace": namespace, "labels": MANAGED}, "data": dict(sorted(data.items()))}
     try:
         v1.patch_namespaced_config_map(name, namespace, body, field_manager=L.MANAGER, force=True,
                                        _content_type=APPLY_PATCH)
     except Exception as exc:  # noqa: BLE001
         raise api_error(exc, f"writing ConfigMap {namespace}/{name}") from None
-    return Change.DELETED
