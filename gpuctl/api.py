@@ -92,12 +92,18 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
                       kubeconfig: Path | None = None, context: str | None = None) -> Change:
     """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
     stack's settings), reached through `kubeconfig` and `context` where it can be."""
+    from gpuctl.errors import GpuctlError
+    from gpuctl.output import info
     from gpuctl.platform import forget_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
     change = provider.delete_node_group(cluster, name)
-    forget_recorded_group(_cluster_client(provider, cluster, kubeconfig, context), name)
+    try:
+        forget_recorded_group(_cluster_client(provider, cluster, kubeconfig, context), name)
+    except GpuctlError as e:  # the group is gone either way; a record left behind only widens tolerations
+        info(f"warning: node group {name!r} deleted, but its record on the cluster was not removed ({e}); "
+             f"rerun 'gpuctl nodegroup delete' once the cluster answers")
     return change
 
 

@@ -105,7 +105,7 @@ def test_a_config_the_real_plugin_refuses_fails_validation(real: dict[str, str])
     assert node["device_plugin"] == "CrashLoopBackOff: specified config missing does not exist"
     assert node["allocatable"] == {}
     proc = run_gpuctl("validate", env=real)
-    assert proc.returncode == 6 and "1 of 2 pods ready" in proc.stdout
+    assert proc.returncode == 6 and "rollout: 1 of 2 updated pods available" in proc.stdout
     create(real, "--slices", "4")  # converging relabels the node; the plugin pod restarts and serves again
     assert run_gpuctl("validate", env=real).returncode == 0
 
