@@ -13,7 +13,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # gpuctl.api.__all__ (a test keeps them equal); listed here so that looking up a submodule
-# such as gpuctl.labels never imports the API.
+# such as gpuctl.model.labels never imports the API.
 _API = frozenset({
     "CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
     "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",

@@ -5,21 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctl.kubeconfig import check_kubeconfig, remove_context
-from gpuctl.plan import PlannedStep, plan_platform
-from gpuctl import platform as _platform
-from gpuctl.platform import LOCK_TIMEOUT_S, GroupPlan, PlatformResult, PlatformSpec
-from gpuctl.render import render
-from gpuctl.mig_apply import apply_mig
-from gpuctl.specfile import export_spec, load_spec, to_platform
-from gpuctl.status import gpu_status
-from gpuctl.tenants import Tenant, ensure_tenant, list_tenants, remove_tenant
-from gpuctl.validate import validate_cluster
+from gpuctl.kube.kubeconfig import check_kubeconfig, remove_context
+from gpuctl.ops.plan import PlannedStep, plan_platform
+from gpuctl.ops import platform as _platform
+from gpuctl.ops.platform import LOCK_TIMEOUT_S, GroupPlan, PlatformResult, PlatformSpec
+from gpuctl.ops.render import render
+from gpuctl.ops.mig_apply import apply_mig
+from gpuctl.model.specfile import export_spec, load_spec, to_platform
+from gpuctl.ops.status import gpu_status
+from gpuctl.ops.tenancy.tenants import Tenant, ensure_tenant, list_tenants, remove_tenant
+from gpuctl.ops.validate import validate_cluster
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
-from gpuctl.providers.options import CloudOptions
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.steps import Reporter
+from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.ops.steps import Reporter
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -32,11 +32,11 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
 
 def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float = LOCK_TIMEOUT_S,
                    context: str | None = None, timeout: float | None = None) -> PlatformResult:
-    """Converge the cluster to `spec` (gpuctl.platform.apply_platform). `timeout`: the most seconds any
+    """Converge the cluster to `spec` (gpuctl.ops.platform.apply_platform). `timeout`: the most seconds any
     one wait for a state (capacity, MIG) may take; without it a wait ends only when its progress stalls
-    (gpuctl.waiting)."""
-    from gpuctl.naming import check_duration
-    from gpuctl.waiting import wait_limit
+    (gpuctl.util.waiting)."""
+    from gpuctl.model.naming import check_duration
+    from gpuctl.util.waiting import wait_limit
 
     if timeout is not None:
         check_duration(timeout, "--timeout")
@@ -78,7 +78,7 @@ def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: C
     """Scale the node group, then give its nodes the group's recorded configuration (new nodes join without
     the sharing or MIG layout gpuctl set on their siblings), through `kubeconfig` and `context` (else the
     provider's context name)."""
-    from gpuctl.platform import configure_recorded_group
+    from gpuctl.ops.platform import configure_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
@@ -92,9 +92,9 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
                       kubeconfig: Path | None = None, context: str | None = None) -> Change:
     """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
     stack's settings), reached through `kubeconfig` and `context` where it can be."""
-    from gpuctl.errors import GpuctlError
-    from gpuctl.output import info
-    from gpuctl.platform import forget_recorded_group
+    from gpuctl.util.errors import GpuctlError
+    from gpuctl.util.output import info
+    from gpuctl.ops.platform import forget_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
@@ -110,7 +110,7 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
 def _cluster_client(provider: Provider, cluster: str, kubeconfig: Path | None, context: str | None) -> ApiClient:
     """The cluster through the user's kubeconfig and context (else the provider's context name); where that
     file holds no such context, through the kubeconfig the provider gives for the cluster."""
-    from gpuctl.errors import GpuctlError
+    from gpuctl.util.errors import GpuctlError
     from gpuctl.kube.client import api_client
 
     try:

@@ -9,7 +9,7 @@ import typer
 
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import path, seconds
-from gpuctl.output import emit, info
+from gpuctl.util.output import emit, info
 
 SpecFile = Annotated[Path, typer.Option("-f", "--filename", parser=path, metavar="PATH", help="GpuCluster spec file.")]
 
@@ -24,7 +24,7 @@ def apply(
     from gpuctl import api
     from gpuctl.cli.cluster import print_step
     from gpuctl.providers.base import Change
-    from gpuctl.specfile import load_spec, to_platform
+    from gpuctl.model.specfile import load_spec, to_platform
 
     doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
     spec = to_platform(doc, groups)
@@ -43,8 +43,8 @@ def render(
     out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="PATH", help="Write manifests/ and helm/ here (default: stdout).")] = None,
 ) -> None:
     """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
-    from gpuctl.render import render as render_spec
-    from gpuctl.specfile import load_spec, to_platform
+    from gpuctl.ops.render import render as render_spec
+    from gpuctl.model.specfile import load_spec, to_platform
 
     result = render_spec(to_platform(*load_spec(filename)), out)
     if isinstance(result, str):
@@ -56,8 +56,8 @@ def render(
 
 def plan(ctx: typer.Context, filename: SpecFile) -> None:
     """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
-    from gpuctl.plan import plan_platform
-    from gpuctl.specfile import load_spec, to_platform
+    from gpuctl.ops.plan import plan_platform
+    from gpuctl.model.specfile import load_spec, to_platform
 
     opts = settings(ctx)
     planned = plan_platform(to_platform(*load_spec(filename)), opts.kubeconfig)

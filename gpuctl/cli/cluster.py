@@ -13,8 +13,8 @@ from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, Instan
                                 cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count, seconds
-from gpuctl.output import emit, info
-from gpuctl.steps import StepResult
+from gpuctl.util.output import emit, info
+from gpuctl.ops.steps import StepResult
 
 app = typer.Typer(help="Create, list and delete GPU clusters.", no_args_is_help=True)
 
@@ -66,8 +66,8 @@ def create(
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl.cli.documents import cluster_document, sharing_document
     from gpuctl.providers.base import Change
-    from gpuctl.specfile import export_spec as render_spec
-    from gpuctl.specfile import load_document, to_platform
+    from gpuctl.model.specfile import export_spec as render_spec
+    from gpuctl.model.specfile import load_document, to_platform
 
     opts = settings(ctx)
     # The command line is a GpuCluster document: every input is checked before anything is started.
@@ -117,7 +117,7 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
            os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Delete a cluster and everything gpuctl made for it, and drop its kubeconfig context."""
     from gpuctl import api
-    from gpuctl.naming import check_name
+    from gpuctl.model.naming import check_name
     from gpuctl.providers import check_cloud
 
     check_cloud(cloud)

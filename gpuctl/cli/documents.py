@@ -1,5 +1,5 @@
 """One front door: a command line builds the same GpuCluster document a spec file holds, and goes
-through the same parse, defaulting and validation passes (gpuctl.specfile). Each builder also
+through the same parse, defaulting and validation passes (gpuctl.model.specfile). Each builder also
 returns which flag each field came from, so an error names the flag, not the field path.
 
 Only what a document cannot say is checked here: combinations of flags (`--sharing` with `--slices`).
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuctl.errors import UsageError
-from gpuctl.naming import parse_count, shown
-from gpuctl.providers.options import FLAGS as PROVIDER_FLAGS
-from gpuctl.sharing import STRATEGIES
-from gpuctl.specfile import PROVIDER_KEYS
+from gpuctl.util.errors import UsageError
+from gpuctl.model.naming import parse_count, shown
+from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
+from gpuctl.model.sharing import STRATEGIES
+from gpuctl.model.specfile import PROVIDER_KEYS
 
 Flags = dict[str, str]  # field path -> flag
 GROUP = "spec.nodeGroups[0]"

@@ -45,7 +45,7 @@ def help_path(args: list[str]) -> str | None:
 
 
 def cache_dir() -> str:
-    """gpuctl.paths.cache_dir() without pathlib (a test keeps the two equal)."""
+    """gpuctl.util.paths.cache_dir() without pathlib (a test keeps the two equal)."""
     if custom := os.environ.get("GPUCTL_CACHE_DIR"):
         return custom
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),

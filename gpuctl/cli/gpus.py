@@ -6,9 +6,9 @@ from dataclasses import asdict
 
 import typer
 
-from gpuctl.catalog import GPUS
+from gpuctl.model.catalog import GPUS
 from gpuctl.cli.settings import settings
-from gpuctl.output import emit
+from gpuctl.util.output import emit
 
 COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_per_node",
            "ec2", "openstack_flavor")
@@ -16,7 +16,7 @@ COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_pe
 
 def gpus(ctx: typer.Context) -> None:
     """List the GPU models gpuctl knows, with MIG capability and cloud shapes (site config applied)."""
-    from gpuctl.site import openstack_flavor
+    from gpuctl.model.site import openstack_flavor
 
     fmt = settings(ctx).output
     if fmt == "table":

@@ -13,7 +13,7 @@ from gpuctl import __version__
 from gpuctl.cli.lazy import LazyGroup, install_fast_coercion
 from gpuctl.cli.settings import make_settings
 from gpuctl.cli.types import path
-from gpuctl.errors import ExitCode, GpuctlError
+from gpuctl.util.errors import ExitCode, GpuctlError
 
 try:  # typer >= 0.22 vendors click; older releases use click itself
     from typer._click import exceptions as click_exceptions
@@ -131,7 +131,7 @@ MAX_ERROR_LINE = 1000
 
 def _fail(message: str, code: int) -> int:
     """Print the one error line: redacted, on one line, control characters escaped, bounded."""
-    from gpuctl.redact import redact
+    from gpuctl.util.redact import redact
 
     line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(redact(message).split()))
     if len(line) > MAX_ERROR_LINE:
@@ -143,10 +143,10 @@ def _fail(message: str, code: int) -> int:
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; errors become one line on stderr.
 
-    stderr goes through gpuctl.redact for the whole command: no line printed there (errors, logs,
+    stderr goes through gpuctl.util.redact for the whole command: no line printed there (errors, logs,
     --debug tracebacks) carries a registered credential. --debug adds the traceback and keeps the code.
     """
-    from gpuctl.redact import RedactingStream
+    from gpuctl.util.redact import RedactingStream
 
     args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GPUCTL_DEBUG", "") not in ("", "0")

@@ -9,7 +9,7 @@ import typer
 from gpuctl.cli.options import Gpu
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import seconds
-from gpuctl.output import emit
+from gpuctl.util.output import emit
 
 app = typer.Typer(help="Validate, plan and apply MIG layouts.", no_args_is_help=True)
 
@@ -20,8 +20,8 @@ Layout = Annotated[str, typer.Argument(help="Profiles joined by '-' with optiona
 @app.command("validate")
 def validate_(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
     """Exit 0 if LAYOUT fits one GPU of this model, exit 2 with the reason otherwise."""
-    from gpuctl.catalog import get_gpu
-    from gpuctl.mig import parse_layout
+    from gpuctl.model.catalog import get_gpu
+    from gpuctl.model.mig import parse_layout
 
     model = get_gpu(gpu)
     parsed = parse_layout(layout, model)
@@ -35,8 +35,8 @@ def validate_(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
 @app.command()
 def plan(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
     """Show where each MIG instance sits on the GPU's memory slots."""
-    from gpuctl.catalog import get_gpu
-    from gpuctl.mig import parse_layout, plan_rows, render_plan
+    from gpuctl.model.catalog import get_gpu
+    from gpuctl.model.mig import parse_layout, plan_rows, render_plan
 
     model = get_gpu(gpu)
     parsed = parse_layout(layout, model)
@@ -59,7 +59,7 @@ def apply(
     """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write."""
     from gpuctl.cli.cluster import print_step
     from gpuctl.kube.client import api_client
-    from gpuctl.mig_apply import apply_mig, check_mig_inputs
+    from gpuctl.ops.mig_apply import apply_mig, check_mig_inputs
     from gpuctl.stack.helm import HelmTarget
 
     opts = settings(ctx)

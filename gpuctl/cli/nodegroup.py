@@ -11,7 +11,7 @@ from gpuctl.cli.options import (AmiType, Cloud, ClusterName, Flavor, Gpu, GpusPe
                                 MinNodes, NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Yes,
                                 cloud_options)
 from gpuctl.cli.settings import confirm_or_refuse, settings
-from gpuctl.output import emit, info
+from gpuctl.util.output import emit, info
 
 app = typer.Typer(help="Add, scale, delete and list GPU node groups.", no_args_is_help=True)
 
@@ -20,7 +20,7 @@ COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
 
 
 def _checked(cloud: str, cluster: str) -> None:
-    from gpuctl.naming import check_name
+    from gpuctl.model.naming import check_name
     from gpuctl.providers import check_cloud
 
     check_cloud(cloud)
@@ -36,7 +36,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
     """Add a GPU node group (or converge an existing one to these values)."""
     from gpuctl import api
     from gpuctl.cli.documents import cluster_document
-    from gpuctl.specfile import load_document, node_group_spec
+    from gpuctl.model.specfile import load_document, node_group_spec
 
     # The same document and validators as `cluster create` and spec files; errors name these flags.
     raw, flags = cluster_document(
@@ -58,7 +58,7 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cl
           region: Region = None, os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Change the number of nodes of a node group."""
     from gpuctl import api
-    from gpuctl.naming import check_count, check_name
+    from gpuctl.model.naming import check_count, check_name
 
     _checked(cloud, cluster)
     check_name(name, "--name")
@@ -75,7 +75,7 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
            region: Region = None, os_cloud: OsCloud = None, profile: Profile = None) -> None:
     """Delete a node group and its nodes."""
     from gpuctl import api
-    from gpuctl.naming import check_name
+    from gpuctl.model.naming import check_name
 
     _checked(cloud, cluster)
     check_name(name, "--name")

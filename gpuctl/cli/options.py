@@ -17,17 +17,17 @@ GpusPerNode = Annotated[
 Gpu = Annotated[str, typer.Option("--gpu", help="GPU model from 'gpuctl gpus' (t4, a100-40gb, ...).")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
-# Cloud-specific options, shared by every command that talks to a cloud (see gpuctl.providers.options).
+# Cloud-specific options, shared by every command that talks to a cloud (see gpuctl.model.cloud_options).
 Region = Annotated[Optional[str], typer.Option("--region", help="Cloud region (EKS, OpenStack).")]
 OsCloud = Annotated[Optional[str], typer.Option("--os-cloud", help="OpenStack: clouds.yaml entry (else OS_CLOUD or OS_* variables).")]
 Profile = Annotated[Optional[str], typer.Option("--profile", help="AWS: named profile (else the standard credential chain).")]
 
 
 def cloud_options(region: str | None = None, os_cloud: str | None = None, profile: str | None = None,
-                  **more: object):  # noqa: ANN201 - gpuctl.providers.options.CloudOptions
+                  **more: object):  # noqa: ANN201 - gpuctl.model.cloud_options.CloudOptions
     """CloudOptions from flags; a flag the cloud does not use is refused when the provider is made."""
-    from gpuctl.naming import check_text
-    from gpuctl.providers.options import FLAGS, CloudOptions
+    from gpuctl.model.naming import check_text
+    from gpuctl.model.cloud_options import FLAGS, CloudOptions
 
     given = {k: v for k, v in dict(more, region=region, os_cloud=os_cloud, profile=profile).items()
              if v not in (None, False, [], ())}

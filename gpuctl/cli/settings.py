@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from gpuctl.errors import UsageError
-from gpuctl.naming import check_text, shown
-from gpuctl.output import FORMATS
+from gpuctl.util.errors import UsageError
+from gpuctl.model.naming import check_text, shown
+from gpuctl.util.output import FORMATS
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def make_settings(kubeconfig: Path | None, context: str | None, output: str, ver
     if context is not None:
         check_text(context, "--context", maximum=253)
     if kubeconfig is not None:
-        from gpuctl.paths import check_file_path
+        from gpuctl.util.paths import check_file_path
 
         check_file_path(kubeconfig, "--kubeconfig")
     return Settings(kubeconfig, context, output, verbose, debug)

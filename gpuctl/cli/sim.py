@@ -7,7 +7,7 @@ from dataclasses import asdict
 import typer
 
 from gpuctl.cli.settings import settings
-from gpuctl.output import emit, info
+from gpuctl.util.output import emit, info
 
 app = typer.Typer(help="The local simulated GPU cluster's tools.", no_args_is_help=True)
 

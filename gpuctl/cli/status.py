@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl.cli.settings import settings
-from gpuctl.output import emit
+from gpuctl.util.output import emit
 
 
 def status(
@@ -17,9 +17,9 @@ def status(
     """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints
     (in DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable)."""
     from gpuctl.kube.client import api_client
-    from gpuctl.naming import check_name
-    from gpuctl.output import info
-    from gpuctl.status import gpu_status, status_columns
+    from gpuctl.model.naming import check_name
+    from gpuctl.util.output import info
+    from gpuctl.ops.status import gpu_status, status_columns
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")

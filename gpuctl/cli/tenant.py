@@ -9,7 +9,7 @@ import typer
 from gpuctl.cli.options import Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count
-from gpuctl.output import emit, info
+from gpuctl.util.output import emit, info
 
 app = typer.Typer(help="Onboard teams onto the shared GPU pool.", no_args_is_help=True)
 TenantName = Annotated[str, typer.Argument(help="Team name; also the namespace.")]
@@ -31,10 +31,10 @@ def add(
     where Kueue runs, the team's ClusterQueue, LocalQueue and the cluster's GPU ResourceFlavors and, where
     NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates (gpu-<model>, mig-<profile>)."""
     from gpuctl.cli.documents import tenant_document
-    from gpuctl.dra import dra_mode
+    from gpuctl.kube.dra import dra_mode
     from gpuctl.kube.client import api_client
-    from gpuctl.specfile import load_tenant
-    from gpuctl.tenants import ensure_tenant, over_allocatable, read_quota
+    from gpuctl.model.specfile import load_tenant
+    from gpuctl.ops.tenancy.tenants import ensure_tenant, over_allocatable, read_quota
 
     tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt, borrow, lend, cohort))
     opts = settings(ctx)
@@ -53,7 +53,7 @@ def list_(ctx: typer.Context) -> None:
     """Tenants with their GPU quota and current use; with Kueue, per flavor: admitted use, nominal quota
     and what the team borrows from its cohort."""
     from gpuctl.kube.client import api_client
-    from gpuctl.tenants import list_tenants
+    from gpuctl.ops.tenancy.tenants import list_tenants
 
     opts = settings(ctx)
     rows = list_tenants(api_client(opts.kubeconfig, opts.context))
@@ -69,7 +69,7 @@ def remove(ctx: typer.Context, name: TenantName, yes: Yes = False) -> None:
     """Delete what gpuctl made for a tenant: its namespace (and everything in it), or in an adopted
     namespace only gpuctl's quota and binding."""
     from gpuctl.kube.client import api_client
-    from gpuctl.tenants import check_tenant_name, remove_tenant
+    from gpuctl.ops.tenancy.tenants import check_tenant_name, remove_tenant
 
     check_tenant_name(name, "NAME")
     confirm_or_refuse(yes, f"Delete tenant {name!r}?")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpuctl.errors import UsageError
-from gpuctl.naming import MAX_DURATION_S, check_duration, parse_count, shown
+from gpuctl.util.errors import UsageError
+from gpuctl.model.naming import MAX_DURATION_S, check_duration, parse_count, shown
 
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 
@@ -42,7 +42,7 @@ def seconds(value: object) -> float:
 def path(value: object) -> Path:
     """typer `parser=` for every path flag: the one rule for a path as typed (paths.check_path_text);
     what the path must be (a readable file, a writable target) is checked where it is used."""
-    from gpuctl.paths import check_path_text
+    from gpuctl.util.paths import check_path_text
 
     if isinstance(value, Path):
         return value

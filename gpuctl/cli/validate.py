@@ -8,7 +8,7 @@ import typer
 
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import seconds
-from gpuctl.output import emit
+from gpuctl.util.output import emit
 
 COLUMNS = ("check", "ok", "detail")
 
@@ -22,10 +22,10 @@ def validate(
     """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test
     (in DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with
     its GPU from a ResourceClaim)."""
-    from gpuctl.errors import ValidationFailed
+    from gpuctl.util.errors import ValidationFailed
     from gpuctl.kube.client import api_client
-    from gpuctl.naming import check_name, check_text
-    from gpuctl.validate import SMOKE_IMAGE, validate_cluster
+    from gpuctl.model.naming import check_name, check_text
+    from gpuctl.ops.validate import SMOKE_IMAGE, validate_cluster
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")

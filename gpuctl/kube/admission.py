@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.errors import WaitTimeout
+from gpuctl.util.errors import WaitTimeout
 from gpuctl.kube.client import api_error
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Build Kubernetes API clients from a kubeconfig, translating client errors at the boundary.
 
-Every request has a deadline (gpuctl/timeouts.py): connect and TLS handshake 10 s, answer 30 s,
+Every request has a deadline (gpuctl/util/timeouts.py): connect and TLS handshake 10 s, answer 30 s,
 unless its caller passes `_request_timeout`. A frozen kube-apiserver therefore ends a command with
 exit 7 and a refused connection with exit 5, each naming the server's URL.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from gpuctl import redact
-from gpuctl.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, UsageError, WaitTimeout
-from gpuctl.naming import shown
-from gpuctl.timeouts import ENV, Deadlines, request_deadlines
+from gpuctl.util import redact
+from gpuctl.util.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, UsageError, WaitTimeout
+from gpuctl.model.naming import shown
+from gpuctl.util.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration, CoreV1Api
@@ -40,7 +40,7 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None,
     from gpuctl import __version__
 
     if config_dict is None:  # read strictly first: a hostile file is a usage error (exit 2), not a crash
-        from gpuctl.kubeconfig import read_kubeconfig, read_paths
+        from gpuctl.kube.kubeconfig import read_kubeconfig, read_paths
 
         if kubeconfig is not None and not kubeconfig.exists():
             raise UsageError("--kubeconfig", f"{shown(str(kubeconfig))} does not exist",
@@ -248,7 +248,7 @@ def wait_for_api(client: ApiClient, timeout: float) -> None:
 
     A refused connection or an error answer means "not up yet"; a server that takes the
     connection and gives no answer within the request deadline is frozen, and raises at once."""
-    from gpuctl.progress import waiting
+    from gpuctl.util.progress import waiting
 
     server = client.configuration.host
     deadline = time.monotonic() + timeout

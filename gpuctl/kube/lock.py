@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.errors import WaitTimeout
+from gpuctl.util.errors import WaitTimeout
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.progress import waiting
+from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

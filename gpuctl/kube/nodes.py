@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl import labels as L
+from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.taints import Taint
+from gpuctl.model.taints import Taint
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuctl import labels as L
+from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.providers.base import Change
 

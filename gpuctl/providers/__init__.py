@@ -5,9 +5,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from gpuctl.errors import UsageError
+from gpuctl.util.errors import UsageError
 
-from gpuctl.providers.options import CloudOptions, check_options
+from gpuctl.model.cloud_options import CloudOptions, check_options
 
 if TYPE_CHECKING:
     from gpuctl.providers.base import Provider

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuctl.errors import UsageError
-from gpuctl.naming import check_text, shown
-from gpuctl.resources import data_dir
+from gpuctl.util.errors import UsageError
+from gpuctl.model.naming import check_text, shown
+from gpuctl.util.resources import data_dir
 
 GPU_OPERATOR = "gpu-operator"
 NFD = "node-feature-discovery"

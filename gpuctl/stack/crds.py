@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuctl import labels as L
+from gpuctl.model import labels as L
 from gpuctl.kube.client import api_client, api_error
 from gpuctl.kube.objects import APPLY_PATCH
 

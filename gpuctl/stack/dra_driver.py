@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.dra import API_VERSION, GPU_CLASS
-from gpuctl.errors import UsageError
+from gpuctl.kube.dra import API_VERSION, GPU_CLASS
+from gpuctl.util.errors import UsageError
 from gpuctl.providers.base import Change
 from gpuctl.stack.charts import DRA_DRIVER, chart_ref
 from gpuctl.stack.helm import HelmTarget, Release
 from gpuctl.stack.values import StackSpec
-from gpuctl.taints import tolerations
+from gpuctl.model.taints import tolerations
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuctl.errors import ClusterError, GpuctlError, RequestTimeout
-from gpuctl.output import info
+from gpuctl.util.errors import ClusterError, GpuctlError, RequestTimeout
+from gpuctl.util.output import info
 from gpuctl.providers.base import Change
 from gpuctl.stack.charts import ChartRef
 from gpuctl.stack.crds import apply_crds
-from gpuctl.timeouts import ENV, HELM_CHART_S, HELM_MARGIN_S, HELM_QUERY_S, scaled
+from gpuctl.util.timeouts import ENV, HELM_CHART_S, HELM_MARGIN_S, HELM_QUERY_S, scaled
 
 TIMEOUT = "5m"  # helm's own deadline for its waits (--wait, --atomic)
 INSTALL_DEADLINE_S = 5 * 60 + HELM_MARGIN_S  # TIMEOUT, then time for the rollback

@@ -9,7 +9,7 @@ at v0.19.2) with one addition: quota is checked only for the resources a Cluster
 requests anything a queue does not cover): gpuctl's queues cover GPUs, so a job's CPU and memory requests
 stay the scheduler's business.
 
-Also for DRA (NVIDIA's DRA driver, gpuctl/dra.py), `resources.deviceClassMappings` maps the driver's
+Also for DRA (NVIDIA's DRA driver, gpuctl/kube/dra.py), `resources.deviceClassMappings` maps the driver's
 DeviceClasses gpu.nvidia.com and mig.nvidia.com to the resources gpuctl's queues give quota on
 (queues.py: nvidia.com/gpu and mig.nvidia.com.deviceclass.resource.k8s.io/devices), counted in devices.
 Kueue v0.19.2 reads them at start-up (cmd/kueue/main.go: only with its KueueDRAIntegration feature, beta
@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from gpuctl.queues import device_class_mappings
+from gpuctl.ops.tenancy.queues import device_class_mappings
 from gpuctl.stack.charts import KUEUE, chart_ref
 from gpuctl.stack.helm import Release
 

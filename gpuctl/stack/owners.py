@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.errors import ExitCode, GpuctlError
+from gpuctl.util.errors import ExitCode, GpuctlError
 from gpuctl.kube.client import api_error
 from gpuctl.stack.existing import (NOT_DEVICE_PLUGINS, OURS, RELEASE_ANNOTATION, ExistingStack, Operator, Workload,
                                    is_device_plugin, tolerates)

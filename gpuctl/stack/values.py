@@ -6,9 +6,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuctl.errors import UsageError
-from gpuctl.sharing import DEFAULT_CONFIG_KEY
-from gpuctl.taints import Taint, tolerations
+from gpuctl.util.errors import UsageError
+from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
+from gpuctl.model.taints import Taint, tolerations
 
 NAMESPACE = "gpu-operator"
 DEVICE_PLUGIN_CONFIGMAP = "gpuctl-device-plugin-config"

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from gpuctl.errors import ToolError
+from gpuctl.util.errors import ToolError
 from gpuctl.tools.pins import (CONTROLLER_TOOLS_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION,
                                Tool)
 

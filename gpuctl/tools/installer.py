@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuctl.errors import ToolError
-from gpuctl.paths import cache_dir
+from gpuctl.util.errors import ToolError
+from gpuctl.util.paths import cache_dir
 from gpuctl.tools import gobuild
 from gpuctl.tools.pins import TOOLS, Tool
 

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.errors import UsageError
-from gpuctl.render import manifests
-from gpuctl.specfile import load_spec, to_platform
+from gpuctl.util.errors import UsageError
+from gpuctl.ops.render import manifests
+from gpuctl.model.specfile import load_spec, to_platform
 from gpuctl.stack.releases import operator_release
 from gpuctl.stack.values import nfd_values
-from gpuctl.taints import Taint
+from gpuctl.model.taints import Taint
 from gpuctl.tools.installer import ensure_tools, find_tool
 
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"

@@ -13,7 +13,7 @@ import yaml
 
 from gpuctl.stack.charts import GPU_OPERATOR, chart_ref
 from gpuctl.stack.values import StackSpec, operator_values
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.tools.installer import ensure_tools
 
 UPSTREAM_CHART = Path(__file__).resolve().parents[2].parent / "shared/upstream/gpu-operator-v26.7.0/gpu-operator"

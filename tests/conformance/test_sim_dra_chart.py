@@ -15,7 +15,7 @@ import yaml
 from gpuctl.stack.charts import DRA_DRIVER, chart_ref
 from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_values
 from gpuctl.stack.values import StackSpec
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION
 

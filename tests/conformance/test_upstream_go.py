@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.catalog import GPUS
-from gpuctl.mig import config_name, mig_parted_config, parse_layout
-from gpuctl.sharing import DEFAULT_CONFIG_KEY, Sharing, plugin_configs
+from gpuctl.model.catalog import GPUS
+from gpuctl.model.mig import config_name, mig_parted_config, parse_layout
+from gpuctl.model.sharing import DEFAULT_CONFIG_KEY, Sharing, plugin_configs
 from gpuctl.tools.installer import ensure_tools, find_tool
 
 

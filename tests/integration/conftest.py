@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.providers.sim.kwok import KwokCluster, cluster_names
+from gpuctl.simulator.kwok import KwokCluster, cluster_names
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import SIM_TOOLS
 from tests.conftest import run_gpuctl

@@ -72,7 +72,7 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     exported = tmp_path / "exported.yaml"
     exported.write_text(proc.stdout)
-    from gpuctl.specfile import export_spec, load_spec, to_platform
+    from gpuctl.model.specfile import export_spec, load_spec, to_platform
 
     assert export_spec(to_platform(*load_spec(exported))) == proc.stdout
 
@@ -80,7 +80,7 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
 def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, str], tmp_path: Path) -> None:
     import subprocess
 
-    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.simulator.kwok import KwokCluster
     from gpuctl.providers.sim.provider import SimProvider
     from gpuctl.tools.installer import find_tool
 

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.catalog import get_gpu
+from gpuctl.model.catalog import get_gpu
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.resources import data_dir
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.util.resources import data_dir
+from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.tools.installer import ensure_tools
 from tests.conftest import run_gpuctl
 from tests.integration.test_dra_agent_real_chart import CHART, CUDA_SAMPLE, RELEASE, TOLERATE_GPU, until

@@ -20,17 +20,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuctl import labels as L
-from gpuctl.catalog import get_gpu
-from gpuctl.dra import PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
+from gpuctl.kube.dra import PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.mig import config_name, parse_layout
+from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.providers.base import Change
-from gpuctl.providers.sim import dra
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.simulator import dra
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.tools.installer import ensure_tools
 from tests.conftest import run_gpuctl
 

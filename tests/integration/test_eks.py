@@ -286,7 +286,7 @@ def test_bad_credentials_exit_3_without_the_secret(eks: Eks, tmp_path: Path) -> 
 
 
 def test_cluster_delete_removes_what_was_made(eks: Eks) -> None:
-    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.simulator.kwok import KwokCluster
 
     proc = eks.gpuctl("cluster", "delete", *REGION, "--name", "eks1", "--yes")
     assert proc.returncode == 0, proc.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuctl.sharing import DEFAULT_CONFIG_KEY
+from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
 from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 
@@ -40,10 +40,10 @@ EKSCTL_PLUGIN = {
 def bare(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A sim cluster with two T4 nodes and no GPU stack, as a cloud hands one over (nodes made by the
     provider, as `nodegroup add` does; no gpuctl apply yet)."""
-    from gpuctl.catalog import get_gpu
-    from gpuctl.kubeconfig import write_kubeconfig
+    from gpuctl.model.catalog import get_gpu
+    from gpuctl.kube.kubeconfig import write_kubeconfig
     from gpuctl.providers.sim.provider import SimProvider
-    from gpuctl.spec import NodeGroupSpec
+    from gpuctl.model.spec import NodeGroupSpec
 
     kubeconfig = tmp_path_factory.mktemp("existing") / "kubeconfig"
     env = dict(sim_env, KUBECONFIG=str(kubeconfig))

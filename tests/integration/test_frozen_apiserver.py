@@ -1,7 +1,7 @@
 """A frozen kube-apiserver (SIGSTOPped: the kernel still accepts connections, nothing answers) ends
 every command within its request deadline with exit 7 and a line naming the server; an
 unreachable one (nothing listens) exits 5 at once. The deadlines are the defaults users get
-(gpuctl/timeouts.py), except where a test says otherwise.
+(gpuctl/util/timeouts.py), except where a test says otherwise.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.errors import ExitCode
-from gpuctl.providers.sim.kwok import KwokCluster
-from gpuctl.timeouts import CONNECT_S, READ_S
+from gpuctl.util.errors import ExitCode
+from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.util.timeouts import CONNECT_S, READ_S
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration
@@ -115,7 +115,7 @@ def test_frozen_apiserver_ends_each_command_with_exit_7(frozen_target: tuple[str
         print({label: f"{took:.1f}s" for label, (_, took, _) in results.items()})
 
         # Helm (in this process, as apply runs it): its reads are bounded too, and no helm is left behind.
-        from gpuctl.errors import RequestTimeout
+        from gpuctl.util.errors import RequestTimeout
         from gpuctl.stack.helm import HelmTarget, plan_release
         from gpuctl.stack.releases import operator_release
         from gpuctl.stack.values import StackSpec

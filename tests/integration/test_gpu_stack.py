@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.resources import data_dir
+from gpuctl.util.resources import data_dir
 from gpuctl.stack.owners import is_device_plugin
 from tests.conftest import run_gpuctl
 

@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from gpuctl.catalog import get_gpu
-from gpuctl.errors import ToolError
-from gpuctl.providers.sim.kueue import _procs, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.model.catalog import get_gpu
+from gpuctl.util.errors import ToolError
+from gpuctl.simulator.kueue import _procs, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.gobuild import patch_kueue_main
 from gpuctl.tools.installer import ensure_tools
 from tests.conftest import run_gpuctl
@@ -162,7 +162,7 @@ def kueue(sim_env: dict[str, str]) -> Iterator[Kueue]:
     from kubernetes import config
 
     from gpuctl.providers.sim.provider import SimProvider
-    from gpuctl.spec import NodeGroupSpec
+    from gpuctl.model.spec import NodeGroupSpec
 
     crds = kueue_crds_dir()  # builds the tool first when absent (minutes)
     provider = SimProvider()

@@ -21,7 +21,7 @@ from keystoneauth1 import adapter
 from openstack import config as os_config
 from openstack import connection
 
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.simulator.kwok import KwokCluster
 from tests.integration.conftest import BED_PASSWORD
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.simulator.kwok import KwokCluster
 from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD

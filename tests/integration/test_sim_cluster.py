@@ -6,8 +6,8 @@ import json
 import stat
 import subprocess
 
-from gpuctl.catalog import GPUS
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.model.catalog import GPUS
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster

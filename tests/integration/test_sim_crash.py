@@ -3,7 +3,7 @@ time, with no duplicate process, no pending Helm release and no held Lease; the 
 nothing; `cluster delete`, also right after a crash, leaves no process and no file.
 
 Kill points are deterministic: GPUCTL_SIM_CRASH_AT=<point> makes gpuctl SIGKILL itself at a named
-point of the sim provider (gpuctl/providers/sim/kwok.py, crash_point), or the test kills it when a
+point of the sim provider (gpuctl/simulator/kwok.py, crash_point), or the test kills it when a
 state it waits for appears (a component's pid file, a Helm release pending install).
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.providers.sim.kwok import COMPONENTS, KwokCluster, workdir
-from gpuctl.providers.sim.procs import operator_stamp
-from gpuctl.resources import data_dir
+from gpuctl.simulator.kwok import COMPONENTS, KwokCluster, workdir
+from gpuctl.simulator.procs import operator_stamp
+from gpuctl.util.resources import data_dir
 from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 
@@ -74,7 +74,7 @@ def assert_one_of_each(name: str) -> None:
     cluster_dir = KwokCluster(name).dir
     argvs = cluster_processes(name)
     components = sorted(Path(a[0]).name for a in argvs if Path(a[0]).parent == cluster_dir / "bin")
-    operators = [a for a in argvs if "gpuctl.providers.sim.operator" in a]
+    operators = [a for a in argvs if "gpuctl.simulator.operator" in a]
     others = [a for a in argvs if Path(a[0]).parent != cluster_dir / "bin" and a not in operators]
     assert components == sorted(COMPONENTS), argvs
     assert len(operators) == 1, operators

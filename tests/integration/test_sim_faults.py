@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.errors import ExitCode
-from gpuctl.providers.sim.kwok import KwokCluster
-from gpuctl.providers.sim.supervisor import SUPERVISED, component_pid
+from gpuctl.util.errors import ExitCode
+from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.simulator.supervisor import SUPERVISED, component_pid
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration

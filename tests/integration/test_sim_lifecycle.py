@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.simulator.kwok import KwokCluster
 from tests.conftest import run_gpuctl
 
 

@@ -1,5 +1,5 @@
 """Tenants in DRA mode on a sim cluster of their own: the DeviceClasses of NVIDIA's DRA driver chart (v0.4.1,
-rendered by the real helm), the ResourceSlices its kubelet plugin would publish (gpuctl.providers.sim.dra),
+rendered by the real helm), the ResourceSlices its kubelet plugin would publish (gpuctl.simulator.dra),
 Kueue's real v0.19.2 manager. What is asserted is decided by real parts: the kube-apiserver's ResourceQuota
 admission counts the claims, the resourceclaim controller makes them from gpuctl's templates, the
 kube-scheduler allocates them from the slices, Kueue admits the jobs.
@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from gpuctl import labels as L
-from gpuctl.catalog import get_gpu
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-from gpuctl.mig import config_name, parse_layout
-from gpuctl.providers.sim import dra
-from gpuctl.providers.sim.kwok import KwokCluster
+from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.simulator import dra
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec
 from tests.conftest import run_gpuctl
 from tests.integration.test_sim_dra import render_device_classes
 
@@ -58,7 +58,7 @@ class Cluster:
 def cluster(sim_env: dict[str, str]) -> Iterator[Cluster]:
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.providers.sim.kueue import ensure_kueue
+    from gpuctl.simulator.kueue import ensure_kueue
 
     started = time.monotonic()
     provider = SimProvider()

@@ -69,7 +69,7 @@ def admitted(env: dict[str, str], team: str, job: str) -> bool:
 
 
 def wait(what: str, probe: Any) -> Any:
-    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.simulator.kwok import KwokCluster
 
     deadline = time.monotonic() + WAIT_S
     while not (value := probe()):

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.catalog import get_gpu
+from gpuctl.model.catalog import get_gpu
 from gpuctl.providers.eks.karpenter import AMI_ALIASES, render_ec2nodeclass, render_nodepool
-from gpuctl.resources import data_dir
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.util.resources import data_dir
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.tools.installer import ensure_tools
 from tests.conformance.test_operator_chart import CASES, OPERATOR_CHART, UPSTREAM, helm_template, only, spec_text
 from tests.conftest import run_gpuctl

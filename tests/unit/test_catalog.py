@@ -1,7 +1,7 @@
 import pytest
 
-from gpuctl.catalog import GPUS, get_gpu
-from gpuctl.errors import ExitCode, UsageError
+from gpuctl.model.catalog import GPUS, get_gpu
+from gpuctl.util.errors import ExitCode, UsageError
 
 MIG_GPUS = {"a30", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200"}
 

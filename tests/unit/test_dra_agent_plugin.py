@@ -12,12 +12,12 @@ from kubernetes.client import (CoreV1ResourceClaim, V1Container, V1ContainerExte
                                V1PodResourceClaimStatus, V1PodSpec, V1PodStatus,
                                V1ResourceRequirements)
 
-from gpuctl.catalog import get_gpu
-from gpuctl.providers.sim.dra import running_plugins
-from gpuctl.providers.sim.nodes import render_node
-from gpuctl.providers.sim.operands import Policy
-from gpuctl.providers.sim.operator import SimOperator, pod_claim_names
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.catalog import get_gpu
+from gpuctl.simulator.dra import running_plugins
+from gpuctl.simulator.nodes import render_node
+from gpuctl.simulator.operands import Policy
+from gpuctl.simulator.operator import SimOperator, pod_claim_names
+from gpuctl.model.spec import NodeGroupSpec
 
 
 def plugin_pod(node: str | None, uid: str, phase: str = "Running", deleting: bool = False) -> V1Pod:

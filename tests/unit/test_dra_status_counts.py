@@ -1,14 +1,14 @@
 """`gpuctl status` in DRA mode: devices from the driver's ResourceSlices, allocations from ResourceClaims
-(gpuctl/status.py, pure parts)."""
+(gpuctl/ops/status.py, pure parts)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuctl import status
-from gpuctl.catalog import get_gpu
-from gpuctl.mig import parse_layout
-from gpuctl.providers.sim import dra
+from gpuctl.ops import status
+from gpuctl.model.catalog import get_gpu
+from gpuctl.model.mig import parse_layout
+from gpuctl.simulator import dra
 
 
 def a_slice(node: str, devices: list[str], generation: int = 1, count: int = 1, driver: str = "gpu.nvidia.com",

@@ -1,4 +1,4 @@
-"""`gpuctl validate` in DRA mode, its pure parts (gpuctl/validate.py): how many devices a node should
+"""`gpuctl validate` in DRA mode, its pure parts (gpuctl/ops/validate.py): how many devices a node should
 publish, the capacity and kubelet-plugin checks, the smoke test's claim and pod, the allocation check."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from kubernetes.client import V1Node, V1NodeStatus, V1ObjectMeta
 
-from gpuctl import labels as L
-from gpuctl import validate
-from gpuctl.catalog import get_gpu
-from gpuctl.mig import config_name, parse_layout
-from gpuctl.providers.sim import dra
-from gpuctl.providers.sim.nodes import node_labels
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.status import NodeDevices
+from gpuctl.model import labels as L
+from gpuctl.ops import validate
+from gpuctl.model.catalog import get_gpu
+from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.simulator import dra
+from gpuctl.simulator.nodes import node_labels
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.ops.status import NodeDevices
 
 
 def node(name: str, gpu: str = "a100-40gb", gpus: int = 8, allocatable: dict[str, str] | None = None,

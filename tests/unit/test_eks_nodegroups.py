@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuctl.catalog import get_gpu
-from gpuctl.errors import UsageError
+from gpuctl.model.catalog import get_gpu
+from gpuctl.util.errors import UsageError
 from gpuctl.providers.eks.nodegroups import check_ami_type, choose_instance_type, eks_taint, scaling_config
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.taints import Taint
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.taints import Taint
 
 
 def _spec(gpu: str, per_node: int, instance_type: str | None = None) -> NodeGroupSpec:

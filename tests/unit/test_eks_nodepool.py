@@ -8,11 +8,11 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from gpuctl.catalog import GPUS, get_gpu
+from gpuctl.model.catalog import GPUS, get_gpu
 from gpuctl.providers.eks.karpenter import is_subset, render_ec2nodeclass, render_nodepool
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint
-from gpuctl.templating import render_template
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.util.templating import render_template
 
 
 def test_nodepool_for_a100_nodes() -> None:

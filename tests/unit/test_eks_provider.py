@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpuctl.errors import CloudError, CredentialsError, ExitCode, UsageError
+from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, UsageError
 from gpuctl.providers.eks.aws import MAX_ATTEMPTS, AwsSession, translated
 from gpuctl.providers.eks.provider import EksProvider
-from gpuctl.providers.options import CloudOptions
+from gpuctl.model.cloud_options import CloudOptions
 
 
 def _client_error(code: str, message: str = "msg") -> Exception:
@@ -77,7 +77,7 @@ def test_inputs_are_checked_when_the_provider_is_made() -> None:
 
 
 def test_the_provider_module_does_not_import_boto3() -> None:
-    probe = ("import sys; from gpuctl.providers import get_provider; from gpuctl.providers.options import CloudOptions;"
+    probe = ("import sys; from gpuctl.providers import get_provider; from gpuctl.model.cloud_options import CloudOptions;"
              "get_provider('eks', CloudOptions(region='us-east-1'));"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'boto3', 'botocore'}))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

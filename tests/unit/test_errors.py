@@ -1,4 +1,4 @@
-from gpuctl.errors import (ClusterError, CloudError, CredentialsError, ExitCode, GpuctlError, NotFound,
+from gpuctl.util.errors import (ClusterError, CloudError, CredentialsError, ExitCode, GpuctlError, NotFound,
                            UsageError, ValidationFailed, WaitTimeout)
 
 

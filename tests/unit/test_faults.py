@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl import redact
-from gpuctl.errors import ClusterError, CloudError, ExitCode, RequestTimeout, UsageError
-from gpuctl.timeouts import Deadlines, request_deadlines
+from gpuctl.util import redact
+from gpuctl.util.errors import ClusterError, CloudError, ExitCode, RequestTimeout, UsageError
+from gpuctl.util.timeouts import Deadlines, request_deadlines
 from tests.conftest import run_gpuctl
 
 SHORT = "1"  # GPUCTL_REQUEST_TIMEOUT in these tests: one second to connect and to answer
@@ -375,7 +375,7 @@ class _Terminal(io.StringIO):
 
 
 def test_waits_off_a_terminal_print_only_the_periodic_lines(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl import progress
+    from gpuctl.util import progress
 
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
@@ -387,7 +387,7 @@ def test_waits_off_a_terminal_print_only_the_periodic_lines(monkeypatch: pytest.
 
 
 def test_waits_on_a_terminal_show_a_live_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl import progress
+    from gpuctl.util import progress
 
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
@@ -414,7 +414,7 @@ def test_api_wait_names_the_server_and_stops_on_a_frozen_one(silent_server: str,
 
 
 def test_api_wait_on_a_refused_port_times_out_naming_it(closed_port: str, tmp_path: Path) -> None:
-    from gpuctl.errors import WaitTimeout
+    from gpuctl.util.errors import WaitTimeout
     from gpuctl.kube.client import api_client, wait_for_api
 
     with pytest.raises(WaitTimeout, match=f"the kube-apiserver at {closed_port} not ready after 1s"):
@@ -424,7 +424,7 @@ def test_api_wait_on_a_refused_port_times_out_naming_it(closed_port: str, tmp_pa
 def test_cluster_error_types_are_distinct() -> None:
     """A request timeout is not a WaitTimeout: code that turns a failed wait into a ClusterError
     (the sim provider's start-up wait) must let a frozen server's exit 7 through."""
-    from gpuctl.errors import WaitTimeout
+    from gpuctl.util.errors import WaitTimeout
 
     assert not issubclass(RequestTimeout, WaitTimeout) and RequestTimeout.exit_code == WaitTimeout.exit_code
     assert not issubclass(RequestTimeout, ClusterError)

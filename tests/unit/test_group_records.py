@@ -1,14 +1,14 @@
-"""Node-group records (gpuctl/group_records.py) and how cluster-wide settings follow every recorded group."""
+"""Node-group records (gpuctl/ops/group_records.py) and how cluster-wide settings follow every recorded group."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuctl.errors import UsageError
-from gpuctl.group_records import intended_labels, node_drift, plan_of, record_of
-from gpuctl.platform import with_cluster_groups
-from gpuctl.specfile import load_document, to_platform
-from gpuctl.validation_record import spec_digest
+from gpuctl.util.errors import UsageError
+from gpuctl.ops.group_records import intended_labels, node_drift, plan_of, record_of
+from gpuctl.ops.platform import with_cluster_groups
+from gpuctl.model.specfile import load_document, to_platform
+from gpuctl.ops.validation_record import spec_digest
 
 
 def platform(*groups: dict, strategy: str | None = None):  # noqa: ANN201

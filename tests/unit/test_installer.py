@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.errors import ToolError
+from gpuctl.util.errors import ToolError
 from gpuctl.tools.installer import cached_path, ensure_tools, find_tool, reports_version
 from gpuctl.tools.pins import TOOLS
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl.kubeconfig import default_path, remove_context, write_kubeconfig
+from gpuctl.kube.kubeconfig import default_path, remove_context, write_kubeconfig
 
 
 def entry(name: str, server: str = "https://127.0.0.1:6443") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuctl.errors import UsageError
+from gpuctl.util.errors import UsageError
 from gpuctl.stack.kueue import kueue_release, manager_config
 from tests.conftest import run_gpuctl
 

@@ -279,7 +279,7 @@ def test_help_path() -> None:
 def test_entry_finds_the_cache_where_gpuctl_paths_does(variables: dict[str, str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.cli.entry import cache_dir
-    from gpuctl.paths import cache_dir as paths_cache_dir
+    from gpuctl.util.paths import cache_dir as paths_cache_dir
 
     for name in ("XDG_CACHE_HOME", "GPUCTL_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)

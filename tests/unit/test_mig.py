@@ -7,9 +7,9 @@ from itertools import combinations, combinations_with_replacement, product
 import pytest
 import yaml
 
-from gpuctl.catalog import GPUS, GpuModel
-from gpuctl.errors import UsageError
-from gpuctl.mig import (
+from gpuctl.model.catalog import GPUS, GpuModel
+from gpuctl.util.errors import UsageError
+from gpuctl.model.mig import (
     NAMED,
     MigLayout,
     Placement,

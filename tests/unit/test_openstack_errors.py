@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpuctl.errors import CloudError, CredentialsError, ExitCode, NotFound, UsageError, WaitTimeout
+from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, NotFound, UsageError, WaitTimeout
 from gpuctl.providers.openstack import waits
 from gpuctl.providers.openstack.magnum import http_error, negotiate
 from gpuctl.providers.openstack.waits import wait_for_status

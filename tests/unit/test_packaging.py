@@ -20,7 +20,7 @@ def test_wheel_ships_data_and_finds_it(tmp_path: Path) -> None:
 
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    probe = ("from gpuctl.resources import data_dir; from gpuctl.templating import render_template; "
+    probe = ("from gpuctl.util.resources import data_dir; from gpuctl.util.templating import render_template; "
              "print(data_dir('templates')); print(data_dir('nodepools'))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site)},
                          capture_output=True, text=True, check=True).stdout.split()

@@ -1,19 +1,19 @@
 import pytest
 import yaml
 
-from gpuctl.errors import UsageError
+from gpuctl.util.errors import UsageError
 from gpuctl.kube.nodes import node_patch
 from dataclasses import replace
 
-from gpuctl.catalog import get_gpu
+from gpuctl.model.catalog import get_gpu
 from gpuctl.cli.documents import cluster_document
-from gpuctl.specfile import load_document
-from gpuctl.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
+from gpuctl.model.specfile import load_document
+from gpuctl.model.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
                             render_plugin_config)
 from gpuctl.stack.charts import chart_ref
 from gpuctl.stack.values import (GroupSharing, StackSpec, choose_mig_strategy, operator_values,
                                  stack_from_record, stack_record)
-from gpuctl.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
 
 
 def test_slices_mean_time_slicing_with_a_slice_n_key() -> None:

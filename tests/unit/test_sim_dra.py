@@ -1,4 +1,4 @@
-"""The sim's ResourceSlices: what NVIDIA's DRA driver v0.4.1 would publish for a node (gpuctl/providers/sim/dra.py)."""
+"""The sim's ResourceSlices: what NVIDIA's DRA driver v0.4.1 would publish for a node (gpuctl/simulator/dra.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from gpuctl import labels as L
-from gpuctl.catalog import GPUS, NVML_NAMES, get_gpu
-from gpuctl.mig import config_name, parse_layout
-from gpuctl.providers.sim import dra
-from gpuctl.providers.sim.nodes import render_node, render_system_node
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GPUS, NVML_NAMES, get_gpu
+from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.simulator import dra
+from gpuctl.simulator.nodes import render_node, render_system_node
+from gpuctl.model.spec import NodeGroupSpec
 
 GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

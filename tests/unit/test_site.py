@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.catalog import GPUS
-from gpuctl.errors import UsageError
-from gpuctl.site import _load, openstack_flavor
+from gpuctl.model.catalog import GPUS
+from gpuctl.util.errors import UsageError
+from gpuctl.model.site import _load, openstack_flavor
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_bad_site_config_names_the_field(site: Path, text: str, field: str) -> N
 
 
 def test_openstack_labels_default_and_override(site: Path) -> None:
-    from gpuctl.site import openstack_labels
+    from gpuctl.model.site import openstack_labels
 
     assert openstack_labels() == {"nvidia_gpu_enabled": "true"}
     _load.cache_clear()

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl.errors import UsageError
-from gpuctl.sharing import Sharing
-from gpuctl.specfile import apply_defaults, load_spec, parse, validate
+from gpuctl.util.errors import UsageError
+from gpuctl.model.sharing import Sharing
+from gpuctl.model.specfile import apply_defaults, load_spec, parse, validate
 
 GOOD = Path(__file__).resolve().parents[1] / "specs" / "good.yaml"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
-from gpuctl.queues import DRA_FLAVOR, device_class_mappings, dra_flavor, flavor_manifest, queue_manifests
+from gpuctl.ops.tenancy.queues import DRA_FLAVOR, device_class_mappings, dra_flavor, flavor_manifest, queue_manifests
 from gpuctl.stack.kueue import manager_config
-from gpuctl.tenant_claims import claim_templates, models_of
-from gpuctl.tenants import make_tenant, tenant_manifests
+from gpuctl.ops.tenancy.tenant_claims import claim_templates, models_of
+from gpuctl.ops.tenancy.tenants import make_tenant, tenant_manifests
 
 GPU_DEVICES = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
 MIG_DEVICES = "mig.nvidia.com.deviceclass.resource.k8s.io/devices"
@@ -126,7 +126,7 @@ def test_the_sim_restarts_a_kueue_manager_whose_config_is_not_what_gpuctl_render
     """Kueue reads deviceClassMappings only at start: a manager started by an older gpuctl must not be kept."""
     import yaml
 
-    from gpuctl.providers.sim import kueue
+    from gpuctl.simulator import kueue
 
     monkeypatch.setenv("GPUCTL_STATE_DIR", str(tmp_path))
     path = kueue._config_path("c")

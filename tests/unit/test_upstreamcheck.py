@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.errors import ToolError
+from gpuctl.util.errors import ToolError
 from gpuctl.tools import gobuild
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import SIM_TOOLS, TOOLS

@@ -1,4 +1,4 @@
-"""Waits that last while things converge (gpuctl.waiting) and what uses them: the capacity wait, the
+"""Waits that last while things converge (gpuctl.util.waiting) and what uses them: the capacity wait, the
 MIG-state wait and the device-plugin rollout check. A fake clock: no test sleeps."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpuctl import capacity
-from gpuctl.errors import ClusterError, ExitCode, WaitTimeout
-from gpuctl.validate import Check, Rollout
-from gpuctl.waiting import STALL_S, Count, Look, wait_limit, wait_until
+from gpuctl.ops import capacity
+from gpuctl.util.errors import ClusterError, ExitCode, WaitTimeout
+from gpuctl.ops.validate import Check, Rollout
+from gpuctl.util.waiting import STALL_S, Count, Look, wait_limit, wait_until
 
 
 class FakeTime:
@@ -35,7 +35,7 @@ class FakeTime:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
     fake = FakeTime()
-    monkeypatch.setattr("gpuctl.waiting.time", fake)
+    monkeypatch.setattr("gpuctl.util.waiting.time", fake)
     return fake
 
 
@@ -191,7 +191,7 @@ class FakeNodes:
 
 
 def test_the_mig_wait_lasts_while_nodes_reach_success(clock: FakeTime) -> None:
-    from gpuctl.mig_apply import wait_for_mig_state
+    from gpuctl.ops.mig_apply import wait_for_mig_state
 
     # one node every 100 looks (50 s): 10 nodes in 500 s, past the stall period, under no limit
     v1 = FakeNodes([100 * (i + 1) for i in range(10)])
@@ -200,7 +200,7 @@ def test_the_mig_wait_lasts_while_nodes_reach_success(clock: FakeTime) -> None:
 
 
 def test_the_mig_wait_stalls_naming_the_pending_nodes(clock: FakeTime) -> None:
-    from gpuctl.mig_apply import wait_for_mig_state
+    from gpuctl.ops.mig_apply import wait_for_mig_state
 
     v1 = FakeNodes([1, 1, None])
     with pytest.raises(WaitTimeout) as caught:
@@ -212,7 +212,7 @@ def test_the_mig_wait_stalls_naming_the_pending_nodes(clock: FakeTime) -> None:
 
 
 def test_the_mig_wait_keeps_its_limit_and_fails_fast_on_failed(clock: FakeTime) -> None:
-    from gpuctl.mig_apply import wait_for_mig_state
+    from gpuctl.ops.mig_apply import wait_for_mig_state
 
     with pytest.raises(WaitTimeout, match="not done after 20s"):
         wait_for_mig_state(FakeNodes([i * 10 for i in range(1, 100)]), [f"gpu-{i}" for i in range(99)], "c", 20)
@@ -245,7 +245,7 @@ def test_a_rollout_is_done_only_as_kubectl_rollout_status_says(changes: dict[str
 
 
 def test_check_device_plugins_fails_on_a_half_rolled_daemon_set() -> None:
-    from gpuctl.validate import check_device_plugins
+    from gpuctl.ops.validate import check_device_plugins
 
     names = ["gpu-operator/nvidia-device-plugin-daemonset"]
     check = check_device_plugins(object(), (names, rollout(updated=4)))
@@ -259,7 +259,7 @@ def test_check_device_plugins_fails_on_a_half_rolled_daemon_set() -> None:
 
 def test_a_pod_being_deleted_or_not_ready_does_not_count_though_the_status_still_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl.validate import daemon_set_rollout
+    from gpuctl.ops.validate import daemon_set_rollout
 
     def pod(node: str, ready: bool, deleting: bool = False) -> dict[str, Any]:
         meta = {"name": f"plugin-{node}", **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}

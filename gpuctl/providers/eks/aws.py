@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from gpuctl import redact
-from gpuctl.errors import CloudError, CredentialsError, RequestTimeout, UsageError, WaitTimeout
-from gpuctl.output import info
-from gpuctl.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
+from gpuctl.util import redact
+from gpuctl.util.errors import CloudError, CredentialsError, RequestTimeout, UsageError, WaitTimeout
+from gpuctl.util.output import info
+from gpuctl.util.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl import labels as L
-from gpuctl.errors import ClusterError
+from gpuctl.model import labels as L
+from gpuctl.util.errors import ClusterError
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH, MANAGED
 from gpuctl.providers.base import Change
 from gpuctl.providers.eks.aws import MANAGED_TAGS
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.taints import Taint
-from gpuctl.templating import render_template
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.taints import Taint
+from gpuctl.util.templating import render_template
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpuctl.catalog import GPUS, GpuModel, InstanceType
-from gpuctl.errors import UsageError
-from gpuctl.spec import NodeGroupSpec
-from gpuctl.taints import Taint
+from gpuctl.model.catalog import GPUS, GpuModel, InstanceType
+from gpuctl.util.errors import UsageError
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.taints import Taint
 
 # GPU AMI types: AL2023 NVIDIA (current), Bottlerocket NVIDIA, AL2 GPU (legacy). Each ships the
 # NVIDIA driver and container toolkit, so the GPU Operator must not install them.

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuctl import labels as L
-from gpuctl.errors import CloudError, NotFound, UsageError
-from gpuctl.output import info
+from gpuctl.model import labels as L
+from gpuctl.util.errors import CloudError, NotFound, UsageError
+from gpuctl.util.output import info
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.eks import nodegroups as ng
 from gpuctl.providers.eks.aws import (GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated,
@@ -21,8 +21,8 @@ from gpuctl.providers.eks.aws import (GONE, MANAGED_TAGS, AwsSession, error_code
 from gpuctl.providers.eks.roles import (CLUSTER_POLICIES, NODE_POLICIES, cluster_role_name, delete_role,
                                         ensure_role, node_role_name)
 from gpuctl.providers.eks.token import EXEC_API_VERSION
-from gpuctl.providers.options import CloudOptions
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.model.spec import NodeGroupSpec
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from gpuctl.output import info
+from gpuctl.util.output import info
 from gpuctl.providers.eks.aws import MANAGED_TAGS, get_or_none, tag_list, translated
 
 if TYPE_CHECKING:

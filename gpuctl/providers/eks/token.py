@@ -58,7 +58,7 @@ def encode_token(url: str) -> str:
 
 def get_token(sts: BaseClient, cluster: str) -> str:
     """A bearer token for `cluster`, signed with the STS client's credentials (registered for redaction)."""
-    from gpuctl import redact
+    from gpuctl.util import redact
 
     url = presigned_url(sts, cluster)
     token = encode_token(url)
@@ -75,7 +75,7 @@ def exec_credential(token: str, now: datetime | None = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """The exec plugin: the credential on stdout for kubectl/helm/gpuctl, one-line errors on stderr."""
-    from gpuctl.errors import GpuctlError
+    from gpuctl.util.errors import GpuctlError
     from gpuctl.providers.eks.aws import AwsSession, translated
 
     parser = argparse.ArgumentParser(prog="python -m gpuctl.providers.eks.token",
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         with translated("signing an EKS token"):
             token = get_token(sts, args.cluster)
     except GpuctlError as exc:
-        from gpuctl.redact import redact
+        from gpuctl.util.redact import redact
 
         print(f"error: {redact(exc.one_line())}", file=sys.stderr)
         return int(exc.exit_code)

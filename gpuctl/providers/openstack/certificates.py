@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from gpuctl.paths import state_dir
+from gpuctl.util.paths import state_dir
 
 CLIENT_CN = "admin"
 CLIENT_ORG = "system:masters"

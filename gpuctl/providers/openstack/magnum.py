@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gpuctl import redact
-from gpuctl.errors import CloudError, CredentialsError, GpuctlError, NotFound, RequestTimeout, UsageError
-from gpuctl.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
+from gpuctl.util import redact
+from gpuctl.util.errors import CloudError, CredentialsError, GpuctlError, NotFound, RequestTimeout, UsageError
+from gpuctl.util.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
 
 if TYPE_CHECKING:
     from openstack.connection import Connection

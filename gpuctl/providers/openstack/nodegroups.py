@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.providers.base import NodeGroupInfo
-from gpuctl.providers.options import CloudOptions
-from gpuctl.site import openstack_flavor, openstack_labels
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.model.site import openstack_flavor, openstack_labels
+from gpuctl.model.spec import NodeGroupSpec
 
 # Magnum labels are free-form strings handed to the driver; these mark what gpuctl made (only
 # that is deleted) and record the GPU when a --flavor override hides it from the flavor name.

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from gpuctl.paths import state_dir
+from gpuctl.util.paths import state_dir
 from gpuctl.providers.openstack.waits import ACCEPT_TIMEOUT_S
 
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.errors import CloudError, NotFound, UsageError, WaitTimeout
-from gpuctl.output import info
+from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
+from gpuctl.util.output import info
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
 from gpuctl.providers.openstack import certificates
 from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
@@ -21,9 +21,9 @@ from gpuctl.providers.openstack.nodegroups import (NODE_LABEL, bounds_of, cluste
                                                    wanted_bounds, widened)
 from gpuctl.providers.openstack.pending import PendingCreates
 from gpuctl.providers.openstack.waits import wait_for_status, wait_until_visible
-from gpuctl.providers.options import CloudOptions
-from gpuctl.site import openstack_flavor
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.model.site import openstack_flavor
+from gpuctl.model.spec import NodeGroupSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gpuctl.errors import CloudError, WaitTimeout
-from gpuctl.output import info
+from gpuctl.util.errors import CloudError, WaitTimeout
+from gpuctl.util.output import info
 
 POLL_START_S, POLL_MAX_S, PROGRESS_EVERY_S = 1.0, 5.0, 30.0
 # How long Magnum may take to start an accepted operation (the RPC cast reaching a conductor).

@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl import labels as L
-from gpuctl.catalog import get_gpu
-from gpuctl.errors import ClusterError, NotFound, RequestTimeout, UsageError, WaitTimeout
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
+from gpuctl.util.errors import ClusterError, NotFound, RequestTimeout, UsageError, WaitTimeout
 from gpuctl.kube.client import api_client, api_error, core, is_not_found, wait_for_api
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.output import info
+from gpuctl.util.output import info
 from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
-from gpuctl.providers.options import CloudOptions
-from gpuctl.providers.sim.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
+from gpuctl.model.spec import NodeGroupSpec
 
 if TYPE_CHECKING:
-    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.simulator.kwok import KwokCluster
     from kubernetes.client import ApiClient, CoreV1Api, V1Node
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,9 @@ NODES_READY_TIMEOUT_S = 120.0
 SUPERVISOR_GRACE_S = 10.0
 
 
-def _kwok():  # noqa: ANN202 - the module gpuctl.providers.sim.kwok
+def _kwok():  # noqa: ANN202 - the module gpuctl.simulator.kwok
     # Loaded when a cluster is touched: `render` and `--export-spec` only read the provider's facts.
-    from gpuctl.providers.sim import kwok
+    from gpuctl.simulator import kwok
 
     return kwok
 
@@ -73,7 +73,7 @@ def _probe_api(kwok: KwokCluster) -> None:
 def _release_node_leases(kwok: KwokCluster) -> None:
     """The node Leases of a kwok controller that is not running, released before another starts: it would
     otherwise manage no node until they expire (200 s; supervisor.py release_node_leases)."""
-    from gpuctl.providers.sim.supervisor import release_node_leases
+    from gpuctl.simulator.supervisor import release_node_leases
 
     try:
         release_node_leases(api_client(kwok.kubeconfig_path))
@@ -130,7 +130,7 @@ class SimProvider:
     def ensure_kueue(self, name: str) -> Change:
         """Kueue on the sim: no chart, its CRDs (generated from Kueue's API types) and its real controller
         manager run beside the cluster (kueue.py); CREATED if either was missing."""
-        from gpuctl.providers.sim.kueue import ensure_kueue
+        from gpuctl.simulator.kueue import ensure_kueue
 
         return Change.CREATED if ensure_kueue(name) else Change.NO_CHANGE
 

@@ -25,7 +25,7 @@ from tests.emulators.openstack.dataplane import FLAVORS, MAGNUM_NODEGROUP, MAGNU
 
 def _core(sim: str):  # noqa: ANN202 - kubernetes.client.CoreV1Api
     from gpuctl.kube.client import api_client, core
-    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.simulator.kwok import KwokCluster
 
     return core(api_client(KwokCluster(sim).kubeconfig_path))
 
@@ -39,8 +39,8 @@ def _label(sim: str, node: str, nodegroup: str, labels: dict[str, str] | None = 
 
 def create_cluster(sim: str, ca_cert: Path, ca_key: Path) -> dict[str, object]:
     """The sim cluster on Magnum's CA, its system node labelled as default-worker."""
-    from gpuctl.providers.sim.kwok import KwokCluster
-    from gpuctl.providers.sim.nodes import SYSTEM_NODE
+    from gpuctl.simulator.kwok import KwokCluster
+    from gpuctl.simulator.nodes import SYSTEM_NODE
     from gpuctl.providers.sim.provider import SimProvider
     from gpuctl.tools.pins import KUBERNETES_VERSION
 
@@ -55,10 +55,10 @@ def ensure_nodes(sim: str, nodegroup: str, flavor_name: str, count: int, node_la
     nodes register with the group's node_taints; every node gets its node_labels and any node_taint it
     lacks (a taint dropped from the group stays on nodes that have it, as kubelet's registration taints do)."""
     from gpuctl.kube.objects import MERGE_PATCH
-    from gpuctl.labels import NODEGROUP
+    from gpuctl.model.labels import NODEGROUP
     from gpuctl.providers.sim.provider import SimProvider
-    from gpuctl.spec import NodeGroupSpec
-    from gpuctl.taints import Taint
+    from gpuctl.model.spec import NodeGroupSpec
+    from gpuctl.model.taints import Taint
 
     flavor = FLAVORS.get(flavor_name)
     if flavor is None:
@@ -84,7 +84,7 @@ def ensure_nodes(sim: str, nodegroup: str, flavor_name: str, count: int, node_la
 
 
 def delete_nodes(sim: str, nodegroup: str) -> dict[str, object]:
-    from gpuctl.labels import NODEGROUP
+    from gpuctl.model.labels import NODEGROUP
 
     v1 = _core(sim)
     nodes = v1.list_node(label_selector=f"{NODEGROUP}={nodegroup}").items
@@ -94,7 +94,7 @@ def delete_nodes(sim: str, nodegroup: str) -> dict[str, object]:
 
 
 def delete_cluster(sim: str) -> dict[str, object]:
-    from gpuctl.providers.sim.kwok import KwokCluster
+    from gpuctl.simulator.kwok import KwokCluster
 
     if KwokCluster(sim).exists:
         KwokCluster(sim).delete()

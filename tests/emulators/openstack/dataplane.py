@@ -15,14 +15,14 @@ from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpuctl.catalog import GPUS, GpuModel
+from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.labels import NODEGROUP
-from gpuctl.providers.sim.kwok import KwokCluster
-from gpuctl.providers.sim.nodes import SYSTEM_NODE
+from gpuctl.model.labels import NODEGROUP
+from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.simulator.nodes import SYSTEM_NODE
 from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.spec import NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec
 
 MAGNUM_NODEGROUP = "magnum.openstack.org/nodegroup"
 MAGNUM_ROLE = "magnum.openstack.org/role"

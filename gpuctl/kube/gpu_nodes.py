@@ -1,0 +1,50 @@
+"""Which nodes are GPU nodes, which node group they belong to, and what they were configured for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GPUS, GpuModel
+from gpuctl.util.errors import UsageError
+from gpuctl.kube.client import api_error
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api, V1Node
+
+# Node-group labels set by each provider (sim, EKS managed node groups, Magnum).
+NODEGROUP_LABELS = (L.NODEGROUP, "eks.amazonaws.com/nodegroup", "magnum.openstack.org/nodegroup")
+GPU_NODE_SELECTOR = f"{L.NFD_NVIDIA_PCI}=true"
+
+
+def nodegroup_of(node: V1Node) -> str | None:
+    labels = node.metadata.labels or {}
+    return next((labels[k] for k in NODEGROUP_LABELS if k in labels), None)
+
+
+def gpu_nodes(v1: CoreV1Api, nodegroup: str | None = None, selector: str | None = None) -> list[V1Node]:
+    """GPU nodes (NFD's NVIDIA PCI label), narrowed to a node group or a label selector."""
+    wanted = ",".join(s for s in (GPU_NODE_SELECTOR, selector) if s)
+    try:
+        nodes = v1.list_node(label_selector=wanted).items
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"listing nodes {wanted}") from None
+    if nodegroup is not None:
+        nodes = [n for n in nodes if nodegroup_of(n) == nodegroup]
+        if not nodes:
+            raise UsageError("--nodegroup", f"no GPU nodes in node group {nodegroup!r}",
+                             "see 'gpuctl status' for the node groups")
+    return nodes
+
+
+def gpu_resources(node: V1Node, kind: str = "allocatable") -> dict[str, int]:
+    """nvidia.com/gpu and nvidia.com/mig-* quantities of a node, non-zero only."""
+    values: dict[str, Any] = getattr(node.status, kind) or {}
+    return {k: int(v) for k, v in sorted(values.items()) if k.startswith("nvidia.com/") and int(v) > 0}
+
+
+def model_of(labels: dict[str, str]) -> GpuModel | None:
+    """The catalog GPU of a node: gpuctl's own label, else GFD's product (with -SHARED/-MIG-... suffixes)."""
+    product = labels.get(L.GPU_PRODUCT, "")
+    return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(
+        (m for m in GPUS.values() if product == m.product or product.startswith(m.product + "-")), None)

@@ -1,0 +1,1 @@
+"""Operations: apply and plan from one step list, MIG, validation, status, render, tenancy."""

@@ -1,0 +1,111 @@
+"""The `wait-capacity/<group>` step: until the nodes offer what was configured and what serves it is
+rolled out and ready, so that the validation after it cannot see a half-made state.
+
+- Device plugin: allocatable on every node of the group against the configuration (gpuctl.ops.validate
+  expected_resources), and the device-plugin DaemonSet rolled out as `kubectl rollout status` judges it
+  with every pod ready (validate.Rollout). A Helm upgrade or a changed config rolls or restarts the
+  plugin's pods; a pod just deleted still counts as ready in the DaemonSet's status until its
+  controller catches up, so the pods are read too.
+- DRA mode: the devices each node's ResourceSlice publishes, and the DRA driver's kubelet plugin ready
+  on every node.
+The wait lasts while nodes keep converging (gpuctl.util.waiting): 1,000 nodes take minutes, two take seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.kube.client import core
+from gpuctl.providers.base import Change
+from gpuctl.ops.validate import (Check, check_capacity, check_device_plugins, device_plugin_rollouts,
+                             expected_resources, read_configs)
+from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Node
+
+PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
+
+
+@dataclass(frozen=True)
+class CapacityState:
+    """One look: the capacity check, the check of what serves it (device plugin or DRA kubelet plugin),
+    and the counts of converged nodes and pods that tell progress from a stall."""
+
+    capacity: Check
+    agents: Check
+    counts: tuple[Count, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.capacity.ok and self.agents.ok
+
+
+def capacity_check(client: ApiClient, selector: str, dra: bool) -> CapacityState:
+    """Allocatable against the configuration and the device plugin rolled out and ready; in DRA mode the
+    devices the DRA driver's slices publish and its kubelet plugins ready."""
+    from gpuctl.kube.gpu_nodes import gpu_resources
+
+    v1 = core(client)
+    plugin, mig = read_configs(client)
+    nodes = v1.list_node(label_selector=selector).items
+    if dra:
+        return _dra_check(client, nodes, mig)
+    expected = {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}
+    found = device_plugin_rollouts(client)
+    counts = [Count("nodes advertise their GPUs", sum(gpu_resources(n) == expected[n.metadata.name] for n in nodes),
+                    len(nodes))]
+    if (rollout := found[1]) is not None:
+        counts += [Count("device-plugin pods updated", rollout.updated, rollout.desired),
+                   Count("ready", min(rollout.ready, rollout.pods_ready), rollout.desired)]
+    return CapacityState(check_capacity(nodes, expected), check_device_plugins(client, found), tuple(counts))
+
+
+def _dra_check(client: ApiClient, nodes: list[V1Node], mig: dict[str, Any]) -> CapacityState:
+    from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, plugin_state, pods_by_node, read_node_devices
+    from gpuctl.ops.validate import check_dra_capacity, check_kubelet_plugins, expected_devices
+
+    published = read_node_devices(client)
+    pods = pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
+
+    def publishes(node: V1Node) -> bool:
+        try:
+            want = expected_devices(node, mig)
+        except ValueError:
+            return False
+        have = published.get(node.metadata.name)
+        return have is not None and len(have.devices) == want
+
+    counts = (Count("nodes publish their devices", sum(map(publishes, nodes)), len(nodes)),
+              Count("kubelet plugins ready", sum(plugin_state(pods.get(n.metadata.name)) == "ready" for n in nodes),
+                    len(nodes)))
+    return CapacityState(check_dra_capacity(nodes, published, mig), check_kubelet_plugins(nodes, pods), counts)
+
+
+def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bool, timeout: float | None = None,
+                  stall: float = STALL_S) -> Change:
+    """Until the nodes offer what was configured (allocatable, or in DRA mode published devices) and the
+    device plugin (kubelet plugin) is rolled out and ready; the capacity check is appended to `checks`.
+    Ends with WaitTimeout (exit 7) when nothing converges for `stall` seconds, or after `timeout`
+    (default: the command's --timeout, gpuctl.util.waiting.wait_limit)."""
+    from gpuctl.stack.dra_driver import NAMESPACE as DRA_NAMESPACE
+
+    what = "DRA devices" if dra else "allocatable GPUs"
+    where = (f"the DRA driver's kubelet-plugin pods (namespace {DRA_NAMESPACE})" if dra
+             else "the device-plugin pods in namespace gpu-operator")
+    last: list[CapacityState] = []
+
+    def look() -> Look:
+        state = capacity_check(client, selector, dra)
+        last[:] = [state]
+        wrong = state.agents if state.capacity.ok else state.capacity
+        return Look(state.ok, state.counts, "" if state.ok else wrong.detail)
+
+    try:
+        wait_until(f"{what} on nodes {selector}", look, f"check {where}", stall=stall, timeout=timeout,
+                   every=PROGRESS_EVERY_S)
+    finally:
+        if last:
+            checks.append(last[0].capacity)
+    return Change.NO_CHANGE  # waiting changes nothing; the results are checks

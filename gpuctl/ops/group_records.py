@@ -1,0 +1,85 @@
+"""What each node group is meant to be, recorded on the cluster: its GPU, taints, sharing or MIG layout and
+labels, one key per group of the ConfigMap `gpuctl-node-groups` beside gpuctl's other GPU configs.
+
+A command about some node groups (`cluster create` of one group, an `apply -f` that names only some) still
+sets cluster-wide state: the operator's tolerations, whether the device plugin reads gpuctl's configs, the
+MIG strategy. That state is derived from every group the cluster has, the ones recorded here and the ones
+the command names; `nodegroup scale` gives new nodes their group's configuration from here, and `validate`
+compares each node with its group's record rather than with what the node happens to carry."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GPUS
+from gpuctl.util.errors import UsageError
+from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.model.sharing import CONFIG_LABEL, Sharing
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.taints import parse_taints
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
+
+GROUPS_CONFIGMAP = "gpuctl-node-groups"
+
+
+def record_of(group: GroupPlan) -> str:
+    """The record of one node group (its node count is the cloud's, not recorded)."""
+    spec = group.spec
+    return json.dumps({"gpu": spec.gpu.name, "gpusPerNode": spec.gpus_per_node,
+                       "taints": [str(t) for t in spec.taints], "sharing": group.sharing.strategy,
+                       "replicas": group.sharing.replicas, "mig": group.mig.name if group.mig else None,
+                       "labels": dict(sorted(group.labels.items()))}, sort_keys=True)
+
+
+def plan_of(name: str, text: str) -> GroupPlan | None:
+    """The GroupPlan a record describes (0 nodes); None for a record this gpuctl cannot read."""
+    try:
+        doc = json.loads(text)
+        model = GPUS[doc["gpu"]]
+        taints = parse_taints(doc["taints"], f"{GROUPS_CONFIGMAP}/{name}.taints")
+        mig = parse_layout(doc["mig"], model) if doc.get("mig") else None
+        sharing = Sharing(str(doc["sharing"]), int(doc["replicas"]))
+        spec = NodeGroupSpec(name, model, 0, int(doc["gpusPerNode"]), taints=taints)
+        return GroupPlan(spec, sharing, mig, {str(k): str(v) for k, v in (doc.get("labels") or {}).items()})
+    except (ValueError, KeyError, TypeError, UsageError):
+        return None
+
+
+def read_group_plans(v1: CoreV1Api, namespace: str) -> dict[str, GroupPlan]:
+    """Every node group recorded on the cluster, by name."""
+    from gpuctl.kube.objects import read_config_map_data
+
+    data = read_config_map_data(v1, namespace, GROUPS_CONFIGMAP) or {}
+    return {name: plan for name, text in sorted(data.items()) if (plan := plan_of(name, text)) is not None}
+
+
+def records_data(groups: tuple[GroupPlan, ...]) -> dict[str, str]:
+    """The ConfigMap keys a command writes for the node groups it names."""
+    return {g.spec.name: record_of(g) for g in groups}
+
+
+def others_of(names: set[str], recorded: dict[str, GroupPlan]) -> tuple[GroupPlan, ...]:
+    """The recorded node groups a command does not name: they shape cluster-wide state, nothing acts on them."""
+    return tuple(plan for name, plan in recorded.items() if name not in names)
+
+
+def intended_labels(plan: GroupPlan) -> dict[str, str | None]:
+    """The labels every node of the group must carry (None: must not carry): its device-plugin config, its
+    MIG config where it has a layout, and its own labels."""
+    labels: dict[str, str | None] = {CONFIG_LABEL: plan.sharing.config_key, **plan.labels}
+    if plan.mig is not None:
+        labels[L.MIG_CONFIG] = config_name(plan.mig)
+    return labels
+
+
+def node_drift(name: str, labels: dict[str, str], taints: set[tuple[str, str, str]], plan: GroupPlan) -> list[str]:
+    """How a node differs from its group's record: each label and taint it lacks or carries wrongly."""
+    drift = [f"{name} has {key}={labels.get(key, '(none)')}, its group wants {value or '(none)'}"
+             for key, value in intended_labels(plan).items() if labels.get(key) != value]
+    drift += [f"{name} lacks its group's taint {t}" for t in plan.spec.taints
+              if (t.key, t.value or "", t.effect) not in taints]
+    return drift

@@ -1,0 +1,246 @@
+"""`gpuctl mig apply`: validate a layout against every targeted node's GPU before any write, then
+write the mig-parted config, label the nodes, wait for the MIG manager, and verify allocatable."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GpuModel
+from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS, dra_mode
+from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
+from gpuctl.kube.client import core
+from gpuctl.kube.nodes import patch_nodes
+from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
+from gpuctl.model.mig import (MigLayout, advertised_resources, check_layout_text, config_name, mig_parted_config, parse_layout,
+                        parse_mig_parted_config)
+from gpuctl.model.naming import check_duration, check_name, check_selector, shown
+from gpuctl.util.progress import waiting
+from gpuctl.providers.base import Change
+from gpuctl.stack.existing import Operator, configured_operator
+from gpuctl.stack.helm import HelmTarget, ensure_release
+from gpuctl.stack.releases import operator_release
+from gpuctl.model.sharing import CONFIG_LABEL
+from gpuctl.stack.values import (MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, GroupSharing, StackSpec,
+                                 choose_mig_strategy, stack_from_record, stack_record)
+from gpuctl.ops.status import NodeDevices, device_type, read_node_devices
+from gpuctl.ops.steps import Reporter, StepResult, run_step
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Node
+
+DEFAULT_TIMEOUT_S = 300.0
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class MigTarget:
+    node: str
+    model: GpuModel
+    gpus: int
+    layout: MigLayout
+
+
+def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarget]:
+    """Parse and place the layout for each node's GPU model; raise UsageError before any write."""
+    targets = []
+    for node in nodes:
+        model = model_of(node.metadata.labels or {})
+        if model is None:
+            raise UsageError("LAYOUT", f"node {node.metadata.name} has an unknown GPU "
+                             f"({(node.metadata.labels or {}).get(L.GPU_PRODUCT, '?')})", "target known GPU nodes")
+        layout = parse_layout(text, model)
+        gpus = int((node.metadata.labels or {}).get(L.GPUS_PER_NODE) or (node.metadata.labels or {}).get(L.GPU_COUNT, "1"))
+        advertised_resources(layout, gpus, strategy)  # single strategy needs one profile: fail now
+        targets.append(MigTarget(node.metadata.name, model, gpus, layout))
+    names = {config_name(t.layout) for t in targets}
+    if len(names) != 1 or len({tuple(t.layout.profiles) for t in targets}) != 1:
+        raise UsageError("LAYOUT", f"{text!r} means different layouts on these GPU models "
+                         f"({', '.join(sorted({t.model.name for t in targets}))})", "target one GPU model at a time")
+    return targets
+
+
+def check_mig_inputs(text: str, nodegroup: str | None, selector: str | None, strategy: str | None,
+                     timeout: float | None) -> None:
+    """Every input of `mig apply`, judged before the kubeconfig is read or a request made (what the layout
+    means on each node's GPU is judged once the nodes are known, still before any write)."""
+    check_layout_text(text)
+    if nodegroup is None and selector is None:
+        raise UsageError("--nodegroup", "no nodes targeted", "pass --nodegroup NAME or --selector LABELS")
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    if selector is not None:
+        check_selector(selector, "--selector")
+    if strategy is not None:
+        choose_mig_strategy(strategy, [], "--strategy")  # the one rule for a strategy's name
+    if timeout is not None:
+        check_duration(timeout, "--timeout")
+
+
+def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | None, selector: str | None,
+              strategy: str | None, timeout: float, report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
+    check_mig_inputs(text, nodegroup, selector, strategy, timeout)
+    v1 = core(client)
+    nodes = gpu_nodes(v1, nodegroup, selector)
+    if not nodes:
+        raise UsageError("--selector", f"no GPU nodes match {shown(selector)}", "check the selector with 'gpuctl status'")
+    # Another's GPU Operator keeps gpuctl's ConfigMaps in its own namespace and takes settings through its
+    # ClusterPolicy (see stack/owners.py); gpuctl's own reads them from gpu-operator and takes Helm values.
+    operator = configured_operator(client)
+    namespace = operator.namespace if operator else NAMESPACE
+    record = read_config_map_data(v1, namespace, STACK_CONFIGMAP) or {}
+    stack = stack_from_record(record["stack.json"]) if "stack.json" in record else None
+    current_strategy = stack.mig_strategy if stack else None
+    if strategy and stack is None:
+        raise UsageError("--strategy", "the GPU Operator here was not installed by gpuctl",
+                         "set mig.strategy in its values yourself, then rerun without --strategy")
+    wanted_strategy = strategy or current_strategy or "single"
+    targets = plan_targets(nodes, text, wanted_strategy)  # every check before the first write
+    layout = targets[0].layout
+    _check_mps(gpu_nodes(v1), {t.node for t in targets}, layout, wanted_strategy)
+    name = config_name(layout)
+    steps: list[StepResult] = []
+
+    if stack is not None and wanted_strategy != stack.mig_strategy:
+        from dataclasses import replace
+
+        new_stack = replace(stack, mig_strategy=wanted_strategy)
+        steps.append(run_step("set-mig-strategy", lambda: _set_strategy(client, helm, new_stack, operator), report))
+    steps.append(run_step("write-mig-config", lambda: _write_config(v1, layout, namespace), report))
+    node_docs = [v1.api_client.sanitize_for_serialization(n) for n in nodes]
+    steps.append(run_step("label-nodes", lambda: label_mig_config(v1, node_docs, name), report))
+    steps.append(run_step("wait-mig-manager",
+                          lambda: wait_for_mig_state(v1, [t.node for t in targets], name, timeout), report))
+    if dra_mode(client):  # the DRA driver publishes the MIG devices; no device plugin advertises them
+        expected = {t.node: dra_devices(t.layout, t.gpus) for t in targets}
+        steps.append(run_step("verify-devices", lambda: _verify_devices(client, expected, timeout), report))
+        return steps, expected
+    expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
+                for t in targets}
+    steps.append(run_step("verify-allocatable", lambda: _verify(v1, expected, timeout), report))
+    return steps, expected
+
+
+def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout, strategy: str) -> None:
+    """The device plugin refuses MPS on MIG devices and under the mixed strategy: check both before any write."""
+    mps = {n.metadata.name: nodegroup_of(n) or n.metadata.name for n in cluster_nodes
+           if ((n.metadata.labels or {}).get(CONFIG_LABEL) or "").startswith("mps-")}
+    if layout.enabled and (shared := sorted(targets & set(mps))):
+        raise UsageError("LAYOUT", f"node {shared[0]} shares its GPUs with MPS, which the device plugin refuses "
+                         "on MIG devices", "apply the layout to a node group without MPS")
+    groups = [GroupSharing(g, "mps") for g in sorted(set(mps.values()))]
+    choose_mig_strategy(strategy, [*groups, GroupSharing("LAYOUT", "none", layout.profiles)], "--strategy")
+
+
+def _set_strategy(client: ApiClient, helm: HelmTarget, stack: StackSpec, operator: Operator | None) -> Change:
+    from gpuctl.ops.platform import ensure_cluster_policy
+
+    if operator is None:
+        change = ensure_release(helm, operator_release(stack))
+    else:
+        change = ensure_cluster_policy(client, operator, stack)
+    namespace = operator.namespace if operator else NAMESPACE
+    ensure_config_map_keys(core(client), namespace, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})
+    return change
+
+
+def _write_config(v1, layout: MigLayout, namespace: str) -> Change:  # noqa: ANN001
+    text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
+    try:
+        existing = parse_mig_parted_config(text) if text else {}
+    except ValueError as exc:
+        raise ClusterError(f"ConfigMap {namespace}/{MIG_CONFIGMAP} is not a mig-parted config: {exc}",
+                           "fix or delete it") from None
+    return ensure_config_map_keys(v1, namespace, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([layout], existing)})[0]
+
+
+def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN001
+    """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
+    patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
+    moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
+    return Change.UPDATED if patch_nodes(v1, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched else Change.NO_CHANGE
+
+
+def wait_for_mig_state(v1, names: list[str], config: str, timeout: float | None) -> Change:  # noqa: ANN001
+    """Block until the MIG manager reports success on every node; fail fast on 'failed'. The wait lasts
+    while nodes keep reaching success (gpuctl.util.waiting): WaitTimeout when none does for STALL_S seconds,
+    or after `timeout` (None: the command's --timeout, if any)."""
+    from gpuctl.kube.nodes import list_nodes_json
+    from gpuctl.util.waiting import Count, Look, wait_until
+
+    wanted = set(names)
+
+    def look() -> Look:
+        # One LIST, not a GET per node: a thousand nodes are read in one request.
+        nodes = {n["metadata"]["name"]: n for n in list_nodes_json(v1, "") if n["metadata"]["name"] in wanted}
+        states = {n: (nodes[n]["metadata"].get("labels") or {}).get(L.MIG_STATE, "unknown") if n in nodes
+                  else "missing" for n in names}
+        failed = sorted(n for n, s in states.items() if s == "failed")
+        if failed:
+            raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
+                               "see the nvidia-mig-manager pod logs on those nodes")
+        pending = sorted(n for n, s in states.items() if s != "success")
+        listed = ", ".join(f"{n} ({states[n]})" for n in pending[:5]) + (f" (+{len(pending) - 5} more)"
+                                                                           if len(pending) > 5 else "")
+        return Look(not pending, (Count(f"nodes at {L.MIG_STATE}=success", len(names) - len(pending), len(names)),),
+                    f"MIG config {config} pending on {listed}" if pending else "")
+
+    wait_until(f"{L.MIG_STATE}=success", look, "a node stuck in 'pending' may need its GPU workloads drained",
+               timeout=timeout, every=PROGRESS_EVERY_S)
+    return Change.PASSED
+
+
+def dra_devices(layout: MigLayout, gpus: int) -> dict[str, int]:
+    """What the DRA driver publishes for `layout` on `gpus` GPUs: "<class>/<profile>" -> MIG devices, or
+    the full GPUs (gpu.nvidia.com) where MIG is off."""
+    if not layout.enabled:
+        return {GPU_CLASS: gpus}
+    return {f"{MIG_CLASS}/{profile}": count * gpus for profile, count in sorted(Counter(layout.profiles).items())}
+
+
+def published(devices: NodeDevices | None) -> dict[str, int]:
+    """A node's published devices counted as dra_devices counts them."""
+    counts: Counter[str] = Counter()
+    for device in devices.devices if devices is not None else ():
+        attributes = device.get("attributes") or {}
+        if device_type(device) == "mig":
+            counts[f"{MIG_CLASS}/{(attributes.get('profile') or {}).get('string')}"] += 1
+        elif device_type(device) == "gpu":
+            counts[GPU_CLASS] += 1
+    return dict(sorted(counts.items()))
+
+
+def _verify_devices(client: ApiClient, expected: dict[str, dict[str, int]], timeout: float) -> Change:
+    deadline = time.monotonic() + min(timeout, 60.0)
+    with waiting("the DRA driver to publish the MIG devices", min(timeout, 60.0)) as wait:
+        while True:
+            nodes = read_node_devices(client)
+            wrong = {n: got for n in expected if (got := published(nodes.get(n))) != expected[n]}
+            if not wrong:
+                return Change.PASSED
+            node, got = next(iter(wrong.items()))
+            if time.monotonic() > deadline:
+                raise ValidationFailed(f"the ResourceSlice of {node} publishes {got or 'no device'}, expected "
+                                       f"{expected[node]}", "check the DRA driver's kubelet-plugin pod on that node")
+            wait.update(f"{node} publishes {got or 'none'}, expected {expected[node]}")
+            time.sleep(0.5)
+
+
+def _verify(v1, expected: dict[str, dict[str, int]], timeout: float) -> Change:  # noqa: ANN001
+    deadline = time.monotonic() + min(timeout, 60.0)
+    with waiting("the MIG resources to be allocatable", min(timeout, 60.0)) as wait:
+        while True:
+            wrong = {n: gpu_resources(v1.read_node(n)) for n in expected}
+            wrong = {n: r for n, r in wrong.items() if r != expected[n]}
+            if not wrong:
+                return Change.PASSED
+            node, got = next(iter(wrong.items()))
+            if time.monotonic() > deadline:
+                raise ValidationFailed(f"allocatable on {node} is {got}, expected {expected[node]}",
+                                       "check the device-plugin pods after the MIG change")
+            wait.update(f"{node} has {got or 'none'}, expected {expected[node]}")
+            time.sleep(0.5)

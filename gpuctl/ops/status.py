@@ -1,0 +1,186 @@
+"""`gpuctl status`: one row per GPU node, the facts a platform team asks first.
+
+In DRA mode (gpuctl.kube.dra.dra_mode) a node's GPUs are the devices the DRA driver's kubelet plugin publishes
+in the node's ResourceSlice, and what is in use is what the scheduler allocated to ResourceClaims; each
+row then also says `kubelet_plugin`, `devices`, `allocated` and `free`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model import labels as L
+from gpuctl.kube.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
+from gpuctl.kube.client import api_error
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from kubernetes.client import ApiClient
+
+    from gpuctl.stack.existing import Operator
+
+COLUMNS = ("node", "nodegroup", "product", "gpus", "sharing", "replicas", "mig_config", "mig_state",
+           "device_plugin", "allocatable", "taints")
+# DRA mode: sharing and allocatable are the device plugin's; the driver's devices and claims instead
+DRA_COLUMNS = ("node", "nodegroup", "product", "gpus", "mig_config", "mig_state", "kubelet_plugin", "devices",
+               "allocated", "free", "taints")
+PLUGIN_SELECTOR = f"app={L.DEVICE_PLUGIN_APP}"  # the operator's device-plugin pods
+DRA_PLUGIN_SELECTOR = f"{PLUGIN_COMPONENT_LABEL}={PLUGIN_COMPONENT}"  # the DRA driver's kubelet-plugin pods
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """A node's GPU devices in DRA mode: those its slices publish, and the names of those allocated."""
+
+    devices: tuple[dict[str, Any], ...]
+    allocated: frozenset[str]
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(d["name"] for d in self.devices)
+
+    @property
+    def free(self) -> int:
+        return len(self.names - self.allocated)
+
+    @property
+    def in_use(self) -> int:
+        """Allocated devices that the slices still publish (an allocation can outlive its device)."""
+        return len(self.names & self.allocated)
+
+    @property
+    def mig_only(self) -> bool:
+        """True when every device is a MIG device (the driver's `type` attribute), none a full GPU."""
+        return bool(self.devices) and all(device_type(d) == "mig" for d in self.devices)
+
+
+def device_type(device: Mapping[str, Any]) -> str | None:
+    """The driver's `type` attribute of a device: gpu, mig (or vfio)."""
+    return ((device.get("attributes") or {}).get("type") or {}).get("string")
+
+
+def slice_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Node -> the devices the GPU driver publishes for it (ResourceSlices as JSON). A pool's slices of an
+    older generation than its newest are outdated and skipped, as the scheduler skips them; so is a pool
+    whose newest generation is not complete yet (fewer slices than resourceSliceCount)."""
+    pools: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != DRIVER or not spec.get("nodeName"):
+            continue
+        pool = spec.get("pool") or {}
+        pools.setdefault(spec["nodeName"], {}).setdefault(int(pool.get("generation") or 0), []).append(s)
+    devices: dict[str, list[dict[str, Any]]] = {}
+    for node, generations in pools.items():
+        newest = generations[max(generations)]
+        expected = int((newest[0]["spec"].get("pool") or {}).get("resourceSliceCount") or 1)
+        if len(newest) >= expected:
+            devices[node] = [d for s in newest for d in s["spec"].get("devices") or []]
+    return devices
+
+
+def claim_allocations(claims: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Pool (the node, for the GPU driver) -> names of the GPU driver's devices allocated to ResourceClaims
+    (as JSON). A result with adminAccess holds no device (others can be allocated it too) and is skipped."""
+    allocated: dict[str, set[str]] = {}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("driver") == DRIVER and not result.get("adminAccess"):
+                allocated.setdefault(result["pool"], set()).add(result["device"])
+    return allocated
+
+
+def read_node_devices(client: ApiClient) -> dict[str, NodeDevices]:
+    """Node -> its devices and allocations, from one LIST of ResourceSlices and one of ResourceClaims."""
+    from kubernetes.client import ResourceV1Api
+
+    api = ResourceV1Api(client)
+    try:
+        slices = json.loads(api.list_resource_slice(field_selector=f"spec.driver={DRIVER}",
+                                                    _preload_content=False).data)["items"]
+        claims = json.loads(api.list_resource_claim_for_all_namespaces(_preload_content=False).data)["items"]
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "listing ResourceSlices and ResourceClaims") from None
+    published, allocated = slice_devices(slices), claim_allocations(claims)
+    return {node: NodeDevices(tuple(devices), frozenset(allocated.get(node, ())))
+            for node, devices in published.items()}
+
+
+def plugin_state(pod: Any | None) -> str:
+    """`ready`, `missing`, or why the node's device-plugin pod is not serving (e.g. CrashLoopBackOff: <error>)."""
+    if pod is None:
+        return "missing"
+    for status in pod.status.container_statuses or []:
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None:
+            return f"{waiting.reason}: {waiting.message}" if waiting.message else str(waiting.reason)
+        if not status.ready:
+            return "not ready"
+    return "ready" if pod.status.phase == "Running" else str(pod.status.phase).lower()
+
+
+def pods_by_node(client: ApiClient, selector: str, what: str) -> dict[str, Any]:
+    """Node name -> the pod matching `selector` there (any namespace)."""
+    from kubernetes.client import CoreV1Api
+
+    try:
+        pods = CoreV1Api(client).list_pod_for_all_namespaces(label_selector=selector).items
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"listing {what} pods") from None
+    return {p.spec.node_name: p for p in pods if p.spec.node_name}
+
+
+def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str, Any]]:
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.dra import dra_mode
+
+    v1 = CoreV1Api(client)
+    pods = pods_by_node(client, PLUGIN_SELECTOR, "device-plugin")
+    dra = dra_mode(client)
+    if dra:
+        kubelet_plugins = pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
+        devices = read_node_devices(client)
+    operator = gpu_operator(client)
+    rows = []
+    for node in gpu_nodes(v1, nodegroup):
+        labels = node.metadata.labels or {}
+        row = {
+            "node": node.metadata.name,
+            "nodegroup": nodegroup_of(node),
+            "product": labels.get(L.GPU_PRODUCT),
+            "gpus": int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or 0),
+            "sharing": labels.get("nvidia.com/gpu.sharing-strategy", "none"),
+            "replicas": int(labels.get("nvidia.com/gpu.replicas", "1")),
+            "mig_config": labels.get(L.MIG_CONFIG),
+            "mig_state": labels.get(L.MIG_STATE),
+            "device_plugin": plugin_state(pods.get(node.metadata.name)),
+            "allocatable": gpu_resources(node),
+            "taints": [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                       for t in node.spec.taints or []],
+            "gpu_operator": operator.as_dict() if operator else None,
+        }
+        if dra:
+            mine = devices.get(node.metadata.name, NodeDevices((), frozenset()))
+            row.update({"kubelet_plugin": plugin_state(kubelet_plugins.get(node.metadata.name)),
+                        "devices": len(mine.devices), "allocated": mine.in_use, "free": mine.free})
+        rows.append(row)
+    return rows
+
+
+def status_columns(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The table's columns: DRA_COLUMNS where the rows are of a cluster in DRA mode."""
+    return DRA_COLUMNS if any("devices" in r for r in rows) else COLUMNS
+
+
+def gpu_operator(client: ApiClient) -> Operator | None:
+    """The GPU Operator serving the nodes (the one with a ClusterPolicy first), whoever installed it."""
+    from gpuctl.stack.existing import read_operators
+
+    operators = sorted(read_operators(client), key=lambda o: o.policy is None)
+    return operators[0] if operators else None

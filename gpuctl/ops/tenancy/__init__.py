@@ -1,0 +1,1 @@
+"""Tenants: a team's namespace, quota, queues, claims and the GPU fence."""

@@ -1,0 +1,325 @@
+"""Kueue queues of tenants (kueue.x-k8s.io/v1beta2, Kueue v0.19): a ResourceFlavor per GPU model and
+sharing mode the cluster's GPU nodes show (from their labels), a ClusterQueue per team in a shared
+cohort with its nominal quota and borrowing/lending limits, and a LocalQueue of the team's name in its
+namespace (jobs opt in with the label kueue.x-k8s.io/queue-name: <team>).
+
+Kueue's rules this follows (its ClusterQueue CRD and docs): a resource is covered by one resource group
+only; every flavor of a group lists every covered resource; a flavor is in one group only; borrowing
+limits need a cohort; a lending limit cannot exceed the nominal quota. The quota is per flavor, so a team
+gets its GPU quota on each GPU model; the namespace's ResourceQuota caps the total (nominal + borrow).
+
+In DRA mode (gpuctl.kube.dra: NVIDIA's DRA driver serves the GPUs) a team's GPUs are ResourceClaims, which Kueue
+v0.19 charges to the logical resource its Configuration maps their DeviceClass to (`resources.
+deviceClassMappings`, stack/kueue.py). gpuctl names them as the API server's ResourceQuota does
+(tenants.py): gpu.nvidia.com's as `nvidia.com/gpu`, mig.nvidia.com's as
+`mig.nvidia.com.deviceclass.resource.k8s.io/devices`. So one Kueue resource, nvidia.com/gpu, counts a
+team's GPUs however a job asks for them (kueue v0.19.2 source):
+- a ResourceClaimTemplate of gpu.nvidia.com: the mapped name (pkg/dra/claims.go
+  GetResourceRequestsForResourceClaimTemplates);
+- `resources.requests` of nvidia.com/gpu: the chart's DeviceClass names it as its extendedResourceName,
+  so KueueDRAIntegrationExtendedResource (beta, on by default since v0.19) takes the class's mapped name
+  (pkg/dra/extended_resources.go resolveQuotaKey); with another name this would be a second resource;
+- `resources.limits` alone: not seen by that path, which looks at requests before limits become requests
+  (pkg/cache/queue/manager.go: NeedsDRAReconcile before AdjustResources), so counted as nvidia.com/gpu
+  itself; a logical name of its own would leave these jobs, the usual spelling, outside the quota.
+The queue covers those two resources on one flavor without node labels (`gpuctl-dra`): Kueue cannot tell
+which GPU model a claim's CEL selector picks (it only checks that enough devices match anywhere,
+pkg/dra/claims.go validateCELSelectorsAgainstDevices), so with a flavor per model it would inject another
+model's node labels; the claim's selector, not the flavor, chooses the model, and the quota is per device
+class, as the ResourceQuota's is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model import labels as L
+from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS, quota_key
+from gpuctl.util.errors import UsageError
+from gpuctl.kube.gpu_nodes import gpu_resources
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.providers.base import Change
+from gpuctl.model.sharing import CONFIG_LABEL
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Node
+
+    from gpuctl.ops.tenancy.tenants import Tenant
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DEFAULT_COHORT = "gpuctl"
+FLAVOR_PREFIX = "gpuctl-"
+PLURALS = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
+OURS = {L.MANAGED_BY: L.MANAGER}
+DRA_FLAVOR = FLAVOR_PREFIX + "dra"
+DRA_CLASSES = (GPU_CLASS, MIG_CLASS)
+
+
+def dra_resource(device_class: str) -> str:
+    """Kueue's logical resource for the devices of `device_class`, as the ResourceQuota names them: the
+    extended resource full GPUs are served as (DeviceClass gpu.nvidia.com extendedResourceName), else the
+    class's devices."""
+    return L.GPU_RESOURCE if device_class == GPU_CLASS else quota_key(device_class)
+
+
+def device_class_mappings() -> list[dict[str, Any]]:
+    """Kueue Configuration `resources.deviceClassMappings`: each of the driver's DeviceClasses to its logical
+    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping)."""
+    return [{"name": dra_resource(c), "deviceClassNames": [c]} for c in DRA_CLASSES]
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """GPU nodes alike for Kueue: one model, one sharing mode (device-plugin config, MIG config)."""
+
+    name: str
+    node_labels: dict[str, str]
+    resources: tuple[str, ...]  # the GPU resources its nodes advertise
+    tolerations: tuple[dict[str, str], ...]  # for the taints every node of it carries
+
+
+def _flavor_name(labels: dict[str, str]) -> str:
+    parts = [labels[L.GPU_MODEL], labels.get(CONFIG_LABEL), labels.get(L.MIG_CONFIG)]
+    name = "-".join(p for p in parts if p)
+    return FLAVOR_PREFIX + re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.")[:200]
+
+
+def flavors_of(nodes: list[V1Node]) -> list[Flavor]:
+    """One flavor per (GPU model, device-plugin config, MIG config) among GPU nodes with a catalog model."""
+    groups: dict[str, list[V1Node]] = {}
+    for node in nodes:
+        labels = node.metadata.labels or {}
+        if labels.get(L.GPU_MODEL):
+            groups.setdefault(_flavor_name(labels), []).append(node)
+    flavors = []
+    for name, members in sorted(groups.items()):
+        labels = members[0].metadata.labels or {}
+        selector = {k: labels[k] for k in (L.GPU_MODEL, CONFIG_LABEL, L.MIG_CONFIG) if labels.get(k)}
+        resources = sorted({r for n in members for r, count in gpu_resources(n).items() if count > 0})
+        flavors.append(Flavor(name, selector, tuple(resources), _tolerations(members)))
+    return flavors
+
+
+def _tolerations(nodes: list[V1Node]) -> tuple[dict[str, str], ...]:
+    """Tolerations of the taints every one of `nodes` carries."""
+    taint_sets = [{(t.key, t.value or "", t.effect) for t in n.spec.taints or []} for n in nodes]
+    common = set.intersection(*taint_sets) if taint_sets else set()
+    return tuple({"key": k, "operator": "Equal", "value": v, "effect": e} if v else
+                 {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(common))
+
+
+def dra_flavor(nodes: list[V1Node]) -> Flavor:
+    """DRA mode's one flavor: the driver's devices on every GPU node, no node labels (a claim's selector picks
+    the model), tolerating the taints all GPU nodes carry."""
+    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DRA_CLASSES), _tolerations(nodes))
+
+
+def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:
+    """The team's nominal quota per GPU resource; in DRA mode per device class (MIG: all profiles together)."""
+    from gpuctl.model.mig import resource_name
+
+    if dra:
+        return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): sum(tenant.mig.values())}
+    return {L.GPU_RESOURCE: tenant.gpus, **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}
+
+
+def flavor_manifest(flavor: Flavor) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": flavor.node_labels} if flavor.node_labels else {}
+    if flavor.tolerations:
+        spec["tolerations"] = list(flavor.tolerations)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
+            "metadata": {"name": flavor.name, "labels": dict(OURS)}, "spec": spec}
+
+
+def resource_groups(tenant: Tenant, flavors: list[Flavor], dra: bool = False) -> list[dict[str, Any]]:
+    """Resources joined by a flavor that offers both form one group (Kueue: a flavor is in one group)."""
+    quota = quota_of(tenant, dra)
+    offered = [f for f in flavors if set(f.resources) & set(quota)]
+    groups: list[tuple[set[str], list[Flavor]]] = []
+    for flavor in offered:
+        mine = set(flavor.resources) & set(quota)
+        joined = [g for g in groups if g[0] & mine]
+        for g in joined:
+            groups.remove(g)
+            mine |= g[0]
+        groups.append((mine, [f for g in joined for f in g[1]] + [flavor]))
+    out = []
+    for covered, members in sorted(groups, key=lambda g: sorted(g[0])):
+        order = sorted(covered)
+        out.append({"coveredResources": order, "flavors": [
+            {"name": f.name, "resources": [_limits(r, quota[r] if r in f.resources else 0, tenant) for r in order]}
+            for f in sorted(members, key=lambda f: f.name)]})
+    return out
+
+
+def _limits(resource: str, nominal: int, tenant: Tenant) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": resource, "nominalQuota": nominal, "borrowingLimit": tenant.borrow}
+    if tenant.lend is not None:
+        entry["lendingLimit"] = min(tenant.lend, nominal)
+    return entry
+
+
+def cluster_queue_manifest(tenant: Tenant, flavors: list[Flavor], dra: bool = False) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
+            "metadata": {"name": tenant.name, "labels": dict(OURS)},
+            "spec": {"cohortName": tenant.cohort,
+                     # only the team's own namespace may queue here
+                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+                     "resourceGroups": resource_groups(tenant, flavors, dra)}}
+
+
+def local_queue_manifest(tenant: Tenant) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
+            "metadata": {"name": tenant.name, "namespace": tenant.name, "labels": dict(OURS)},
+            "spec": {"clusterQueue": tenant.name}}
+
+
+def queue_manifests(tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> list[dict[str, Any]]:
+    """Flavors the team's queue uses, its ClusterQueue and LocalQueue, in the order they must exist."""
+    flavors = [dra_flavor(nodes)] if dra else flavors_of(nodes)
+    queue = cluster_queue_manifest(tenant, flavors, dra)
+    used = {f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]}
+    return [*(flavor_manifest(f) for f in flavors if f.name in used), queue, local_queue_manifest(tenant)]
+
+
+class Queues:
+    """Kueue's objects on a cluster, read as plain JSON and written with server-side apply."""
+
+    def __init__(self, client: ApiClient) -> None:
+        from kubernetes.client import CustomObjectsApi
+
+        self.api = CustomObjectsApi(client)
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            if namespace:
+                return self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
+            return self.api.get_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return None
+            raise api_error(exc, f"reading Kueue {kind} {name}") from None
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        """Server-side apply; strict: a field Kueue's CRD does not know is an error, not dropped."""
+        kind, meta = doc["kind"], doc["metadata"]
+        try:
+            if meta.get("namespace"):
+                self.api.patch_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURALS[kind], meta["name"],
+                                                        doc, field_manager=L.MANAGER, force=True,
+                                                        field_validation="Strict", _content_type=APPLY_PATCH)
+            else:
+                self.api.patch_cluster_custom_object(GROUP, VERSION, PLURALS[kind], meta["name"], doc,
+                                                     field_manager=L.MANAGER, force=True, field_validation="Strict",
+                                                     _content_type=APPLY_PATCH)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"applying Kueue {kind} {meta['name']}") from None
+
+    def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
+        try:
+            if namespace:
+                self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
+            else:
+                self.api.delete_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
+        except Exception as exc:  # noqa: BLE001
+            if not is_not_found(exc):
+                raise api_error(exc, f"deleting Kueue {kind} {name}") from None
+
+    def installed(self) -> bool:
+        """Whether Kueue's API is served here (its CRDs exist)."""
+        try:
+            self.api.list_cluster_custom_object(GROUP, VERSION, PLURALS["ClusterQueue"], limit=1)
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return False
+            raise api_error(exc, "looking for Kueue") from None
+        return True
+
+    def list(self, kind: str) -> list[dict[str, Any]]:
+        try:
+            return self.api.list_cluster_custom_object(GROUP, VERSION, PLURALS[kind])["items"]
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return []
+            raise api_error(exc, f"listing Kueue {kind}s") from None
+
+
+def is_ours(obj: dict[str, Any] | None) -> bool:
+    return obj is not None and (obj["metadata"].get("labels") or {}).get(L.MANAGED_BY) == L.MANAGER
+
+
+def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:
+    """A ClusterQueue of the team's name that gpuctl did not make is someone else's: refuse, before any write."""
+    current = queues.get("ClusterQueue", tenant.name)
+    if current is not None and not is_ours(current):
+        raise UsageError(field, f"Kueue ClusterQueue {tenant.name!r} exists and gpuctl did not create it",
+                         "choose another tenant name, or delete that ClusterQueue")
+
+
+def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
+    """Apply the team's flavors and queues where they differ; flavors gpuctl did not make are left alone."""
+    from gpuctl.ops.tenancy.tenants import contains
+
+    queues = Queues(client)
+    created = updated = False
+    for doc in queue_manifests(tenant, nodes, dra):
+        meta = doc["metadata"]
+        current = queues.get(doc["kind"], meta["name"], meta.get("namespace"))
+        if current is not None and (contains(_quantities(current), _quantities(doc))
+                                    or (doc["kind"] == "ResourceFlavor" and not is_ours(current))):
+            continue
+        queues.apply(doc)
+        created, updated = created or current is None, updated or current is not None
+    return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+
+
+def _quantities(doc: Any) -> Any:
+    """`doc` with its numbers as strings: gpuctl writes quotas as numbers, Kueue's manager writes its
+    ClusterQueues back (finalizers) with them as quantity strings ("4"); both mean the same."""
+    if isinstance(doc, dict):
+        return {k: _quantities(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_quantities(v) for v in doc]
+    return str(doc) if isinstance(doc, int) and not isinstance(doc, bool) else doc
+
+
+def remove_queues(client: ApiClient, name: str) -> None:
+    """Delete the team's ClusterQueue and LocalQueue if gpuctl made them, then gpuctl's flavors no queue uses."""
+    queues = Queues(client)
+    local = queues.get("LocalQueue", name, name)
+    if is_ours(local):
+        queues.delete("LocalQueue", name, name)
+    if is_ours(queues.get("ClusterQueue", name)):
+        queues.delete("ClusterQueue", name)
+    used = {f["name"] for q in queues.list("ClusterQueue") if q["metadata"]["name"] != name
+            for g in q["spec"].get("resourceGroups") or [] for f in g["flavors"]}
+    for flavor in queues.list("ResourceFlavor"):
+        if is_ours(flavor) and flavor["metadata"]["name"] not in used:
+            queues.delete("ResourceFlavor", flavor["metadata"]["name"])
+
+
+def whole(value: Any) -> int:
+    """A count Kueue reports as a quantity ("4", 4); GPU resources are whole numbers."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def queue_usage(queue: dict[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """flavor -> resource -> nominal, borrowed and used (admitted) of a ClusterQueue."""
+    usage: dict[str, dict[str, dict[str, int]]] = {}
+    for group in queue["spec"].get("resourceGroups") or []:
+        for flavor in group["flavors"]:
+            for res in flavor["resources"]:
+                usage.setdefault(flavor["name"], {})[res["name"]] = {
+                    "nominal": whole(res["nominalQuota"]), "borrowed": 0, "used": 0}
+    for flavor in (queue.get("status") or {}).get("flavorsUsage") or []:
+        for res in flavor.get("resources") or []:
+            row = usage.setdefault(flavor["name"], {}).setdefault(res["name"], {"nominal": 0, "borrowed": 0, "used": 0})
+            row["borrowed"], row["used"] = whole(res.get("borrowed", 0)), whole(res.get("total", 0))
+    return usage

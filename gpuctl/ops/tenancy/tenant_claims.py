@@ -1,0 +1,181 @@
+"""A tenant's ResourceClaimTemplates in DRA mode (gpuctl/kube/dra.py: NVIDIA's DRA driver serves the GPUs).
+
+The team's namespace gets one template per GPU model on the cluster's GPU nodes (`gpu-<model>`, e.g.
+`gpu-a100-40gb`: one full GPU of that model, DeviceClass gpu.nvidia.com) and one per MIG profile of its
+quota (`mig-<profile>`, e.g. `mig-3g.20gb`, `+me` written `.me`: one MIG device of that profile on any of
+those models, DeviceClass mig.nvidia.com). A pod claims a device by naming a template in
+`spec.resourceClaims[].resourceClaimTemplateName`; the resourceclaim controller makes a ResourceClaim of it
+per pod, which the namespace's ResourceQuota counts and the scheduler allocates. One device per template:
+a pod that wants two lists the template twice.
+
+A template's spec is immutable (Kubernetes v1.36 pkg/apis/resource/validation/validation.go
+ValidateResourceClaimTemplateUpdate), so one whose spec gpuctl would change is deleted and made again; the
+claims made from it are copies and stay as they are. A template of a wanted name that gpuctl did not make
+is the team's: left alone, with a warning. Templates gpuctl made and no longer wants are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model import labels as L
+from gpuctl.kube.dra import API_VERSION, GPU_CLASS, MIG_CLASS, device_request, gpu_selector, mig_selector, quota_key
+from gpuctl.util.errors import ClusterError
+from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.providers.base import Change
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Node
+
+    from gpuctl.model.catalog import GpuModel
+    from gpuctl.ops.tenancy.tenants import Tenant
+
+
+def gpu_template_name(model: GpuModel) -> str:
+    return f"gpu-{model.name}"
+
+
+def mig_template_name(profile: str) -> str:
+    """The device plugin's resource name for the profile without `nvidia.com/`: `mig-3g.20gb`, and
+    `mig-1g.10gb.me` for 1g.10gb+me (a DNS subdomain has no '+'; gpuctl.model.mig.resource_name)."""
+    from gpuctl.model.mig import resource_name
+
+    return resource_name(profile).removeprefix("nvidia.com/")
+
+
+def models_of(nodes: list[V1Node]) -> list[GpuModel]:
+    """The catalog GPU models of `nodes` (from their labels), by name."""
+    found = {m.name: m for n in nodes if (m := model_of(n.metadata.labels or {})) is not None}
+    return [found[name] for name in sorted(found)]
+
+
+def _template(tenant: Tenant, name: str, request: dict[str, Any]) -> dict[str, Any]:
+    from gpuctl.ops.tenancy.tenants import TENANT_LABEL
+
+    return {"apiVersion": API_VERSION, "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": tenant.name,
+                         "labels": {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}},
+            "spec": {"spec": {"devices": {"requests": [request]}}}}
+
+
+def claim_templates(tenant: Tenant, models: list[GpuModel]) -> list[dict[str, Any]]:
+    """The templates the team gets, by name: a GPU of each of `models` (the cluster's, models_of), a MIG device
+    of each profile of its quota that one of those models offers (the selector names every such model)."""
+    templates = [_template(tenant, gpu_template_name(m), device_request("gpu", GPU_CLASS, gpu_selector(m)))
+                 for m in models]
+    for profile in sorted(tenant.mig):
+        offering = [m for m in models if m.mig and profile in {p.name for p in m.mig.profiles}]
+        if not offering:
+            continue  # no GPU here has it: over_allocatable warns of the quota
+        selectors = [mig_selector(m, profile) for m in offering]
+        selector = selectors[0] if len(selectors) == 1 else " || ".join(f"({s})" for s in selectors)
+        templates.append(_template(tenant, mig_template_name(profile), device_request("mig", MIG_CLASS, selector)))
+    return sorted(templates, key=lambda t: t["metadata"]["name"])
+
+
+def _is_ours(template: dict[str, Any]) -> bool:
+    return (template["metadata"].get("labels") or {}).get(L.MANAGED_BY) == L.MANAGER
+
+
+def _list(api: Any, namespace: str) -> dict[str, dict[str, Any]] | None:
+    """Templates of `namespace` by name (as JSON); None where resource.k8s.io/v1 is not served."""
+    try:
+        response = api.list_namespaced_resource_claim_template(namespace, _preload_content=False)
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return None
+        raise api_error(exc, f"listing the ResourceClaimTemplates of {namespace}") from None
+    return {t["metadata"]["name"]: t for t in json.loads(response.data)["items"]}
+
+
+def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[str, Any]]) -> Change:
+    """Make gpuctl's templates in `namespace` exactly `wanted`: one LIST, then a write only per template that is
+    missing (create), differs (labels: apply; spec: delete and create) or is gpuctl's and unwanted (delete)."""
+    from kubernetes.client import ResourceV1Api
+
+    from gpuctl.util.output import info
+    from gpuctl.ops.tenancy.tenants import contains
+
+    api = ResourceV1Api(client)
+    existing = _list(api, namespace)
+    if existing is None:
+        if wanted:  # DRA mode, detected by a resource.k8s.io/v1 DeviceClass, was just seen
+            raise ClusterError(f"listing the ResourceClaimTemplates of {namespace} failed: resource.k8s.io/v1 "
+                               "is not served", "check the cluster's Kubernetes version (DRA is GA since 1.34)")
+        return Change.NO_CHANGE
+    names = {t["metadata"]["name"] for t in wanted}
+    applies: list[dict[str, Any]] = []
+    deletes = sorted(n for n, t in existing.items() if n not in names and _is_ours(t))
+    for template in wanted:
+        name = template["metadata"]["name"]
+        current = existing.get(name)
+        if current is not None and not _is_ours(current):
+            info(f"warning: ResourceClaimTemplate {namespace}/{name} is not gpuctl's: left as it is")
+            continue
+        if current is not None and contains(current, {k: template[k] for k in ("metadata", "spec")}):
+            continue
+        if current is not None and not contains(current["spec"], template["spec"]):
+            deletes.append(name)  # the spec is immutable
+        applies.append(template)
+    try:
+        for name in deletes:
+            _delete(api, namespace, name)
+        for template in applies:
+            api.patch_namespaced_resource_claim_template(
+                template["metadata"]["name"], namespace, template, field_manager=L.MANAGER, force=True,
+                field_validation="Strict", _content_type=APPLY_PATCH, _preload_content=False).drain_conn()
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"applying the ResourceClaimTemplates of {namespace}") from None
+    if not applies and not deletes:
+        return Change.NO_CHANGE
+    if not deletes and all(t["metadata"]["name"] not in existing for t in applies):
+        return Change.CREATED
+    return Change.UPDATED
+
+
+def _delete(api: Any, namespace: str, name: str) -> None:
+    try:
+        api.delete_namespaced_resource_claim_template(name, namespace, _preload_content=False).drain_conn()
+    except Exception as exc:  # noqa: BLE001
+        if not is_not_found(exc):
+            raise
+
+
+def remove_claim_templates(client: ApiClient, namespace: str) -> None:
+    """Delete the templates gpuctl made in `namespace` (an adopted one: the team's own stay)."""
+    ensure_claim_templates(client, namespace, [])
+
+
+def published_devices(client: ApiClient) -> dict[str, int]:
+    """What the driver's ResourceSlices offer, in the quota's terms: full GPUs (as `nvidia.com/gpu` and devices
+    of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile)."""
+    from kubernetes.client import ResourceV1Api
+
+    from gpuctl.kube.dra import DRIVER
+    from gpuctl.model.mig import resource_name
+
+    try:
+        response = ResourceV1Api(client).list_resource_slice(field_selector=f"spec.driver={DRIVER}",
+                                                             _preload_content=False)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "listing ResourceSlices") from None
+    totals: dict[str, int] = {}
+
+    def add(key: str) -> None:
+        totals[key] = totals.get(key, 0) + 1
+
+    for item in json.loads(response.data)["items"]:
+        for device in item["spec"].get("devices") or []:
+            attributes = device.get("attributes") or {}
+            kind = (attributes.get("type") or {}).get("string")
+            if kind == "gpu":
+                add(L.GPU_RESOURCE)
+                add(quota_key(GPU_CLASS))
+            elif kind == "mig":
+                add(quota_key(MIG_CLASS))
+                if profile := (attributes.get("profile") or {}).get("string"):
+                    add(resource_name(profile))
+    return totals

@@ -1,0 +1,369 @@
+"""Team onboarding on a shared GPU pool: a Namespace, a GPU ResourceQuota and a RoleBinding per team, the
+GPU fence of tenant namespaces (fence.py), where Kueue runs, the team's queues (queues.py) and, in DRA mode
+(dra.py: NVIDIA's DRA driver serves the GPUs), the team's ResourceClaimTemplates (tenant_claims.py).
+
+In DRA mode the ResourceQuota also counts devices claimed: the API server's quota evaluator for
+ResourceClaims (Kubernetes v1.36 pkg/quota/v1/evaluator/core/resource_claims.go, claimEvaluator.Usage)
+charges each claim `<device class>.deviceclass.resource.k8s.io/devices` with the devices of every request
+of that class (ExactCount: its count; All: 32, the most an allocation holds; firstAvailable: the largest
+alternative per class), whoever made the claim (a pod's template, the scheduler for an extended resource,
+a user). With DRAExtendedResource (beta, on by default in 1.36, pkg/features/kube_features.go) it also
+charges `requests.<extendedResourceName>` of the class, `requests.nvidia.com/gpu` for the chart's
+gpu.nvidia.com, less what the owning pod's own requests already count (addExtendedResourceQuota), so one
+`requests.nvidia.com/gpu` caps GPUs asked for either way. The device-plugin keys stay: a pod's
+`nvidia.com/gpu` is still counted by the pod evaluator, and nodes outside the driver may still serve them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model import labels as L
+from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS, quota_key
+from gpuctl.util.errors import NotFound, UsageError
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.model.mig import resource_name
+from gpuctl.model.naming import check_count, check_name, check_text, shown
+from gpuctl.providers.base import Change
+from gpuctl.ops.tenancy.queues import DEFAULT_COHORT, Queues, check_queue_ownership, ensure_queues, queue_usage, remove_queues
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+TENANT_LABEL = "gpuctl.dev/tenant"
+QUOTA = "gpuctl-gpu-quota"
+BINDING = "gpuctl-tenant"
+TENANT_ROLE = "edit"  # the built-in ClusterRole for a team's own namespace
+_PROFILE = re.compile(r"[1-9][0-9]?g\.[1-9][0-9]{0,3}gb(\+me)?")
+MAX_QUOTA = 100_000  # GPUs or MIG instances per team: far above any cluster, far below overflow
+# Namespaces a tenant may never be, even with --adopt: the cluster's own and the GPU stack's.
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator",
+                                 "kueue-system", "karpenter"})
+RESERVED_PREFIXES = ("kube-", "openshift-", "gpuctl-")
+ADOPTED = "gpuctl.dev/adopted"  # annotation on a namespace gpuctl took over and must not delete
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    gpus: int
+    mig: dict[str, int] = field(default_factory=dict)  # profile -> instances
+    group: str | None = None
+    adopt: bool = False  # may take over an existing namespace gpuctl did not create
+    borrow: int = 0  # Kueue: what the team may borrow from its cohort, per resource and flavor
+    lend: int | None = None  # Kueue: how much of its idle quota others may borrow; None: all of it
+    cohort: str = DEFAULT_COHORT
+
+    def hard(self, dra: bool = False) -> dict[str, str]:
+        """The namespace's ResourceQuota: the most the team may ever use, its quota plus what it may borrow;
+        in DRA mode also the devices its ResourceClaims may hold, per device class (MIG: all profiles)."""
+        quota = {f"requests.{L.GPU_RESOURCE}": str(self.gpus + self.borrow)}
+        quota.update({f"requests.{resource_name(p)}": str(n + self.borrow) for p, n in sorted(self.mig.items())})
+        if dra:
+            quota[quota_key(GPU_CLASS)] = str(self.gpus + self.borrow)
+            quota[quota_key(MIG_CLASS)] = str(sum(self.mig.values()) + self.borrow)
+        return dict(sorted(quota.items()))
+
+
+def check_tenant_name(name: str, field: str) -> str:
+    """A tenant name is a namespace name that is not the cluster's or the GPU stack's."""
+    check_name(name, field)
+    if name in RESERVED_NAMESPACES or name.startswith(RESERVED_PREFIXES):
+        raise UsageError(field, f"{name!r} is a system namespace, not a team's",
+                         "choose another name; teams get a namespace of their own")
+    return name
+
+
+def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, adopt: bool, path: str,
+                borrow: int = 0, lend: int | None = None, cohort: str = DEFAULT_COHORT) -> Tenant:
+    """A checked Tenant; errors name `path`.name, .gpus, .mig, .group, .borrow, .lend and .cohort (a flag's
+    name through flags.py)."""
+    check_tenant_name(name, f"{path}.name")
+    check_count(gpus, f"{path}.gpus", minimum=0, maximum=MAX_QUOTA)
+    check_count(borrow, f"{path}.borrow", minimum=0, maximum=MAX_QUOTA)
+    if lend is not None:
+        check_count(lend, f"{path}.lend", minimum=0, maximum=MAX_QUOTA)
+    check_name(cohort, f"{path}.cohort")
+    for profile, count in mig.items():
+        if not _PROFILE.fullmatch(profile):
+            raise UsageError(f"{path}.mig", f"{shown(profile)} is not a MIG profile", "write e.g. 3g.20gb: 2")
+        check_count(count, f"{path}.mig", maximum=MAX_QUOTA)
+    if group is not None:
+        check_text(group, f"{path}.group", maximum=253)
+        if group.startswith("system:"):
+            raise UsageError(f"{path}.group", f"{shown(group)} is a Kubernetes system group",
+                             "bind the team's own identity group")
+    return Tenant(name, gpus, dict(mig), group, adopt, borrow, lend, cohort)
+
+
+def tenant_manifests(tenant: Tenant, dra: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, object) of the tenant: namespace, quota (with the devices of claims in DRA mode) and, with a
+    group, binding."""
+    labels = {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}
+    # An adopted namespace is the team's, not gpuctl's: it is marked, never labelled as made by gpuctl.
+    namespace_meta = {"name": tenant.name, "labels": {TENANT_LABEL: tenant.name},
+                      "annotations": {ADOPTED: "true"}} if tenant.adopt else {"name": tenant.name, "labels": labels}
+    objects = [
+        ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": namespace_meta}),
+        ("quota", {"apiVersion": "v1", "kind": "ResourceQuota",
+                   "metadata": {"name": QUOTA, "namespace": tenant.name, "labels": labels},
+                   "spec": {"hard": tenant.hard(dra)}}),
+    ]
+    if tenant.group:
+        objects.append(("binding", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": BINDING, "namespace": tenant.name, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TENANT_ROLE},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": tenant.group}]}))
+    return objects
+
+
+def ownership(namespace: Any, name: str) -> str | None:
+    """"created" or "adopted" when the namespace is gpuctl's tenant `name`; None otherwise."""
+    labels = namespace.metadata.labels or {}
+    if labels.get(TENANT_LABEL) != name:
+        return None
+    if (namespace.metadata.annotations or {}).get(ADOPTED) == "true":
+        return "adopted"
+    return "created" if labels.get(L.MANAGED_BY) == L.MANAGER else None
+
+
+def check_no_queue_fields(tenant: Tenant, prefix: str) -> None:
+    """Borrowing, lending and cohorts are Kueue's: refuse them where Kueue does not run (`prefix` + the
+    field: a flag `--borrow` or a path `spec.tenants[0].borrow`), instead of a quota that silently means
+    something else."""
+    given = [name for name, value in (("borrow", tenant.borrow), ("lend", tenant.lend),
+                                      ("cohort", None if tenant.cohort == DEFAULT_COHORT else tenant.cohort))
+             if value]
+    if given:
+        raise UsageError(prefix + given[0], "borrowing, lending and cohorts need Kueue, which is not installed "
+                         "on this cluster", "install it (gpuctl cluster create ... --kueue, or spec "
+                         f"kueue.enabled: true), or drop {prefix}{given[0]}")
+
+
+def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt",
+                    kueue_coming: bool = False) -> Tenant:
+    """Refuse an existing namespace gpuctl did not make (unless adopted), and Kueue's fields where Kueue
+    neither runs nor is about to be installed (`kueue_coming`); reads only. Returns the tenant as it must
+    be applied: who made its namespace does not change."""
+    from kubernetes.client import CoreV1Api
+
+    v1 = CoreV1Api(client)
+    existing = read_or_none(lambda: v1.read_namespace(tenant.name), "namespace", tenant.name)
+    owner = ownership(existing, tenant.name) if existing is not None else None
+    if existing is not None and owner is None and not tenant.adopt:
+        raise UsageError(adopt_field, f"namespace {tenant.name!r} exists and gpuctl did not create it",
+                         "choose another tenant name, or adopt it (gpuctl will then never delete it)")
+    queues = Queues(client)
+    if queues.installed():
+        name_field = adopt_field.removesuffix("adopt") + "name" if adopt_field.startswith("spec.") else "NAME"
+        check_queue_ownership(queues, tenant, name_field)
+    elif not kueue_coming:
+        check_no_queue_fields(tenant, adopt_field.removesuffix("adopt") if adopt_field.startswith("spec.") else "--")
+    return replace(tenant, adopt=owner == "adopted") if owner is not None else tenant
+
+
+def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt") -> Change:
+    """Observe the three objects; apply (server-side, field manager gpuctl) only those that differ.
+    An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it.
+    In DRA mode (detected now) the quota counts claimed devices and the team gets ResourceClaimTemplates."""
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+    from gpuctl.kube.dra import dra_mode
+    from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
+    from gpuctl.kube.gpu_nodes import gpu_nodes
+    from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
+
+    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    tenant = check_ownership(client, tenant, adopt_field)
+    dra = dra_mode(client)
+    fence = ensure_fence(client)  # in force before the namespace is a tenant's
+    calls = {
+        "namespace": (lambda: v1.read_namespace(tenant.name),
+                      lambda body: v1.patch_namespace(tenant.name, body, field_manager=L.MANAGER, force=True,
+                                                      _content_type=APPLY_PATCH)),
+        "quota": (lambda: v1.read_namespaced_resource_quota(QUOTA, tenant.name),
+                  lambda body: v1.patch_namespaced_resource_quota(QUOTA, tenant.name, body, field_manager=L.MANAGER,
+                                                                  force=True, _content_type=APPLY_PATCH)),
+        "binding": (lambda: rbac.read_namespaced_role_binding(BINDING, tenant.name),
+                    lambda body: rbac.patch_namespaced_role_binding(BINDING, tenant.name, body,
+                                                                    field_manager=L.MANAGER, force=True,
+                                                                    _content_type=APPLY_PATCH)),
+    }
+    created = updated = False
+    for kind, body in tenant_manifests(tenant, dra):
+        read, apply = calls[kind]
+        current = read_or_none(read, kind, tenant.name)
+        if current is None:
+            created = True
+        elif holds(client.sanitize_for_serialization(current), body):
+            continue
+        else:
+            updated = True
+        try:
+            apply(body)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"applying the {kind} of tenant {tenant.name}") from None
+    if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
+        waited = wait_fence_in_force(client, tenant.name)
+        _report(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
+    kueue = Queues(client).installed()
+    nodes = gpu_nodes(CoreV1Api(client)) if dra or kueue else []
+    # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
+    templates = ensure_claim_templates(client, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
+    if kueue:
+        queued = ensure_queues(client, tenant, nodes, dra)
+    else:
+        queued = Change.NO_CHANGE
+        _warn_no_kueue(tenant)
+    if created:
+        return Change.CREATED
+    others = (fence, templates, queued)
+    return Change.UPDATED if updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
+
+
+def _report(line: str) -> None:
+    from gpuctl.util.output import info
+
+    info(line)
+
+
+def _warn_no_kueue(tenant: Tenant) -> None:
+    _report(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
+         "(no borrowing or lending)")
+
+
+def read_or_none(read: Any, kind: str, name: str) -> Any:
+    try:
+        return read()
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return None
+        raise api_error(exc, f"reading the {kind} of tenant {name}") from None
+
+
+def holds(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """A tenant object on the cluster is as gpuctl wants it: every wanted field, and a quota's `hard` exactly
+    (a quota key the tenant no longer has, such as a dropped --mig profile, must go)."""
+    if wanted["kind"] == "ResourceQuota" and (current.get("spec") or {}).get("hard") != wanted["spec"]["hard"]:
+        return False
+    return contains(current, wanted)
+
+
+def contains(current: Any, wanted: Any) -> bool:
+    """True if every field of `wanted` is in `current` with the same value (others may add fields)."""
+    if isinstance(wanted, dict):
+        return isinstance(current, dict) and all(contains(current.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(current, list) and len(current) == len(wanted) and all(
+            contains(c, w) for c, w in zip(current, wanted))
+    return current == wanted
+
+
+def read_quota(client: ApiClient, name: str) -> dict[str, str]:
+    """The GPU quota tenant `name` holds on the cluster now ({} without one)."""
+    from kubernetes.client import CoreV1Api
+
+    quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, name), "quota", name)
+    return dict(sorted((quota.spec.hard or {}).items())) if quota is not None else {}
+
+
+def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
+    """Each tenant's quota against what its pods request now."""
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    queues = Queues(client)
+    kueue = queues.installed()
+    rows = []
+    try:
+        namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
+        for ns in namespaces:
+            quotas = v1.list_namespaced_resource_quota(ns.metadata.name, field_selector=f"metadata.name={QUOTA}").items
+            hard = (quotas[0].status.hard or quotas[0].spec.hard or {}) if quotas else {}
+            used = (quotas[0].status.used or {}) if quotas else {}
+            bindings = [s.name for rb in rbac.list_namespaced_role_binding(ns.metadata.name).items
+                        if rb.metadata.name == BINDING for s in rb.subjects or []]
+            row = {
+                "tenant": ns.metadata.name,
+                "group": ",".join(bindings) or None,
+                "quota": {k.removeprefix("requests."): int(v) for k, v in sorted(hard.items())},
+                "used": {k.removeprefix("requests."): int(used.get(k, 0)) for k in sorted(hard)},
+            }
+            queue = queues.get("ClusterQueue", ns.metadata.name) if kueue else None
+            if queue is not None:
+                row["cohort"] = queue["spec"].get("cohortName")
+                row["queue"] = queue_usage(queue)
+            rows.append(row)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "listing tenants") from None
+    return rows
+
+
+def remove_tenant(client: ApiClient, name: str) -> Change:
+    """Delete what gpuctl made for tenant `name`: its Kueue queues, its namespace, or in an adopted namespace
+    only the quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU
+    fence."""
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+    from gpuctl.ops.tenancy.fence import remove_fence
+
+    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
+    owner = ownership(ns, name) if ns is not None else None
+    if owner is None:
+        raise NotFound(f"no gpuctl tenant {name!r}", "see 'gpuctl tenant list'")
+    if Queues(client).installed():
+        remove_queues(client, name)
+    if owner == "adopted":  # (a namespace gpuctl made takes its templates along when it is deleted)
+        from gpuctl.ops.tenancy.tenant_claims import remove_claim_templates
+
+        remove_claim_templates(client, name)
+    try:
+        if owner == "created":
+            v1.delete_namespace(name)
+        else:
+            selector = f"{L.MANAGED_BY}={L.MANAGER}"
+            for quota in v1.list_namespaced_resource_quota(name, label_selector=selector).items:
+                v1.delete_namespaced_resource_quota(quota.metadata.name, name)
+            for binding in rbac.list_namespaced_role_binding(name, label_selector=selector).items:
+                rbac.delete_namespaced_role_binding(binding.metadata.name, name)
+            v1.patch_namespace(name, {"metadata": {"labels": {TENANT_LABEL: None}, "annotations": {ADOPTED: None}}})
+        # a deleted namespace keeps its label while it terminates: it is no tenant any more
+        others = [ns for ns in v1.list_namespace(label_selector=TENANT_LABEL).items
+                  if ns.metadata.name != name and ns.metadata.deletion_timestamp is None]
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"removing tenant {name}") from None
+    if not others:
+        remove_fence(client)
+    return Change.DELETED
+
+
+def over_allocatable(client: ApiClient, tenant: Tenant, dra: bool | None = None) -> list[str]:
+    """Quotas above what the cluster's GPU nodes offer in total: allowed, but worth a warning. In DRA mode
+    (`dra` None: detect it) the devices the driver's ResourceSlices publish count as well."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.dra import dra_mode
+    from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
+
+    if dra is None:
+        dra = dra_mode(client)
+    totals: dict[str, int] = {}
+    for node in gpu_nodes(CoreV1Api(client)):
+        for resource, count in gpu_resources(node).items():
+            totals[resource] = totals.get(resource, 0) + count
+    if dra:
+        from gpuctl.ops.tenancy.tenant_claims import published_devices
+
+        for resource, count in published_devices(client).items():
+            totals[resource] = totals.get(resource, 0) + count
+    warnings = []
+    for key, value in tenant.hard(dra).items():
+        resource = key.removeprefix("requests.")
+        if int(value) > totals.get(resource, 0):
+            warnings.append(f"{resource} quota {value} is above the cluster's allocatable {totals.get(resource, 0)}")
+    return warnings

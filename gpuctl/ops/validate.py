@@ -1,0 +1,597 @@
+"""Prove the platform works: allocatable matches the configuration, one device plugin, and a
+CUDA smoke-test pod passes on the GPU nodes.
+
+In DRA mode (gpuctl.kube.dra.dra_mode: NVIDIA's DRA driver serves the GPUs) the same three checks read the
+driver's side: the devices each node's ResourceSlice publishes against the configuration (and no device
+plugin advertising the same GPUs), the driver's kubelet plugin ready on every node, and a smoke-test pod
+that gets its GPU through a ResourceClaim, which the scheduler must have allocated on a node of the group.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model import labels as L
+from gpuctl.util.errors import WaitTimeout
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.objects import ensure_namespace
+from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
+from gpuctl.util.progress import waiting
+from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
+from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kubernetes.client import ApiClient, V1Node
+
+    from gpuctl.model.catalog import GpuModel
+    from gpuctl.model.spec import GroupPlan
+    from gpuctl.ops.status import NodeDevices
+
+SMOKE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+SMOKE_NAMESPACE = "gpuctl-system"
+SMOKE_TIMEOUT_S = 120.0
+SMOKE_LABELS = {L.MANAGED_BY: L.MANAGER, "app.kubernetes.io/name": "gpuctl-smoke-test"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
+                       intended: dict[str, str | None] | None = None) -> dict[str, int]:
+    """What the device plugin should advertise on `node`, from its labels (with its group's `intended`
+    labels over them: a node that lacks its group's configuration is expected to have it all the same) and
+    the operator's ConfigMaps."""
+    labels = {k: v for k, v in {**(node.metadata.labels or {}), **(intended or {})}.items() if v is not None}
+    gpus = int(labels.get(L.GPU_COUNT, "0"))
+    mig_config = labels.get(L.MIG_CONFIG, "")
+    layout = layout_from_counts(mig_config, mig_configs[mig_config]) if mig_config in mig_configs else None
+    if layout is not None and layout.enabled:
+        strategy = labels.get("nvidia.com/mig.strategy", "single")  # GFD reports the operator's strategy
+        return {k: v for k, v in advertised_resources(layout, gpus, strategy).items() if v}
+    key = labels.get(CONFIG_LABEL)
+    sharing = parse_plugin_config(plugin_configs[key]) if key and key in plugin_configs else NO_SHARING
+    return {L.GPU_RESOURCE: gpus * sharing.replicas}
+
+
+def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> Check:
+    from gpuctl.kube.gpu_nodes import gpu_resources
+
+    wrong = [f"{n.metadata.name} has {gpu_resources(n) or 'none'}, expected {expected[n.metadata.name]}"
+             for n in nodes if gpu_resources(n) != expected[n.metadata.name]]
+    if wrong:
+        return Check("capacity", False, "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    total: dict[str, int] = {}
+    for per_node in expected.values():
+        for k, v in per_node.items():
+            total[k] = total.get(k, 0) + v
+    return Check("capacity", True, f"{len(nodes)} nodes advertise what was configured: {total}")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A DaemonSet's rollout as `kubectl rollout status` judges it (k8s.io/kubectl v0.36
+    pkg/polymorphichelpers/rollout_status.go:95-117, DaemonSetStatusViewer.Status: done when
+    status.observedGeneration >= metadata.generation, updatedNumberScheduled and numberAvailable both
+    reach desiredNumberScheduled), and its pods as they are now: the controller's counts lag a pod that
+    was just deleted (a device-plugin restart), so the nodes with a ready pod not being deleted count too."""
+
+    name: str  # namespace/name
+    desired: int
+    updated: int
+    available: int
+    ready: int  # status.numberReady
+    pods_ready: int  # nodes with a ready pod of it that is not being deleted
+    observed: bool  # the controller has seen the current spec
+    rolling: bool  # RollingUpdate: OnDelete pods take a new template only when deleted
+
+    def waiting_for(self) -> str | None:
+        """What the rollout still waits for (kubectl's words where it has them), None when it is done."""
+        if not self.observed:
+            return "waiting for the DaemonSet spec update to be observed"
+        if self.desired == 0:  # none scheduled yet: no node advertises GPUs from this plugin
+            return "0 of 0 pods ready (no node runs it yet)"
+        if self.rolling and self.updated < self.desired:
+            return f"rollout: {self.updated} of {self.desired} pods updated"
+        if self.available < self.desired:
+            return f"rollout: {self.available} of {self.desired} updated pods available"
+        if min(self.ready, self.pods_ready) < self.desired:
+            return f"{min(self.ready, self.pods_ready)} of {self.desired} pods ready"
+        return None
+
+
+def daemon_set_rollout(client: ApiClient, daemon_set: Any) -> Rollout:
+    """The Rollout of `daemon_set` (a V1DaemonSet), its pods read now."""
+    from kubernetes.client import CoreV1Api
+
+    meta, spec, status = daemon_set.metadata, daemon_set.spec, daemon_set.status
+    selector = ",".join(f"{k}={v}" for k, v in sorted(((spec.selector.match_labels if spec and spec.selector
+                                                         else None) or {}).items()))
+    try:
+        pods = json.loads(CoreV1Api(client).list_namespaced_pod(meta.namespace, label_selector=selector,
+                                                                _preload_content=False).data)["items"]
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"listing the pods of DaemonSet {meta.namespace}/{meta.name}") from None
+    ready_on = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")
+                and any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (p.get("status") or {}).get("conditions") or [])}
+    strategy = spec.update_strategy.type if spec and spec.update_strategy else None
+    return Rollout(
+        name=f"{meta.namespace}/{meta.name}",
+        desired=(status.desired_number_scheduled or 0) if status else 0,
+        updated=(status.updated_number_scheduled or 0) if status else 0,
+        available=(status.number_available or 0) if status else 0,
+        ready=(status.number_ready or 0) if status else 0,
+        pods_ready=len(ready_on - {None}),
+        observed=status is not None and (meta.generation or 0) <= (status.observed_generation or 0),
+        rolling=strategy in (None, "RollingUpdate"))
+
+
+def device_plugin_rollouts(client: ApiClient) -> tuple[list[str], Rollout | None]:
+    """The device-plugin DaemonSets (namespace/name; the MPS control daemon is not one) and, when there is
+    exactly one, its Rollout."""
+    from gpuctl.stack.owners import is_device_plugin, list_daemon_sets
+
+    plugins = [d for d in list_daemon_sets(client) if is_device_plugin(d.metadata.name)]
+    names = [f"{d.metadata.namespace}/{d.metadata.name}" for d in plugins]
+    return names, (daemon_set_rollout(client, plugins[0]) if len(plugins) == 1 else None)
+
+
+def check_node_config(nodes: list[V1Node], plans: dict[str, GroupPlan]) -> Check:
+    """Each node carries its node group's recorded configuration (sharing or MIG config, labels, taints):
+    a node added later (scaled, autoscaled) without it advertises less than its siblings."""
+    from gpuctl.kube.gpu_nodes import nodegroup_of
+    from gpuctl.ops.group_records import node_drift
+
+    drift: list[str] = []
+    for node in nodes:
+        plan = plans.get(nodegroup_of(node) or "")
+        if plan is not None:
+            taints = {(t.key, t.value or "", t.effect) for t in node.spec.taints or []}
+            drift += node_drift(node.metadata.name, node.metadata.labels or {}, taints, plan)
+    if drift:
+        more = f" (+{len(drift) - 5} more)" if len(drift) > 5 else ""
+        return Check("node-config", False, "; ".join(drift[:5]) + more + "; rerun 'gpuctl apply'")
+    return Check("node-config", True, f"{len(nodes)} nodes carry their node group's configuration")
+
+
+def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | None] | None = None) -> Check:
+    """Exactly one device-plugin DaemonSet (the MPS control daemon is not one), rolled out (as `kubectl
+    rollout status` says) with every pod ready. `found`: device_plugin_rollouts(client), when read already."""
+    names, rollout = found if found is not None else device_plugin_rollouts(client)
+    if rollout is None:
+        return Check("device-plugin", False, f"expected exactly one device-plugin DaemonSet, found {len(names)}: "
+                     f"{', '.join(names) or 'none'}")
+    namespace, name = rollout.name.split("/", 1)
+    if (waiting_for := rollout.waiting_for()) is not None:
+        return Check("device-plugin", False, f"{rollout.name}: {waiting_for}; "
+                     f"see 'kubectl rollout status -n {namespace} ds/{name}' and 'kubectl logs -n {namespace} ds/{name}'")
+    return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {rollout.name} "
+                 f"({rollout.ready} pods ready, rolled out)")
+
+
+def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
+              tolerations: list[dict[str, str]], claim: str | None = None) -> dict[str, Any]:
+    """The CUDA sample pod: one `resource` in its limits, or with `claim` its GPU from that ResourceClaim
+    (DRA mode; `resource` then only names the device class in messages)."""
+    if claim is None:
+        present, resources, claims = {"nvidia.com/gpu.present": "true"}, {"limits": {resource: "1"}}, {}
+    else:  # the GPU Operator's gpu.present label may be absent: the DRA driver installs without it
+        present = {L.NFD_NVIDIA_PCI: "true"}
+        resources = {"claims": [{"name": "gpu"}]}
+        claims = {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {**present, **node_labels},
+            "tolerations": tolerations,
+            **claims,
+            "containers": [{"name": "cuda-vectoradd", "image": image, "resources": resources}],
+        },
+    }
+
+
+def smoke_claim(name: str, device_class: str) -> dict[str, Any]:
+    """The smoke test's ResourceClaim: one device of `device_class` (gpu.nvidia.com or mig.nvidia.com)."""
+    from gpuctl.kube.dra import API_VERSION, device_request
+
+    return {"apiVersion": API_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
+            "spec": {"devices": {"requests": [device_request("gpu", device_class)]}}}
+
+
+def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: dict[str, str],
+                   tolerations: list[dict[str, str]], timeout: float = SMOKE_TIMEOUT_S) -> Check:
+    """Run the CUDA sample pod to completion; it passes on phase Succeeded with 'Test PASSED' logged."""
+    from kubernetes.client import CoreV1Api
+
+    v1 = CoreV1Api(client)
+    ensure_namespace(v1, SMOKE_NAMESPACE)
+    _await_default_service_account(v1)
+    name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
+    try:
+        v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, resource, node_labels, tolerations),
+                                 field_manager=L.MANAGER)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "creating the smoke-test pod") from None
+    try:
+        check, _ = _await_smoke_test(v1, name, f"1 x {resource}", timeout)
+        return check
+    finally:
+        _delete_smoke_pod(v1, name)
+
+
+def _delete_smoke_pod(v1: Any, name: str) -> None:
+    try:
+        v1.delete_namespaced_pod(name, SMOKE_NAMESPACE, grace_period_seconds=0)
+    except Exception as exc:  # noqa: BLE001
+        if not is_not_found(exc):
+            raise api_error(exc, "deleting the smoke-test pod") from None
+
+
+def _await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
+    """A new namespace's `default` ServiceAccount comes from kube-controller-manager a moment later;
+    until then the ServiceAccount admission plugin refuses every pod in it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v1.read_namespaced_service_account("default", SMOKE_NAMESPACE)
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not is_not_found(exc):
+                raise api_error(exc, f"reading {SMOKE_NAMESPACE}/default") from None
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"namespace {SMOKE_NAMESPACE} got no default ServiceAccount in {timeout:g}s",
+                              "check that kube-controller-manager runs")
+        time.sleep(0.2)
+
+
+def _await_smoke_test(v1: Any, name: str, gpu: str, timeout: float, pause: Callable[[], None] | None = None,
+                      pending: Callable[[Any], str] | None = None) -> tuple[Check, Any]:
+    """Until the pod is done or `timeout`; `pause` between reads (0.5 s), `pending` says why a pod that is
+    still pending at the deadline is (default: its events). The check, and the pod as last read."""
+    deadline = time.monotonic() + timeout
+    pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
+    with waiting(f"smoke-test pod {SMOKE_NAMESPACE}/{name} to finish", timeout) as wait:
+        while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+            wait.update(f"{pod.status.phase}" + (f" on {pod.spec.node_name}" if pod.spec.node_name else ""))
+            (pause or (lambda: time.sleep(0.5)))()
+            pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
+    phase = pod.status.phase
+    where = f"on {pod.spec.node_name}" if pod.spec.node_name else "unscheduled"
+    if phase not in ("Succeeded", "Failed"):
+        why = pending(pod) if pending is not None and not pod.spec.node_name else _diagnostics(v1, pod)
+        return Check("smoke-test", False, f"pod {name} still {phase} {where} after {timeout:.0f}s; {why}"), pod
+    try:
+        logs = v1.read_namespaced_pod_log(name, SMOKE_NAMESPACE)
+    except Exception as exc:  # noqa: BLE001
+        logs = f"(no log: {getattr(exc, 'reason', exc)})"
+    if phase == "Succeeded" and "Test PASSED" in logs:
+        return Check("smoke-test", True, f"CUDA vectoradd passed {where} with {gpu}"), pod
+    last = (logs.strip().splitlines() or ["(empty log)"])[-1]
+    return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {_diagnostics(v1, pod)}"), pod
+
+
+def _diagnostics(v1: Any, pod: Any) -> str:
+    parts = []
+    for status in pod.status.container_statuses or []:
+        state = status.state.terminated or status.state.waiting
+        if state is not None:
+            parts.append(f"container {status.name}: {state.reason or ''} exit {getattr(state, 'exit_code', '-')}")
+    events = v1.list_namespaced_event(SMOKE_NAMESPACE, field_selector=f"involvedObject.name={pod.metadata.name}").items
+    parts += [f"event {e.reason}: {e.message}" for e in events[-3:]]
+    if pod.spec.node_name:
+        node = v1.read_node(pod.spec.node_name)
+        bad = [f"{c.type}={c.status}" for c in node.status.conditions or []
+               if (c.type == "Ready") != (c.status == "True")]
+        parts.append(f"node {pod.spec.node_name} conditions: {', '.join(bad) or 'healthy'}")
+    return "; ".join(parts) or "no events"
+
+
+def read_configs(client: ApiClient) -> tuple[dict[str, str], dict[str, Any]]:
+    """The operator's device-plugin configs and mig-parted configs (in the namespace of the GPU Operator
+    gpuctl configures, which may be another's)."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.objects import read_config_map_data
+    from gpuctl.stack.existing import config_namespace
+
+    v1 = CoreV1Api(client)
+    namespace = config_namespace(client)
+    plugin = read_config_map_data(v1, namespace, DEVICE_PLUGIN_CONFIGMAP) or {}
+    mig_text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml", "")
+    mig = parse_mig_parted_config(mig_text) if mig_text else {}
+    return plugin, mig
+
+
+def smoke_resource(nodes: list[V1Node]) -> str:
+    """A MIG resource when the nodes advertise one (mixed strategy), else nvidia.com/gpu."""
+    from gpuctl.kube.gpu_nodes import gpu_resources
+
+    for node in nodes:
+        mig = sorted(k for k in gpu_resources(node) if k.startswith("nvidia.com/mig-"))
+        if mig:
+            return mig[0]
+    return L.GPU_RESOURCE
+
+
+def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOKE_IMAGE,
+                     timeout: float = SMOKE_TIMEOUT_S) -> list[Check]:
+    """Capacity against configuration, exactly one device plugin, and the CUDA smoke test (in DRA mode:
+    the driver's devices against configuration, its kubelet plugin on every node, a smoke test through a
+    ResourceClaim)."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.dra import dra_mode
+    from gpuctl.kube.gpu_nodes import NODEGROUP_LABELS, gpu_nodes, nodegroup_of
+    from gpuctl.ops.group_records import intended_labels, read_group_plans
+    from gpuctl.stack.existing import config_namespace
+
+    nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+    if not nodes:
+        return [Check("gpu-nodes", False, "no GPU nodes (label feature.node.kubernetes.io/pci-10de.present=true)")]
+    plugin, mig = read_configs(client)
+    labels = nodes[0].metadata.labels or {}
+    node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
+    pin = dict(list(node_labels.items())[:1])
+    taints = {(t.key, t.value or "", t.effect) for n in nodes for t in n.spec.taints or []}
+    tolerations = [{"key": k, "operator": "Equal", "value": v, "effect": e} if v else
+                   {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(taints)]
+    if dra_mode(client):
+        return validate_dra(client, nodes, mig, image, pin, tolerations, timeout)
+    plans = read_group_plans(CoreV1Api(client), config_namespace(client))
+    intended = {n.metadata.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
+                for n in nodes}
+    checks = [check_node_config(nodes, plans),
+              check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig, intended[n.metadata.name])
+                                     for n in nodes}),
+              check_device_plugins(client)]
+    checks.append(run_smoke_test(client, image, smoke_resource(nodes), pin, tolerations, timeout))
+    return checks
+
+
+# -- DRA mode -------------------------------------------------------------------------------------------
+
+
+def configured_layout(labels: dict[str, str], model: GpuModel | None,
+                      mig_configs: dict[str, Any]) -> MigLayout | None:
+    """The MIG layout a node is configured for: its nvidia.com/mig.config, from the MIG manager's configs
+    when they name it, else read back from the name gpuctl gave it (custom-<layout> or a named config).
+    None without MIG. ValueError for a name that is neither."""
+    from gpuctl.model.mig import layout_of_config_name
+
+    name = labels.get(L.MIG_CONFIG, "")
+    if not name or name == "all-disabled":
+        return None
+    if name in mig_configs:
+        return layout_from_counts(name, mig_configs[name])
+    if model is None:
+        raise ValueError(f"cannot read MIG config {name}: no known GPU model")
+    return layout_of_config_name(name, model)
+
+
+def expected_devices(node: V1Node, mig_configs: dict[str, Any]) -> int:
+    """How many devices the DRA driver should publish on `node`: one per GPU (gpuctl.dev/gpus-per-node,
+    else GFD's nvidia.com/gpu.count), or with a MIG layout configured, its MIG devices on every GPU (the
+    driver publishes a MIG-enabled GPU's MIG devices, not the GPU). ValueError for an unreadable layout."""
+    from gpuctl.kube.gpu_nodes import model_of
+
+    labels = node.metadata.labels or {}
+    gpus = int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or 0)
+    layout = configured_layout(labels, model_of(labels), mig_configs)
+    return gpus * len(layout.profiles) if layout is not None and layout.enabled else gpus
+
+
+def check_dra_capacity(nodes: list[V1Node], published: dict[str, NodeDevices], mig_configs: dict[str, Any]) -> Check:
+    """Each node's slices publish the devices its configuration gives, and no device plugin advertises
+    the same GPUs (they would be handed out twice: to nvidia.com/gpu limits and to claims)."""
+    from gpuctl.kube.gpu_nodes import gpu_resources
+
+    wrong, total = [], 0
+    for node in nodes:
+        name, labels = node.metadata.name, node.metadata.labels or {}
+        try:
+            expected = expected_devices(node, mig_configs)
+        except ValueError as exc:
+            wrong.append(f"{name}: {exc}")
+            continue
+        have = published.get(name)
+        count = len(have.devices) if have is not None else 0
+        total += count
+        if have is None:
+            wrong.append(f"{name} publishes no ResourceSlice, expected {expected} devices (is the DRA driver's "
+                         f"kubelet plugin running there?)")
+        elif count != expected:
+            mig = f" (MIG config {labels[L.MIG_CONFIG]}, state {labels.get(L.MIG_STATE, 'none')})" \
+                if labels.get(L.MIG_CONFIG) else ""
+            wrong.append(f"{name} publishes {count} devices, expected {expected}{mig}")
+        if plugin := gpu_resources(node):
+            wrong.append(f"{name} also advertises {plugin} from a device plugin: the same GPUs would be handed "
+                         f"out twice (turn the device plugin off: GPU Operator devicePlugin.enabled=false)")
+    if wrong:
+        return Check("capacity", False, "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    allocated = sum(published[n.metadata.name].in_use for n in nodes)
+    return Check("capacity", True, f"{len(nodes)} nodes publish what was configured: {total} devices of "
+                 f"driver gpu.nvidia.com ({allocated} allocated)")
+
+
+def check_kubelet_plugins(nodes: list[V1Node], pods: dict[str, Any]) -> Check:
+    """The DRA driver's kubelet plugin (`pods`: node -> its pod) is ready on every node."""
+    from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, plugin_state
+
+    states = {n.metadata.name: plugin_state(pods.get(n.metadata.name)) for n in nodes}
+    bad = [f"{node}: {state}" for node, state in states.items() if state != "ready"]
+    ready = len(states) - len(bad)
+    if bad:
+        return Check("dra-driver", False, f"kubelet plugin ready on {ready} of {len(states)} nodes; "
+                     f"{', '.join(bad[:5])}; see 'kubectl get pods -A -l {DRA_PLUGIN_SELECTOR}'")
+    namespaces = sorted({p.metadata.namespace for p in pods.values()})
+    return Check("dra-driver", True, f"DRA kubelet plugin ready on {ready} of {ready} nodes "
+                 f"(namespace {', '.join(namespaces)})")
+
+
+def validate_dra(client: ApiClient, nodes: list[V1Node], mig_configs: dict[str, Any], image: str,
+                 pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float) -> list[Check]:
+    from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS
+    from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, NodeDevices, pods_by_node, read_node_devices
+
+    published = read_node_devices(client)
+    mine = [published.get(n.metadata.name, NodeDevices((), frozenset())) for n in nodes]
+    # full GPUs where any node has one; MIG devices only where the nodes publish nothing else
+    device_class = MIG_CLASS if any(m.devices for m in mine) and all(m.mig_only for m in mine if m.devices) \
+        else GPU_CLASS
+    return [check_dra_capacity(nodes, published, mig_configs),
+            check_kubelet_plugins(nodes, pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")),
+            run_dra_smoke_test(client, image, device_class, pin, tolerations, {n.metadata.name for n in nodes},
+                               timeout)]
+
+
+class ClaimWatch:
+    """The first allocation a ResourceClaim had, seen by a watch from the claim's creation on. Reading the
+    claim after the smoke test is not enough: the resource claim controller clears the allocation as soon
+    as the pod is done (Kubernetes v1.36.3 pkg/controller/resourceclaim/controller.go:1461-1490)."""
+
+    def __init__(self, client: ApiClient, name: str, resource_version: str) -> None:
+        from kubernetes.client import ResourceV1Api
+
+        self.api = ResourceV1Api(client)
+        self.name = name
+        self.resource_version = resource_version
+        self.allocation: dict[str, Any] | None = None
+
+    def _seen(self, claim: dict[str, Any]) -> None:
+        self.resource_version = claim["metadata"]["resourceVersion"]
+        if self.allocation is None:
+            self.allocation = (claim.get("status") or {}).get("allocation")
+
+    def follow(self, seconds: int = 1) -> None:
+        """Take the claim's changes for up to `seconds` (the server ends the watch then)."""
+        try:
+            response = self.api.list_namespaced_resource_claim(
+                SMOKE_NAMESPACE, field_selector=f"metadata.name={self.name}", resource_version=self.resource_version,
+                watch=True, timeout_seconds=seconds, _preload_content=False)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"watching ResourceClaim {SMOKE_NAMESPACE}/{self.name}") from None
+        try:
+            buffer = b""
+            for chunk in response.stream(amt=None, decode_content=True):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in filter(None, lines):
+                    event = json.loads(line)
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._seen(event["object"])
+                    elif event["type"] == "ERROR":  # e.g. 410 Gone: too old a version; read the claim instead
+                        self.read()
+                        return
+        finally:
+            response.release_conn()
+
+    def read(self) -> None:
+        try:
+            self._seen(json.loads(self.api.read_namespaced_resource_claim(
+                self.name, SMOKE_NAMESPACE, _preload_content=False).data))
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"reading ResourceClaim {SMOKE_NAMESPACE}/{self.name}") from None
+
+
+def check_allocation(allocation: dict[str, Any] | None, node: str | None, group: set[str]) -> str | None:
+    """None when the claim's `allocation` gave the pod (bound to `node`) a device of the GPU driver on that
+    node, and the node is one of the `group`; else what is wrong."""
+    from gpuctl.kube.dra import DRIVER
+
+    if allocation is None:
+        return "its ResourceClaim was never allocated"
+    results = (allocation.get("devices") or {}).get("results") or []
+    ours = [r for r in results if r.get("driver") == DRIVER]
+    if not ours:
+        return f"its ResourceClaim holds no device of driver {DRIVER}: {results}"
+    pools = sorted({r.get("pool") for r in ours})
+    if node not in group:
+        return f"it ran on {node}, which is not a node of the node group"
+    if pools != [node]:
+        return f"its ResourceClaim was allocated devices of {', '.join(map(str, pools))}, not of {node}"
+    return None
+
+
+def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_labels: dict[str, str],
+                       tolerations: list[dict[str, str]], group: set[str], timeout: float = SMOKE_TIMEOUT_S) -> Check:
+    """The CUDA sample with its GPU from a ResourceClaim of `device_class` made next to it (deleted with
+    it); it passes when the pod passes and the scheduler allocated the claim a device on the pod's node,
+    a node of `group`."""
+    from kubernetes.client import CoreV1Api, ResourceV1Api
+
+    v1 = CoreV1Api(client)
+    ensure_namespace(v1, SMOKE_NAMESPACE)
+    _await_default_service_account(v1)
+    name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
+    try:
+        created = json.loads(ResourceV1Api(client).create_namespaced_resource_claim(
+            SMOKE_NAMESPACE, smoke_claim(name, device_class), field_manager=L.MANAGER, _preload_content=False).data)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "creating the smoke test's ResourceClaim") from None
+    claims = ClaimWatch(client, name, created["metadata"]["resourceVersion"])
+    try:
+        try:
+            v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, device_class, node_labels, tolerations,
+                                                                claim=name), field_manager=L.MANAGER)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, "creating the smoke-test pod") from None
+        try:
+            check, pod = _await_smoke_test(v1, name, f"1 {device_class} device from ResourceClaim {name}", timeout,
+                                           pause=claims.follow,
+                                           pending=lambda p: _unallocatable(client, v1, p, device_class, group))
+            if not check.ok:
+                return check
+            if claims.allocation is None:
+                claims.follow()  # changes up to now that the last watch did not reach
+            wrong = check_allocation(claims.allocation, pod.spec.node_name, group)
+            if wrong is not None:
+                return Check("smoke-test", False, f"pod {name} passed on {pod.spec.node_name}, but {wrong}")
+            devices = ", ".join(sorted(r["device"] for r in claims.allocation["devices"]["results"]))
+            return Check("smoke-test", True, f"{check.detail} (allocated by the scheduler: {devices} of "
+                         f"{pod.spec.node_name})")
+        finally:
+            _delete_smoke_pod(v1, name)
+    finally:
+        try:
+            ResourceV1Api(client).delete_namespaced_resource_claim(name, SMOKE_NAMESPACE, _preload_content=False)
+        except Exception as exc:  # noqa: BLE001
+            if not is_not_found(exc):
+                raise api_error(exc, "deleting the smoke test's ResourceClaim") from None
+
+
+def _unallocatable(client: ApiClient, v1: Any, pod: Any, device_class: str, group: set[str]) -> str:
+    """Why the smoke-test pod stayed unscheduled, and the fix, in one line: when the scheduler found no
+    free device (its PodScheduled condition), how many of the group's devices are allocated."""
+    from gpuctl.ops.status import read_node_devices
+
+    scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+    if scheduled is None or scheduled.reason != "Unschedulable":
+        return _diagnostics(v1, pod)
+    said = " ".join((scheduled.message or "").split())
+    published = read_node_devices(client)
+    total = sum(len(published[n].devices) for n in group if n in published)
+    used = sum(published[n].in_use for n in group if n in published)
+    if total and used >= total:
+        return (f"no free {device_class} device on the node group ({used} of {total} allocated to ResourceClaims; "
+                f"scheduler: {said}); free one (delete a pod that holds a claim, see 'kubectl get resourceclaims "
+                f"-A') or add nodes ('gpuctl nodegroup scale')")
+    return (f"the scheduler cannot allocate a {device_class} device on the node group's nodes ({used} of "
+            f"{total} allocated; scheduler: {said}); see 'gpuctl status' and 'kubectl describe pod -n "
+            f"{SMOKE_NAMESPACE} {pod.metadata.name}'")

@@ -1,0 +1,272 @@
+"""Kueue's real controller manager (sigs.k8s.io/kueue, pinned in gpuctl/tools/pins.py) beside a sim cluster.
+
+The manager runs as a detached process of this machine, as the sim's control-plane components do,
+with everything it needs under <cluster dir>/kueue (config, self-signed certificates, pid file) and
+its log in <cluster dir>/logs/kueue.log. How it is made to run out of cluster, from Kueue v0.19.2's
+source (cmd/kueue/main.go, apis/config/v1beta2, pkg/features/kube_features.go):
+- leaderElection.leaderElect false: leader election is on by default and needs an in-cluster namespace.
+- internalCertManagement.enable false: otherwise BootstrapCerts waits, without end, for a Secret the
+  kubelet would mount. The webhook server still always starts (its webhooks are registered
+  unconditionally) and needs tls.crt/tls.key in webhook.certDir: a self-signed pair, served on
+  127.0.0.1 only. No webhook configuration is applied, so the API server never calls it: a Job must be
+  created suspended, with the `kueue.x-k8s.io/queue-name` label (no webhook defaults either).
+- The metrics cert watcher reads /etc/kueue/metrics/certs whenever internal cert management is off;
+  gpuctl's build (gobuild.py, KUEUE_MAIN_PATCHES) takes the directory from GPUCTL_KUEUE_METRICS_CERT_DIR,
+  pointed at the same pair. metrics.bindAddress "0" turns the metrics server off ("" means the default).
+- VisibilityOnDemand=false: the visibility API server would need /visibility/tls.{crt,key}.
+- DisableWaitForPodsReady=true: no kubelet makes pods Ready, so waitForPodsReady (on by default in
+  v0.19) would evict every admitted workload after 30 minutes.
+- integrations.frameworks [batch/job] only; otherwise the Configuration gpuctl installs on clouds, DRA's
+  deviceClassMappings included (stack/kueue.py). The manager reads its Configuration once, at start: one
+  whose config file is not what gpuctl renders now (a gpuctl of another version wrote it) is restarted.
+The manager's informers need all eleven kueue.x-k8s.io CRDs: apply those in kueue_crds_dir() (made by
+controller-gen from Kueue's API types at build time) before start_kueue.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from gpuctl.util.errors import ClusterError, WaitTimeout
+from gpuctl.util.output import info
+from gpuctl.simulator.kwok import KwokCluster, _write_atomic
+from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait, read_argv
+from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
+from gpuctl.tools.installer import ensure_tools
+
+log = logging.getLogger(__name__)
+
+CRDS_DIR = "kueue-crds"  # beside the binary in the tool cache (pins.py: the kueue Tool's extras)
+FEATURE_GATES = "VisibilityOnDemand=false,DisableWaitForPodsReady=true"
+READY_TIMEOUT_S = 120.0
+
+
+def kueue_crds_dir() -> Path:
+    """The directory of Kueue's CRDs (one kueue.x-k8s.io_<plural>.yaml each), built when absent."""
+    [tool] = ensure_tools(["kueue"], info)
+    return tool.path.parent / CRDS_DIR
+
+
+def _kueue_dir(cluster: str) -> Path:
+    return KwokCluster(cluster).dir / "kueue"
+
+
+def _pid_file(cluster: str) -> Path:
+    return _kueue_dir(cluster) / "kueue.pid"
+
+
+def _config_path(cluster: str) -> Path:
+    return _kueue_dir(cluster) / "config.yaml"
+
+
+def _log_path(cluster: str) -> Path:
+    return KwokCluster(cluster).dir / "logs" / "kueue.log"
+
+
+def _argv(binary: Path, cluster: str) -> list[str]:
+    return [str(binary), "--config", str(_config_path(cluster)), "--kubeconfig",
+            str(KwokCluster(cluster).kubeconfig_path), f"--feature-gates={FEATURE_GATES}"]
+
+
+def _is_kueue(argv: tuple[str, ...], cluster: str) -> bool:
+    """A Kueue manager of this cluster: the binary named kueue, run with this cluster's config."""
+    return Path(argv[0]).name == "kueue" and flag(argv, "--config") == str(_config_path(cluster))
+
+
+def _procs(cluster: str) -> list[Proc]:
+    return [p for p in all_procs() if p.pid != os.getpid() and _is_kueue(p.argv, cluster)]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write_certs(certs: Path) -> None:
+    """A self-signed serving pair for 127.0.0.1/localhost (webhook and metrics cert watcher)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuctl-sim-kueue")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=365))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    certs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_atomic(certs / "tls.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()).decode())
+    _write_atomic(certs / "tls.crt", cert.public_bytes(serialization.Encoding.PEM).decode())
+
+
+def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> str:
+    """The manager's Configuration (config.kueue.x-k8s.io/v1beta2; decoded strictly: no unknown keys):
+    the one gpuctl installs on clouds (stack/kueue.py), made to run out of cluster (see above)."""
+    from gpuctl.stack.kueue import manager_config
+
+    config = {
+        **manager_config(),
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "integrations": {"frameworks": ["batch/job"]},  # no webhooks here: other kinds could not be suspended
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def ensure_kueue(cluster: str) -> bool:
+    """Kueue on a sim cluster: its CRDs (server-side applied) and its manager; True if either was missing."""
+    from gpuctl.tools.installer import find_tool
+
+    crds = kueue_crds_dir()
+    kubectl = find_tool("kubectl")
+    kwok = KwokCluster(cluster)
+    probe = subprocess.run([str(kubectl), "--kubeconfig", str(kwok.kubeconfig_path), "get", "crd", "-o", "name"],
+                           capture_output=True, text=True, timeout=120)
+    have = set(probe.stdout.split())
+    wanted = {f"customresourcedefinition.apiextensions.k8s.io/{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}"
+              for p in crds.glob("*.yaml")}
+    missing = not wanted <= have
+    if missing:
+        proc = subprocess.run([str(kubectl), "--kubeconfig", str(kwok.kubeconfig_path), "apply", "--server-side",
+                               "--force-conflicts", "--field-manager", "gpuctl", "-f", str(crds)],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode == 0:  # served only once established
+            proc = subprocess.run([str(kubectl), "--kubeconfig", str(kwok.kubeconfig_path), "wait",
+                                   "--for=condition=Established", "--timeout=60s", "-f", str(crds)],
+                                  capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise ClusterError(f"applying Kueue's CRDs to sim cluster {cluster!r} failed: {proc.stderr.strip()}",
+                               "see the cluster's kube-apiserver log")
+    running = get_kueue_pid(cluster) is not None
+    start_kueue(cluster)
+    return missing or not running
+
+
+def _health_address(cluster: str) -> str:
+    config = yaml.safe_load(_config_path(cluster).read_text())
+    return str(config["health"]["healthProbeBindAddress"])
+
+
+def _log_tail(cluster: str, lines: int = 3) -> str:
+    path = _log_path(cluster)
+    if not path.exists():
+        return ""
+    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+def get_kueue_pid(cluster: str) -> int | None:
+    """The pid of the cluster's Kueue manager when its pid file names a live one; None otherwise."""
+    try:
+        pid = int(_pid_file(cluster).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    argv = read_argv(pid)
+    return pid if argv is not None and _is_kueue(argv, cluster) else None
+
+
+def wait_for_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> None:
+    """Block until the manager answers /readyz (its webhook server is up and nothing waits for certs);
+    ClusterError as soon as it has exited, WaitTimeout after `timeout` seconds."""
+    url = f"http://{_health_address(cluster)}/readyz"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through a proxy
+    deadline = time.monotonic() + timeout
+    while True:
+        if get_kueue_pid(cluster) is None:
+            raise ClusterError(f"Kueue's manager of sim cluster {cluster!r} exited: {_log_tail(cluster)}",
+                               f"its log is {_log_path(cluster)}")
+        try:
+            with opener.open(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"Kueue's manager of sim cluster {cluster!r} is not ready after {timeout:.0f}s",
+                              f"its log is {_log_path(cluster)}")
+        time.sleep(0.2)
+
+
+def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
+    """Run Kueue's manager for a sim cluster and return its pid once it is ready (wait_for_kueue).
+    Idempotent: a manager of the pinned binary already running for the cluster is kept; one of another
+    binary (an older pin) is stopped first. Builds the tool on first use (minutes)."""
+    kwok = KwokCluster(cluster)
+    [tool] = ensure_tools(["kueue"], info)  # before the lock: a first build takes minutes
+    with kwok.lock():
+        if not kwok.complete:
+            raise ClusterError(f"no sim cluster {cluster!r}",
+                               f"create it: gpuctl cluster create --cloud sim --name {cluster}")
+        want = _argv(tool.path, cluster)
+        procs = _procs(cluster)
+        current = next((p for p in procs if list(p.argv) == want and _config_is_current(cluster)), None)
+        kill_and_wait([p for p in procs if p is not current])
+        if current is not None:
+            if get_kueue_pid(cluster) != current.pid:
+                _write_atomic(_pid_file(cluster), f"{current.pid}\n")
+            pid = current.pid
+        else:
+            pid = _start(tool.path, cluster, want)
+    wait_for_kueue(cluster, timeout)
+    return pid
+
+
+def _config_is_current(cluster: str) -> bool:
+    """Whether the config file is the one gpuctl would render now, with the ports and certs it names."""
+    try:
+        text = _config_path(cluster).read_text()
+        config = yaml.safe_load(text)
+        webhook, health = config["webhook"], config["health"]["healthProbeBindAddress"]
+        wanted = render_kueue_config(Path(webhook["certDir"]), int(webhook["port"]), int(health.rsplit(":", 1)[1]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return False
+    return text == wanted
+
+
+def _start(binary: Path, cluster: str, argv: list[str]) -> int:
+    directory = _kueue_dir(cluster)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    certs = directory / "certs"
+    _write_certs(certs)
+    _write_atomic(_config_path(cluster), render_kueue_config(certs, _free_port(), _free_port()))
+    _log_path(cluster).parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **{KUEUE_METRICS_CERT_ENV: str(certs)})
+    env.pop("KUBECONFIG", None)  # --kubeconfig names the cluster's; nothing else may be picked up
+    log.info("starting %s", " ".join(argv))
+    with os.fdopen(os.open(_log_path(cluster), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as log_file:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True, umask=0o077)
+    # Popen returns when exec has closed its pipe, which is before the kernel has set the new program's
+    # command line: until then /proc/<pid>/cmdline is empty and the pid would not read as ours.
+    deadline = time.monotonic() + 5.0
+    while read_argv(proc.pid) is None and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _write_atomic(_pid_file(cluster), f"{proc.pid}\n")
+    return proc.pid
+
+
+def stop_kueue(cluster: str) -> None:
+    """Stop the cluster's Kueue manager, whether or not its pid file names it (found through /proc).
+    Does not take the cluster's lock: KwokCluster.remove calls it with the lock held."""
+    kill_and_wait(_procs(cluster))
+    _pid_file(cluster).unlink(missing_ok=True)

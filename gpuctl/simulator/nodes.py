@@ -1,0 +1,100 @@
+"""Fake GPU nodes for kwok: the labels and capacity a real node has after NFD + GFD."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GpuModel
+from gpuctl.model.spec import NodeGroupSpec
+
+DRIVER_VERSION = "570.172.08"  # what the simulated node image ships
+CUDA_VERSION = (12, 8)  # the newest CUDA that driver runs; newer CUDA images fail on it
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SYSTEM_NODE = "system-0"
+
+
+def node_name(group: str, index: int) -> str:
+    return f"{group}-{index}"
+
+
+def gpu_labels(model: GpuModel, gpus_per_node: int) -> dict[str, str]:
+    """Labels NFD and GPU Feature Discovery put on a node with `gpus_per_node` x `model`."""
+    major, minor = model.compute_capability
+    return {
+        L.NFD_NVIDIA_PCI: "true",
+        L.GPU_PRODUCT: model.product,
+        L.GPU_MEMORY: str(model.memory_mib),
+        L.GPU_COUNT: str(gpus_per_node),
+        L.GPU_FAMILY: model.family,
+        L.COMPUTE_MAJOR: str(major),
+        L.COMPUTE_MINOR: str(minor),
+        L.DRIVER_VERSION: DRIVER_VERSION,
+        L.DRIVER_MAJOR: DRIVER_VERSION.split(".")[0],
+        L.CUDA_RUNTIME: ".".join(map(str, CUDA_VERSION)),
+        L.MIG_CAPABLE: str(model.mig_capable).lower(),
+        L.MPS_CAPABLE: "true",
+    }
+
+
+def node_labels(group: NodeGroupSpec, name: str) -> dict[str, str]:
+    return {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": f"sim-{group.gpu.name}-x{group.gpus_per_node}",
+        "type": "kwok",
+        L.MANAGED_BY: L.MANAGER,
+        L.NODEGROUP: group.name,
+        L.GPU_MODEL: group.gpu.name,
+        L.GPUS_PER_NODE: str(group.gpus_per_node),
+        **gpu_labels(group.gpu, group.gpus_per_node),
+    }
+
+
+def node_capacity(group: NodeGroupSpec) -> dict[str, str]:
+    # A plausible host per GPU: 8 vCPU and 64 GiB each, like the big GPU instance types. No nvidia.com/gpu:
+    # like a node of an NVIDIA AMI (AL2023_x86_64_NVIDIA, Magnum's GPU images), it advertises GPUs once a
+    # device plugin runs on it; a node that registers with them has a plugin on its host (Bottlerocket).
+    return {
+        "cpu": str(8 * group.gpus_per_node),
+        "memory": f"{64 * group.gpus_per_node}Gi",
+        "ephemeral-storage": "500Gi",
+        "pods": "110",
+    }
+
+
+def render_node(group: NodeGroupSpec, index: int) -> dict[str, Any]:
+    """The Node object for member `index` of `group`, status included (kept on create)."""
+    name = node_name(group.name, index)
+    capacity = node_capacity(group)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": node_labels(group, name),
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        # A node registers with its group's taints, as EKS node groups and Magnum's node_taints do.
+        "spec": {"taints": [t.as_dict() for t in group.taints]},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def render_system_node() -> dict[str, Any]:
+    """The sim cluster's CPU node for cluster services; no GPU, no taint."""
+    capacity = {"cpu": "16", "memory": "64Gi", "ephemeral-storage": "500Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": SYSTEM_NODE,
+            "labels": {"kubernetes.io/hostname": SYSTEM_NODE, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "type": "kwok", L.MANAGED_BY: L.MANAGER,
+                       "gpuctl.dev/role": "system"},
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }

@@ -1,0 +1,418 @@
+"""The simulated GPU Operator of a sim cluster: what the operator, the device plugin, GPU Feature
+Discovery, the MIG manager, the DRA driver's kubelet plugin and the CUDA runtime do on real GPU nodes,
+played against kwok's fake nodes.
+
+It runs as long as the sim cluster runs (started and stopped with it), and meanwhile restarts the
+control-plane components that exit, as the kubelet restarts a control plane's static pods (supervisor.py).
+Its GPU Operator part is idle until a ClusterPolicy exists: like the real operator it takes its inputs
+from the ClusterPolicy the chart renders (gpuctl's bundled stand-in chart, or NVIDIA's own through
+--charts DIR, or NVIDIA's chart installed by someone else under any release name). Faithful to upstream
+where it matters to gpuctl:
+- the release name does not matter; operands and their ConfigMaps live in the operator's own
+  namespace (OPERATOR_NAMESPACE, the namespace of its Deployment);
+- the operator's node labels and DaemonSets, with their names, labels and node selectors (operands.py);
+- the device plugin loads each node's config with the real plugin's code (device_plugin.py); a
+  config it refuses leaves the node without GPUs and the plugin pod crash-looping;
+- allocatable nvidia.com/gpu = GPUs x replicas, labels nvidia.com/gpu.replicas, .sharing-strategy,
+  nvidia.com/mps.capable and product "-SHARED" (GPU Feature Discovery);
+- an edited config is NOT reloaded until the node's device-plugin pod restarts (upstream defect);
+- nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed; as the real MIG
+  manager does when it starts, a label whose state is not the answer to it (cleared, or left pending by
+  an operator that died) is answered too, `success` at once where the config is the one applied;
+- with the device plugin off in the ClusterPolicy (DRA mode), no nvidia.com/gpu or nvidia.com/mig-* on the node;
+- a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version; it gets its GPU
+  from the device plugin (resources.limits, with a ClusterPolicy) or from a ResourceClaim the scheduler
+  allocated on its node (with or without one).
+The DRA driver's kubelet plugin needs no ClusterPolicy (the driver's chart installs without the GPU
+Operator): on every node where a pod of its DaemonSet runs, the node's ResourceSlice is published, and
+withdrawn when the pod goes (sim/dra.py sync_plugin_slices).
+
+Run: python -m gpuctl.simulator.operator --kubeconfig FILE --logs DIR [--stamp STAMP]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GpuModel
+from gpuctl.kube.dra import DRIVER
+from gpuctl.util.errors import UsageError
+from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.client import api_client, core, is_not_found
+from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
+from gpuctl.model.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
+from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
+from gpuctl.simulator.dra import sync_plugin_slices
+from gpuctl.simulator.nodes import CUDA_VERSION
+from gpuctl.simulator.operands import (CLUSTER_POLICY, HASH_ANNOTATION, OPERANDS, Policy, is_gpu_node, node_labels,
+                                           render_daemon_set)
+from gpuctl.simulator.supervisor import Supervisor
+from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
+from gpuctl.stack.existing import OPERATOR_SELECTOR
+from gpuctl.stack.values import NAMESPACE
+from gpuctl.tools.installer import find_tool
+
+log = logging.getLogger("gpuctl.sim.operator")
+
+POLL_S = 1.0
+LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod loaded, and when
+MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
+EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stages (templates/sim/stages.yaml)
+CRASH = "sim.gpuctl.dev/crash"  # a plugin pod that exited with this error; its Stage makes it not ready
+CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
+GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
+DEVICE_PLUGIN = next(o for o in OPERANDS if o.name == L.DEVICE_PLUGIN_APP)
+
+
+class SimOperator:
+    def __init__(self, kubeconfig: Path, logs: Path) -> None:
+        self.v1 = core(api_client(kubeconfig))
+        from kubernetes.client import AppsV1Api, CustomObjectsApi
+
+        self.custom = CustomObjectsApi(self.v1.api_client)
+        self.apps = AppsV1Api(self.v1.api_client)
+        self.logs = logs
+        self.upstreamcheck = find_tool("upstreamcheck")
+        self.namespace = NAMESPACE
+        self.mig_seen: set[str] = set()  # nodes whose MIG config this process has looked at
+
+    def operator_namespace(self) -> str:
+        """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the chart's
+        templates/operator.yaml sets it from metadata.namespace), whatever the release is called.
+        It runs its operands there and reads the ConfigMaps its ClusterPolicy names from there."""
+        items = self.apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
+        if not items:
+            return NAMESPACE
+        return sorted(items, key=lambda d: d.metadata.creation_timestamp)[0].metadata.namespace
+
+    def policy(self) -> Policy | None:
+        try:
+            items = self.custom.list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return None  # no ClusterPolicy CRD: the GPU Operator is not installed
+            raise
+        if not items:
+            return None
+        first = sorted(items, key=lambda i: i["metadata"]["creationTimestamp"])[0]
+        return Policy(first["metadata"]["name"], first["metadata"]["uid"], first.get("spec") or {})
+
+    def _config_map(self, name: str) -> dict[str, str] | None:
+        try:
+            return self.v1.read_namespaced_config_map(name, self.namespace).data or {}
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return None
+            raise
+
+    def reconcile(self) -> None:
+        """One pass: the GPU Operator's part (with a ClusterPolicy), the DRA driver's kubelet plugins (with
+        or without one), the CUDA runtime. A part that fails is logged and does not hold up the others."""
+        policy = self._guarded("gpu-operator", self._reconcile_operator)
+        self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.v1.api_client))
+        self._guarded("cuda-samples", lambda: self._run_cuda_samples(device_plugin=policy is not None))
+
+    @staticmethod
+    def _guarded(part: str, run: Callable[[], Any]) -> Any:
+        try:
+            return run()
+        except Exception:  # noqa: BLE001 - keep simulating; the API server may be restarting
+            log.exception("reconcile failed: %s", part)
+            return None
+
+    def _reconcile_operator(self) -> Policy | None:
+        policy = self.policy()
+        if policy is None:
+            return None
+        self.namespace = self.operator_namespace()
+        nodes = [n for n in self.v1.list_node().items if is_gpu_node(n.metadata.labels or {})]
+        if nodes:  # the operator creates no DaemonSet in a cluster without GPU nodes
+            self._ensure_daemon_sets(policy)
+        plugin_name, _ = policy.plugin_config
+        plugin_configs = self._config_map(plugin_name) if plugin_name else None
+        mig_name, _ = policy.mig_config
+        try:  # without a custom ConfigMap the real MIG manager generates configs from the hardware
+            text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
+            mig_configs = parse_mig_parted_config(text) if text else {}
+        except ValueError:
+            mig_configs = {}
+        plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
+            self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items if p.spec.node_name and p.status.phase == "Running"}
+        for node in nodes:
+            self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
+                                 plugin_pods.get(node.metadata.name))
+        return policy
+
+    def _ensure_daemon_sets(self, policy: Policy) -> None:
+        existing = {d.metadata.name: d for d in self.apps.list_namespaced_daemon_set(self.namespace).items}
+        for operand in OPERANDS:
+            current = existing.get(operand.name)
+            if not policy.enabled(operand):
+                owned = current is not None and any(r.uid == policy.uid for r in current.metadata.owner_references or [])
+                if owned:
+                    self.apps.delete_namespaced_daemon_set(operand.name, self.namespace)
+                continue
+            body = render_daemon_set(operand, policy, self.namespace)
+            if current is None or (current.metadata.annotations or {}).get(HASH_ANNOTATION) != \
+                    body["metadata"]["annotations"][HASH_ANNOTATION]:
+                self.apps.patch_namespaced_daemon_set(operand.name, self.namespace, body, field_manager="gpu-operator",
+                                                      force=True, _content_type=APPLY_PATCH)
+
+    def _load(self, node: Any, model: GpuModel, policy: Policy, plugin_name: str,
+              plugin_configs: dict[str, str] | None, mig_enabled: bool) -> PluginLoad:
+        labels = node.metadata.labels or {}
+        if plugin_name and plugin_configs is None:
+            return PluginLoad(error=f'configmap "{plugin_name}" not found')  # the pod cannot mount it
+        if self.upstreamcheck is None:
+            return PluginLoad(error="upstreamcheck is not installed: run 'gpuctl sim install'")
+        _, default = policy.plugin_config
+        return load_plugin_config(self.upstreamcheck, plugin_configs, labels.get(CONFIG_LABEL, ""), default,
+                                  policy.mig_strategy, model.compute_capability, mig_enabled)
+
+    def _reconcile_node(self, node: Any, policy: Policy, plugin_name: str, plugin_configs: dict[str, str] | None,
+                        mig_configs: dict[str, dict[str, int] | None], plugin_pod: Any) -> None:
+        labels = node.metadata.labels or {}
+        annotations = node.metadata.annotations or {}
+        model = model_of(labels)
+        if model is None:
+            return
+        gpus = int(labels.get(L.GPU_COUNT, "1"))
+        want_labels: dict[str, str | None] = dict(node_labels(policy, labels, model.mig is not None))
+        want_annotations: dict[str, str | None] = {}
+        applied = annotations.get(MIG_APPLIED)
+        mig_enabled = bool(applied and applied in mig_configs and layout_from_counts(applied, mig_configs[applied]).enabled)
+
+        # Device plugin: load the node's config when its pod (re)starts, the label or the MIG strategy
+        # changes, or (a crash loop) while the last load failed.
+        key = labels.get(CONFIG_LABEL, "")
+        inputs = hashlib.sha256(json.dumps([key, policy.mig_strategy, policy.plugin_config, mig_enabled]).encode()).hexdigest()[:12]
+        loaded = json.loads(annotations.get(LOADED, "null"))
+        pod_uid = plugin_pod.metadata.uid if plugin_pod is not None else None
+        if pod_uid is not None and (loaded is None or loaded["pod"] != pod_uid or loaded["inputs"] != inputs
+                                    or loaded.get("error")):
+            result = self._load(node, model, policy, plugin_name, plugin_configs, mig_enabled)
+            if loaded and loaded.get("error") and loaded["pod"] == pod_uid and result.error is None:
+                self.v1.delete_namespaced_pod(plugin_pod.metadata.name, self.namespace)  # the crash loop restarts it
+                result = PluginLoad(error=loaded["error"])  # until then it still has the old outcome
+            elif result.error is not None and (plugin_pod.metadata.annotations or {}).get(CRASH) != result.error:
+                self.v1.patch_namespaced_pod(plugin_pod.metadata.name, self.namespace,
+                                             {"metadata": {"annotations": {CRASH: result.error}}},
+                                             _content_type=MERGE_PATCH)
+            loaded = {"pod": pod_uid, "inputs": inputs, "strategy": result.sharing.strategy,
+                      "replicas": result.sharing.replicas, "error": result.error}
+            if json.dumps(loaded, sort_keys=True) != annotations.get(LOADED):
+                want_annotations[LOADED] = json.dumps(loaded, sort_keys=True)
+        serving = loaded is not None and pod_uid is not None and loaded["pod"] == pod_uid and not loaded.get("error")
+        sharing = Sharing(loaded["strategy"], loaded["replicas"]) if serving else NO_SHARING
+
+        # MIG manager: pending first, then success or failed against the GPU's real geometry.
+        resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas if serving else 0}
+        product = model.product
+        mig_wanted = labels.get(L.MIG_CONFIG) or want_labels.get(L.MIG_CONFIG)
+        mig_state = labels.get(L.MIG_STATE)
+        first_look = node.metadata.name not in self.mig_seen
+        self.mig_seen.add(node.metadata.name)
+        if mig_wanted and mig_wanted != applied:
+            if mig_state != "pending":
+                want_labels[L.MIG_STATE] = "pending"
+            else:
+                ok = self._mig_fits(model, mig_configs, mig_wanted)
+                want_labels[L.MIG_STATE] = "success" if ok else "failed"
+                if ok:
+                    want_annotations[MIG_APPLIED] = applied = mig_wanted
+        elif mig_wanted and (mig_state not in ("success", "failed") or (first_look and mig_state != "success")):
+            # The label names the config already applied, but the state is not the answer to it: cleared by a
+            # relabel (gpuctl clears it with every change: mig_apply.label_mig_config) while no MIG manager ran,
+            # or left pending by one that died. The real MIG manager applies the label's value whenever it
+            # starts, and on every change it sees (mig-parted v0.14.4 cmd/nvidia-mig-manager/main.go: start()
+            # loops on migConfig.Get(), which ContinuouslySyncMigConfigChanges' informer Sets from the node's
+            # label when it first lists it, then from each change); a config that is already applied is
+            # answered `success` without `pending` (pkg/mig/reconfigure/reconfigure.go Run:
+            # validateMigConfig, then isConfigAlreadyApplied -> setState(success)).
+            want_labels[L.MIG_STATE] = "success" if self._mig_fits(model, mig_configs, mig_wanted) else "failed"
+        if serving and applied and model.mig is not None and mig_wanted == applied and applied in mig_configs:
+            layout = layout_from_counts(applied, mig_configs[applied])
+            try:
+                resources = advertised_resources(layout, gpus, policy.mig_strategy)
+            except UsageError:
+                want_labels[L.MIG_STATE] = "failed"
+            else:
+                if layout.enabled:
+                    sharing = NO_SHARING
+                    if policy.mig_strategy == "single" and layout.profiles:
+                        product = f"{model.product}-MIG-{layout.profiles[0]}"
+                else:
+                    resources = {L.GPU_RESOURCE: gpus * sharing.replicas}
+            want_labels["nvidia.com/mig.strategy"] = policy.mig_strategy
+        if not policy.enabled(DEVICE_PLUGIN):
+            # DRA mode: no device plugin ever registers here, so the kubelet lists no such resource. A node
+            # that lists one, even at 0 (the kubelet leaves 0 where a plugin had registered: Kubernetes
+            # v1.36.3 pkg/kubelet/nodestatus/setters.go:273-283), is still served by DRA for nvidia.com/gpu
+            # requests: the scheduler leaves a resource to DRA unless allocatable is above 0
+            # (pkg/scheduler/framework/plugins/noderesources/fit.go:270-292 shouldDelegateResourceToDRA,
+            # dynamicresources/extendeddynamicresources.go:240-249). The sim removes the keys anyway, so that
+            # a node in DRA mode looks like one whose device plugin never ran.
+            resources = {}
+        if sharing.replicas > 1:
+            product += "-SHARED"
+        want_labels.update({
+            L.GPU_PRODUCT: product,
+            "nvidia.com/gpu.replicas": str(sharing.replicas),
+            "nvidia.com/gpu.sharing-strategy": sharing.strategy,
+            L.MPS_CAPABLE: str(sharing.strategy == "mps").lower(),
+        })
+        self._patch_node(node, want_labels, want_annotations, resources)
+
+    def _mig_fits(self, model: GpuModel, mig_configs: dict[str, dict[str, int] | None], name: str) -> bool:
+        if model.mig is None or name not in mig_configs:
+            return False
+        try:
+            place(layout_from_counts(name, mig_configs[name]).profiles, model)
+        except UsageError:
+            return False
+        return True
+
+    def _patch_node(self, node: Any, labels: dict[str, str | None], annotations: dict[str, str | None],
+                    resources: dict[str, int]) -> None:
+        current_labels = node.metadata.labels or {}
+        meta: dict[str, Any] = {}
+        if label_diff := {k: v for k, v in labels.items() if current_labels.get(k) != v}:
+            meta["labels"] = label_diff
+        if annotations:
+            meta["annotations"] = annotations
+        if meta:
+            self.v1.patch_node(node.metadata.name, {"metadata": meta}, _content_type=MERGE_PATCH)
+        allocatable = node.status.allocatable or {}
+        want = {k: str(v) for k, v in resources.items()}
+        listed = {*allocatable, *(node.status.capacity or {})}
+        stale = {k: None for k in listed if GPU_REQUEST.match(k) and k not in want}
+        if stale or any(allocatable.get(k) != v for k, v in want.items()):
+            status = {**want, **stale}
+            self.v1.patch_node_status(node.metadata.name, {"status": {"capacity": status, "allocatable": status}},
+                                      _content_type=MERGE_PATCH)
+
+    # -- the CUDA runtime ------------------------------------------------------------------
+
+    def _run_cuda_samples(self, device_plugin: bool) -> None:
+        """Finish the CUDA sample pods that got a GPU: from a ResourceClaim allocated on their node (the DRA
+        driver prepared it), or, with the GPU Operator (`device_plugin`), from nvidia.com/gpu limits."""
+        for pod in self.v1.list_pod_for_all_namespaces(field_selector="status.phase=Running").items:
+            if EXIT_CODE in (pod.metadata.annotations or {}) or not pod.spec.node_name:
+                continue
+            container = pod.spec.containers[0]
+            match = CUDA_SAMPLE.match(container.image or "")
+            if match is None:
+                continue  # not a CUDA sample: it keeps running, as it would on a real GPU
+            claims = pod_claim_names(pod, container.name)
+            if claims:
+                got_gpu = any(self._allocated_on(pod.metadata.namespace, c, pod.spec.node_name) for c in claims)
+            else:
+                limits = (container.resources.limits if container.resources else None) or {}
+                got_gpu = device_plugin and any(GPU_REQUEST.match(k) for k in limits)
+            if not got_gpu:
+                continue  # no GPU: a CUDA sample would keep failing; the sim leaves it running
+            needed = (int(match[1]), int(match[2]))
+            if needed <= CUDA_VERSION:
+                lines, code = PASSED_LOG, 0
+            else:
+                lines, code = [f"Failed to allocate device vector A (error code CUDA driver version is insufficient "
+                               f"for CUDA runtime version: needs {needed[0]}.{needed[1]}, driver supports "
+                               f"{CUDA_VERSION[0]}.{CUDA_VERSION[1]})!"], 1
+            self._finish(pod, container.name, lines, code)
+
+    def _allocated_on(self, namespace: str, claim: str, node: str) -> bool:
+        """True when ResourceClaim `claim` holds a device of the GPU driver on `node` (pool = node name)."""
+        from kubernetes.client import ResourceV1Api
+
+        try:
+            data = json.loads(ResourceV1Api(self.v1.api_client).read_namespaced_resource_claim(
+                claim, namespace, _preload_content=False).data)
+        except Exception as exc:  # noqa: BLE001
+            if is_not_found(exc):
+                return False
+            raise
+        results = (((data.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        return any(r.get("driver") == DRIVER and r.get("pool") == node for r in results)
+
+    def _finish(self, pod: Any, container: str, lines: list[str], code: int) -> None:
+        """Write the container log, serve it through a kwok Logs object, and report the exit code."""
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        logfile = self.logs / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid}.log"
+        logfile.write_text("".join(f"{now} stdout F {line}\n" for line in lines))
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+                "spec": {"logs": [{"containers": [container], "logsFile": str(logfile)}]}}
+        try:
+            self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
+                                                        "logs", body)
+        except Exception as exc:  # noqa: BLE001 - a Logs object left from a pod of the same name
+            if getattr(exc, "status", None) != 409:
+                raise
+            self.custom.patch_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
+                                                       "logs", pod.metadata.name, body, _content_type=MERGE_PATCH)
+        # The outcome itself is kwok's to give: its Stage completes the pod from this annotation.
+        self.v1.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                     {"metadata": {"annotations": {EXIT_CODE: str(code)}}}, _content_type=MERGE_PATCH)
+
+
+def pod_claim_names(pod: Any, container: str) -> list[str]:
+    """The ResourceClaims that give `container` of `pod` (a V1Pod) its devices: those of the pod's
+    spec.resourceClaims the container lists in resources.claims (by name, or the claim made from a template
+    as status.resourceClaimStatuses names it), and the claim the scheduler made for extended resources the
+    DRA driver serves (status.extendedResourceClaimStatus, KEP-5004)."""
+    spec = next(c for c in pod.spec.containers if c.name == container)
+    wanted = {c.name for c in ((spec.resources.claims if spec.resources else None) or [])}
+    made = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+    names = [c.resource_claim_name or made.get(c.name) for c in pod.spec.resource_claims or [] if c.name in wanted]
+    extended = pod.status.extended_resource_claim_status
+    if extended is not None and any(r.container_name == container for r in extended.request_mappings or []):
+        names.append(extended.resource_claim_name)
+    return [n for n in names if n]
+
+
+PASSED_LOG = [
+    "[Vector addition of 50000 elements]",
+    "Copy input data from the host memory to the CUDA device",
+    "CUDA kernel launch with 196 blocks of 256 threads",
+    "Copy output data from the CUDA device to the host memory",
+    "Test PASSED",
+    "Done",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="gpuctl's simulated GPU Operator for one sim cluster")
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--logs", type=Path, required=True, help="where simulated container logs are written")
+    parser.add_argument("--stamp", default="", help="the gpuctl code it runs (kwok.operator_stamp); gpuctl reads it "
+                        "from the command line and restarts an operator of other code")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    supervisor = Supervisor.for_kubeconfig(args.kubeconfig, api_client(args.kubeconfig))
+    if supervisor is None:
+        log.warning("%s is not a sim cluster's kubeconfig: its control plane is not supervised", args.kubeconfig)
+    else:
+        supervisor.start()
+    operator = SimOperator(args.kubeconfig, args.logs)
+    while True:
+        started = time.monotonic()
+        try:
+            operator.reconcile()
+        except Exception:  # noqa: BLE001 - keep simulating; the API server may be restarting
+            log.exception("reconcile failed")
+        time.sleep(max(0.0, POLL_S - (time.monotonic() - started)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Utilities every layer may use: errors, output, paths, waits."""
