@@ -8,15 +8,19 @@ from typing import TYPE_CHECKING
 from gpuctl.kube.kubeconfig import check_kubeconfig, remove_context
 from gpuctl.ops.plan import PlannedStep, plan_platform
 from gpuctl.ops import platform as _platform
-from gpuctl.ops.platform import LOCK_TIMEOUT_S, GroupPlan, PlatformResult, PlatformSpec
+from gpuctl.ops.platform import LOCK_TIMEOUT_S, PlatformResult
+from gpuctl.model.spec import GroupPlan, PlatformSpec
 from gpuctl.ops.render import render
 from gpuctl.ops.mig_apply import apply_mig
-from gpuctl.model.specfile import export_spec, load_spec, to_platform
+from gpuctl.model import specfile
+from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec, load_spec
 from gpuctl.ops.status import gpu_status
-from gpuctl.ops.tenancy.tenants import Tenant, ensure_tenant, list_tenants, remove_tenant
+from gpuctl.model.tenant import Tenant
+from gpuctl.ops.tenancy.tenants import ensure_tenant, list_tenants, remove_tenant
 from gpuctl.ops.validate import validate_cluster
 from gpuctl.providers import get_provider
-from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo, Provider
+from gpuctl.model.change import Change
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.ops.steps import Reporter
@@ -28,6 +32,11 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster"]
+
+
+def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
+    """The PlatformSpec of a loaded spec (load_spec), as its cloud's provider builds it."""
+    return specfile.to_platform(doc, groups, _provider(doc.cloud, doc.options).ships_driver)
 
 
 def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float = LOCK_TIMEOUT_S,

@@ -23,8 +23,9 @@ def apply(
     """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
     from gpuctl import api
     from gpuctl.cli.cluster import print_step
-    from gpuctl.providers.base import Change
-    from gpuctl.model.specfile import load_spec, to_platform
+    from gpuctl.model.change import Change
+    from gpuctl.model.specfile import load_spec
+    from gpuctl.api import to_platform
 
     doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
     spec = to_platform(doc, groups)
@@ -44,7 +45,8 @@ def render(
 ) -> None:
     """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
     from gpuctl.ops.render import render as render_spec
-    from gpuctl.model.specfile import load_spec, to_platform
+    from gpuctl.model.specfile import load_spec
+    from gpuctl.api import to_platform
 
     result = render_spec(to_platform(*load_spec(filename)), out)
     if isinstance(result, str):
@@ -57,7 +59,8 @@ def render(
 def plan(ctx: typer.Context, filename: SpecFile) -> None:
     """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
     from gpuctl.ops.plan import plan_platform
-    from gpuctl.model.specfile import load_spec, to_platform
+    from gpuctl.model.specfile import load_spec
+    from gpuctl.api import to_platform
 
     opts = settings(ctx)
     planned = plan_platform(to_platform(*load_spec(filename)), opts.kubeconfig)

@@ -65,9 +65,10 @@ def create(
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl.cli.documents import cluster_document, sharing_document
-    from gpuctl.providers.base import Change
+    from gpuctl.model.change import Change
     from gpuctl.model.specfile import export_spec as render_spec
-    from gpuctl.model.specfile import load_document, to_platform
+    from gpuctl.model.specfile import load_document
+    from gpuctl.api import to_platform
 
     opts = settings(ctx)
     # The command line is a GpuCluster document: every input is checked before anything is started.

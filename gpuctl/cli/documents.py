@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuctl.util.errors import UsageError
-from gpuctl.model.naming import parse_count, shown
+from gpuctl.model.naming import parse_count
+from gpuctl.util.errors import shown
 from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
 from gpuctl.model.sharing import STRATEGIES
 from gpuctl.model.specfile import PROVIDER_KEYS

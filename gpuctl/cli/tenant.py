@@ -69,7 +69,8 @@ def remove(ctx: typer.Context, name: TenantName, yes: Yes = False) -> None:
     """Delete what gpuctl made for a tenant: its namespace (and everything in it), or in an adopted
     namespace only gpuctl's quota and binding."""
     from gpuctl.kube.client import api_client
-    from gpuctl.ops.tenancy.tenants import check_tenant_name, remove_tenant
+    from gpuctl.model.tenant import check_tenant_name
+    from gpuctl.ops.tenancy.tenants import remove_tenant
 
     check_tenant_name(name, "NAME")
     confirm_or_refuse(yes, f"Delete tenant {name!r}?")

@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 
 from gpuctl.util.errors import UsageError
-from gpuctl.model.naming import MAX_DURATION_S, check_duration, parse_count, shown
+from gpuctl.model.naming import MAX_DURATION_S, check_duration, parse_count
+from gpuctl.util.errors import shown
 
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 

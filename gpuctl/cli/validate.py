@@ -25,7 +25,8 @@ def validate(
     from gpuctl.util.errors import ValidationFailed
     from gpuctl.kube.client import api_client
     from gpuctl.model.naming import check_name, check_text
-    from gpuctl.ops.validate import SMOKE_IMAGE, validate_cluster
+    from gpuctl.model.spec import SMOKE_IMAGE
+    from gpuctl.ops.validate import validate_cluster
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")

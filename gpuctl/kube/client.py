@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from gpuctl.util import redact
 from gpuctl.util.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, UsageError, WaitTimeout
-from gpuctl.model.naming import shown
+from gpuctl.util.errors import shown
 from gpuctl.util.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:

@@ -1,70 +1,19 @@
-"""Dynamic Resource Allocation as NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1) serves it:
-the names every part of gpuctl that speaks DRA shares (stack, sim, tenants, validate, status).
-
-A cluster is in DRA mode when the driver's DeviceClass `gpu.nvidia.com` exists: the driver's chart creates
-it (templates/deviceclass-gpu.yaml), whoever installed the chart. GPUs are then claimed through
-ResourceClaims, not counted as the device plugin's extended resource.
-"""
+"""Whether a cluster is in DRA mode (model/dra.py: the names NVIDIA's DRA driver serves)."""
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gpuctl.model.catalog import GpuModel, nvml_name
-from gpuctl.util.errors import UsageError
+from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.model.dra import GPU_CLASS
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
-
-API_VERSION = "resource.k8s.io/v1"  # GA since Kubernetes 1.34
-MIN_KUBERNETES = (1, 34)
-DRIVER = "gpu.nvidia.com"  # cmd/gpu-kubelet-plugin/main.go DriverName; also the attributes' domain
-GPU_CLASS = "gpu.nvidia.com"  # full GPUs (device type 'gpu')
-MIG_CLASS = "mig.nvidia.com"  # pre-made MIG devices (device type 'mig')
-DEVICE_CLASSES = (GPU_CLASS, MIG_CLASS)
-# The chart's pod label of the kubelet plugin, the per-node agent that publishes a node's ResourceSlice
-# (templates/_helpers.tpl selectorLabels: "<chart name>-component: <component>").
-PLUGIN_COMPONENT_LABEL = "dra-driver-nvidia-gpu-component"
-PLUGIN_COMPONENT = "kubelet-plugin"
-
-
-def check_dra_kubernetes(version: str | None, field: str) -> None:
-    """Refuse a Kubernetes version (e.g. EKS --kubernetes-version) that predates resource.k8s.io/v1."""
-    found = re.match(r"^v?(\d+)\.(\d+)", version or "")
-    if found and (int(found[1]), int(found[2])) < MIN_KUBERNETES:
-        raise UsageError(field, f"Kubernetes {version} serves no {API_VERSION}: DRA is GA from "
-                         f"{'.'.join(map(str, MIN_KUBERNETES))}", "use 1.34 or later, or leave DRA mode off")
-
-
-def quota_key(device_class: str) -> str:
-    """The ResourceQuota key that counts devices claimed from `device_class` (KEP-4381, object count quota)."""
-    return f"{device_class}.deviceclass.resource.k8s.io/devices"
-
-
-def gpu_selector(model: GpuModel) -> str:
-    """A CEL device selector for full GPUs of `model`: its NVML name, the driver's `productName` attribute."""
-    return f"device.attributes['{DRIVER}'].productName == '{nvml_name(model)}'"
-
-
-def mig_selector(model: GpuModel, profile: str) -> str:
-    """A CEL device selector for MIG devices of `profile` (e.g. 3g.20gb) on `model`'s GPUs."""
-    return f"{gpu_selector(model)} && device.attributes['{DRIVER}'].profile == '{profile}'"
-
-
-def device_request(name: str, device_class: str, selector: str | None = None, count: int = 1) -> dict[str, Any]:
-    """One request of a ResourceClaim spec (resource.k8s.io/v1: `exactly`): `count` devices of `device_class`."""
-    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
-    if selector:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {"name": name, "exactly": exactly}
 
 
 def dra_mode(client: ApiClient) -> bool:
     """True when the cluster serves GPUs through DRA: the driver's DeviceClass gpu.nvidia.com exists."""
     from kubernetes.client import ResourceV1Api
-
-    from gpuctl.kube.client import api_error, is_not_found
 
     try:
         ResourceV1Api(client).read_device_class(GPU_CLASS, _preload_content=False).drain_conn()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api

@@ -16,7 +16,8 @@ from itertools import groupby
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, MigGeometry, MigProfile
 from gpuctl.util.errors import UsageError
-from gpuctl.model.naming import ASCII_COUNT, shown
+from gpuctl.model.naming import ASCII_COUNT
+from gpuctl.util.errors import shown
 
 NAMED = ("all-disabled", "all-enabled", "all-balanced")  # plus all-<profile> for each profile
 _LAYOUT = re.compile(r"[A-Za-z0-9.+-]{1,200}")  # ASCII only: whitespace, control characters and '٣' are refused

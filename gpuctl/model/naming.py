@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-from gpuctl.util.errors import UsageError
+from gpuctl.util.errors import UsageError, shown
 
 # A DNS-1123 label, short enough that "<nodegroup>-<index>" node names stay valid.
 MAX_NAME_LENGTH = 40
@@ -24,7 +24,6 @@ _DIGITS = re.compile(r"[0-9]+")
 # (Python refuses to convert more than 4,300 digits, and a bound's message must not quote them all).
 MAX_DIGITS = 18
 MAX_TEXT_LENGTH = 1024
-SHOWN_PREFIX = 40
 
 MAX_NODES = 5000
 MAX_DURATION_S = 24 * 3600.0
@@ -57,14 +56,6 @@ def whole_number(digits: str, negative: bool = False) -> int:
     if len(significant) > MAX_DIGITS:
         return Huge(len(significant), negative)
     return -int(significant) if negative else int(significant)
-
-
-def shown(value: object) -> str:
-    """`value` quoted for an error line: at most a short prefix, control characters escaped."""
-    text = str(value)
-    if len(text) <= SHOWN_PREFIX:
-        return repr(text)
-    return f"{text[:SHOWN_PREFIX]!r}... ({len(text)} characters)"
 
 
 def check_name(value: str, field: str) -> str:

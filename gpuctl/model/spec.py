@@ -1,4 +1,4 @@
-"""The typed model of a GPU node group, shared by every provider."""
+"""The typed model of a platform: its node groups (shared by every provider), GPU stack and tenants."""
 
 from __future__ import annotations
 
@@ -6,11 +6,15 @@ from dataclasses import dataclass, field
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
+from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.mig import MigLayout
 from gpuctl.model.sharing import NO_SHARING, Sharing
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.model.tenant import Tenant
 
 MAX_GPUS_PER_NODE = 16
+SMOKE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"  # the CUDA smoke test's image
 
 
 @dataclass(frozen=True)
@@ -45,3 +49,28 @@ class GroupPlan:
     sharing: Sharing = NO_SHARING
     mig: MigLayout | None = None
     labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    name: str
+    cloud: str
+    groups: tuple[GroupPlan, ...]
+    stack: StackSpec  # its taints: every group's, for the operator's tolerations
+    smoke_image: str = SMOKE_IMAGE
+    validate: bool = True
+    options: CloudOptions = field(default_factory=CloudOptions)
+    tenants: tuple[Tenant, ...] = ()
+    kueue: bool = False  # install Kueue, for the tenants' queues
+    # Node groups the cluster has (group_records.py) that this spec does not name: they shape the cluster-wide
+    # state in `stack` and the GPU configs, and no step acts on them.
+    others: tuple[GroupPlan, ...] = ()
+
+    @property
+    def every_group(self) -> tuple[GroupPlan, ...]:
+        return self.groups + self.others
+
+
+def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:
+    """The union of the groups' taints, in a stable order: what the GPU stack's pods must tolerate."""
+    return tuple(sorted({t for g in groups for t in g.spec.taints}, key=str))

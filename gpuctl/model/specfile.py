@@ -15,22 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl.model.catalog import GPUS, GpuModel
-from gpuctl.kube.dra import check_dra_kubernetes
+from gpuctl.model.dra import check_dra_kubernetes
 from gpuctl.util.errors import UsageError
 from gpuctl.model.mig import MigLayout, parse_layout
-from gpuctl.model.naming import (MAX_NODES, SHOWN_PREFIX, Huge, check_count, check_label_key, check_label_value, check_name,
-                           check_text, shown)
+from gpuctl.model.naming import MAX_NODES, Huge, check_count, check_label_key, check_label_value, check_name, check_text
+from gpuctl.util.errors import SHOWN_PREFIX, shown
 from gpuctl.model.cloud_options import ALLOWED, CloudOptions
-from gpuctl.stack.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
-from gpuctl.stack.dra_driver import ALPHA_SHARING_GATES
+from gpuctl.model.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
+from gpuctl.model.dra import ALPHA_SHARING_GATES
 from gpuctl.model.strict_yaml import read_yaml
 from gpuctl.model.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
-from gpuctl.model.spec import MAX_GPUS_PER_NODE, NodeGroupSpec
-from gpuctl.stack.values import NFD_OWNERS, GroupSharing, choose_mig_strategy
+from gpuctl.model.spec import MAX_GPUS_PER_NODE, SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
+from gpuctl.model.stack_spec import NFD_OWNERS, GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taints
-from gpuctl.ops.tenancy.queues import DEFAULT_COHORT
-from gpuctl.ops.tenancy.tenants import Tenant, make_tenant
-from gpuctl.ops.validate import SMOKE_IMAGE
+from gpuctl.model.tenant import DEFAULT_COHORT
+from gpuctl.model.tenant import Tenant, make_tenant
 
 API_VERSION = "gpuctl.dev/v1alpha1"
 KIND = "GpuCluster"
@@ -400,14 +399,10 @@ def node_group_spec(group: ValidGroup) -> NodeGroupSpec:
                          doc.flavor, doc.instance_type, group.taints)
 
 
-def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]):  # noqa: ANN201 - gpuctl.ops.platform.PlatformSpec
-    """The same PlatformSpec `gpuctl cluster create` builds from flags."""
-    from gpuctl.ops.platform import GroupPlan, PlatformSpec, all_taints
-    from gpuctl.providers import get_provider
-    from gpuctl.stack.values import StackSpec
-
+def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup], ships_driver: bool) -> PlatformSpec:
+    """The same PlatformSpec `gpuctl cluster create` builds from flags; `ships_driver`: the cloud's node image
+    has the NVIDIA driver and toolkit (the provider says: gpuctl.api.to_platform)."""
     plans = tuple(GroupPlan(node_group_spec(g), g.doc.sharing, g.mig, dict(g.doc.labels)) for g in groups)
-    ships_driver = get_provider(doc.cloud, doc.options).ships_driver
     stack = StackSpec(charts=_given(doc.charts, "upstream"), nfd=doc.nfd, driver=not ships_driver,
                       toolkit=not ships_driver, mig_strategy=mig_strategy(doc, groups), taints=all_taints(plans),
                       shares_gpus=any(g.doc.sharing.config_key for g in groups), dra=doc.dra,

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.util.errors import UsageError
-from gpuctl.model.naming import check_label_key, check_label_value, shown
+from gpuctl.model.naming import check_label_key, check_label_value
+from gpuctl.util.errors import shown
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 

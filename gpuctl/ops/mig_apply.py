@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
-from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS, dra_mode
+from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
+from gpuctl.kube.dra import dra_mode
 from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.client import core
@@ -18,15 +19,16 @@ from gpuctl.kube.nodes import patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 from gpuctl.model.mig import (MigLayout, advertised_resources, check_layout_text, config_name, mig_parted_config, parse_layout,
                         parse_mig_parted_config)
-from gpuctl.model.naming import check_duration, check_name, check_selector, shown
+from gpuctl.model.naming import check_duration, check_name, check_selector
+from gpuctl.util.errors import shown
 from gpuctl.util.progress import waiting
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.stack.existing import Operator, configured_operator
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.releases import operator_release
 from gpuctl.model.sharing import CONFIG_LABEL
-from gpuctl.stack.values import (MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, GroupSharing, StackSpec,
-                                 choose_mig_strategy, stack_from_record, stack_record)
+from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack_from_record, stack_record
+from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.ops.status import NodeDevices, device_type, read_node_devices
 from gpuctl.ops.steps import Reporter, StepResult, run_step
 

@@ -19,16 +19,18 @@ from gpuctl.kube.client import api_client, api_error, core
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import read_config_map_data
 from gpuctl.model.mig import config_name, parse_mig_parted_config
-from gpuctl.ops.platform import PlatformSpec, gpu_config_data, read_recorded_groups, with_cluster_groups
+from gpuctl.model.spec import PlatformSpec
+from gpuctl.ops.platform import gpu_config_data, read_recorded_groups, with_cluster_groups
 from gpuctl.providers import get_provider
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.stack.dra_driver import check_dra_mode, dra_release
 from gpuctl.stack.existing import read_stack
 from gpuctl.stack.helm import HelmTarget, plan_release
 from gpuctl.stack.owners import StackPlan, check_single_owners
 from gpuctl.stack.releases import nfd_release, operator_release
-from gpuctl.stack.values import MIG_CONFIGMAP, StackSpec
+from gpuctl.stack.values import MIG_CONFIGMAP
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, holds, read_or_none, tenant_manifests
 
 

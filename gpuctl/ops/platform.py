@@ -17,19 +17,22 @@ from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_c
 from gpuctl.model.naming import check_duration, check_text
 from gpuctl.model.mig import MigLayout, config_name, mig_parted_config, parse_mig_parted_config
 from gpuctl.providers import get_provider
-from gpuctl.providers.base import Change, Provider
+from gpuctl.model.change import Change
+from gpuctl.providers.base import Provider
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.sharing import CONFIG_LABEL, Sharing, plugin_configs
-from gpuctl.model.spec import GroupPlan
+from gpuctl.model.spec import GroupPlan, PlatformSpec, all_taints
 from gpuctl.stack.dra_driver import check_dra_mode, install_dra_driver
-from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, StackSpec,
-                                 cluster_policy_fields, stack_record)
+from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, cluster_policy_fields, stack_record)
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.ops.steps import Reporter, StepResult, run_step
 from gpuctl.model.taints import Taint
 from gpuctl.ops.validation_record import forget_validated, read_validated, record_validated, spec_digest
-from gpuctl.ops.tenancy.tenants import Tenant, check_ownership, contains, ensure_tenant
+from gpuctl.model.tenant import Tenant
+from gpuctl.ops.tenancy.tenants import check_ownership, contains, ensure_tenant
 from gpuctl.ops.capacity import wait_capacity as _wait_capacity
-from gpuctl.ops.validate import SMOKE_IMAGE, Check, validate_cluster
+from gpuctl.model.spec import SMOKE_IMAGE
+from gpuctl.ops.validate import Check, validate_cluster
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -41,36 +44,11 @@ if TYPE_CHECKING:
 LOCK_TIMEOUT_S = 300.0
 
 
-@dataclass(frozen=True)
-class PlatformSpec:
-    name: str
-    cloud: str
-    groups: tuple[GroupPlan, ...]
-    stack: StackSpec  # its taints: every group's, for the operator's tolerations
-    smoke_image: str = SMOKE_IMAGE
-    validate: bool = True
-    options: CloudOptions = field(default_factory=CloudOptions)
-    tenants: tuple[Tenant, ...] = ()
-    kueue: bool = False  # install Kueue, for the tenants' queues
-    # Node groups the cluster has (group_records.py) that this spec does not name: they shape the cluster-wide
-    # state in `stack` and the GPU configs, and no step acts on them.
-    others: tuple[GroupPlan, ...] = ()
-
-    @property
-    def every_group(self) -> tuple[GroupPlan, ...]:
-        return self.groups + self.others
-
-
-def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:
-    """The union of the groups' taints, in a stable order: what the GPU stack's pods must tolerate."""
-    return tuple(sorted({t for g in groups for t in g.spec.taints}, key=str))
-
-
 def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> PlatformSpec:
     """`spec` with the cluster's other recorded node groups: the operator tolerates their taints too, serves
     gpuctl's configs where any group shares, under one MIG strategy for all (refused when none fits)."""
     from gpuctl.ops.group_records import others_of
-    from gpuctl.stack.values import GroupSharing, choose_mig_strategy
+    from gpuctl.model.stack_spec import GroupSharing, choose_mig_strategy
 
     others = others_of({g.spec.name for g in spec.groups}, recorded)
     if not others:

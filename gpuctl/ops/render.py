@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from gpuctl.kube.objects import MANAGED
-from gpuctl.ops.platform import PlatformSpec, gpu_config_data
+from gpuctl.model.spec import PlatformSpec
+from gpuctl.ops.platform import gpu_config_data
 from gpuctl.stack.dra_driver import dra_release
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE

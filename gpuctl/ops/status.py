@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.kube.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
 from gpuctl.kube.client import api_error
 

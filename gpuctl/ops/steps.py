@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 
 
 @dataclass(frozen=True)

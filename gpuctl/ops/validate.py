@@ -21,6 +21,7 @@ from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
 from gpuctl.util.progress import waiting
+from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from gpuctl.model.spec import GroupPlan
     from gpuctl.ops.status import NodeDevices
 
-SMOKE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 SMOKE_NAMESPACE = "gpuctl-system"
 SMOKE_TIMEOUT_S = 120.0
 SMOKE_LABELS = {L.MANAGED_BY: L.MANAGER, "app.kubernetes.io/name": "gpuctl-smoke-test"}
@@ -208,7 +208,7 @@ def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
 
 def smoke_claim(name: str, device_class: str) -> dict[str, Any]:
     """The smoke test's ResourceClaim: one device of `device_class` (gpu.nvidia.com or mig.nvidia.com)."""
-    from gpuctl.kube.dra import API_VERSION, device_request
+    from gpuctl.model.dra import API_VERSION, device_request
 
     return {"apiVersion": API_VERSION, "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
@@ -447,7 +447,7 @@ def check_kubelet_plugins(nodes: list[V1Node], pods: dict[str, Any]) -> Check:
 
 def validate_dra(client: ApiClient, nodes: list[V1Node], mig_configs: dict[str, Any], image: str,
                  pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float) -> list[Check]:
-    from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS
+    from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
     from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, NodeDevices, pods_by_node, read_node_devices
 
     published = read_node_devices(client)
@@ -513,7 +513,7 @@ class ClaimWatch:
 def check_allocation(allocation: dict[str, Any] | None, node: str | None, group: set[str]) -> str | None:
     """None when the claim's `allocation` gave the pod (bound to `node`) a device of the GPU driver on that
     node, and the node is one of the `group`; else what is wrong."""
-    from gpuctl.kube.dra import DRIVER
+    from gpuctl.model.dra import DRIVER
 
     if allocation is None:
         return "its ResourceClaim was never allocated"

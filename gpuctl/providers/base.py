@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuctl.model.change import Change
 from gpuctl.model.spec import NodeGroupSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
-
-
-class Change(str, Enum):
-    """What a step did; shown to the user and in JSON output."""
-
-    CREATED = "created"
-    UPDATED = "updated"
-    STARTED = "started"
-    DELETED = "deleted"
-    NO_CHANGE = "no change"
-    PASSED = "passed"  # a check, not a change
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, nvml_name
-from gpuctl.kube.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.model.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
 from gpuctl.util.errors import ClusterError
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.objects import APPLY_PATCH
 from gpuctl.model.mig import MigLayout, layout_of_config_name, place
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.simulator.nodes import CUDA_VERSION, DRIVER_VERSION
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from typing import Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
-from gpuctl.kube.dra import DRIVER
+from gpuctl.model.dra import DRIVER
 from gpuctl.util.errors import UsageError
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.client import api_client, core, is_not_found

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.dra import API_VERSION, GPU_CLASS
+from gpuctl.model.dra import API_VERSION, GPU_CLASS
 from gpuctl.util.errors import UsageError
-from gpuctl.providers.base import Change
-from gpuctl.stack.charts import DRA_DRIVER, chart_ref
+from gpuctl.model.change import Change
+from gpuctl.model.charts import DRA_DRIVER, chart_ref
+from gpuctl.model.dra import ALPHA_SHARING_GATES
 from gpuctl.stack.helm import HelmTarget, Release
-from gpuctl.stack.values import StackSpec
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import tolerations
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ CHART_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "
 # Where the GPU Operator's driver container puts the driver (its docs for the DRA driver: nvidiaDriverRoot).
 OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 # Alpha in v0.4.1 (pkg/featuregates/featuregates.go: Default false, PreRelease Alpha): sharing through DRA.
-ALPHA_SHARING_GATES = {"time-slicing": "TimeSlicingSettings", "mps": "MPSSupport"}
 
 
 def dra_values(spec: StackSpec) -> dict[str, Any]:

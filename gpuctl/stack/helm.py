@@ -10,8 +10,8 @@ from typing import Any
 
 from gpuctl.util.errors import ClusterError, GpuctlError, RequestTimeout
 from gpuctl.util.output import info
-from gpuctl.providers.base import Change
-from gpuctl.stack.charts import ChartRef
+from gpuctl.model.change import Change
+from gpuctl.model.charts import ChartRef
 from gpuctl.stack.crds import apply_crds
 from gpuctl.util.timeouts import ENV, HELM_CHART_S, HELM_MARGIN_S, HELM_QUERY_S, scaled
 

@@ -21,7 +21,8 @@ from gpuctl.util.errors import ExitCode, GpuctlError
 from gpuctl.kube.client import api_error
 from gpuctl.stack.existing import (NOT_DEVICE_PLUGINS, OURS, RELEASE_ANNOTATION, ExistingStack, Operator, Workload,
                                    is_device_plugin, tolerates)
-from gpuctl.stack.values import NAMESPACE, StackSpec
+from gpuctl.stack.values import NAMESPACE
+from gpuctl.model.stack_spec import StackSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

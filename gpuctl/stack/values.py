@@ -8,61 +8,14 @@ from typing import Any
 
 from gpuctl.util.errors import UsageError
 from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
-from gpuctl.model.taints import Taint, tolerations
+from gpuctl.model.stack_spec import StackSpec
+from gpuctl.model.taints import tolerations
+from gpuctl.model.taints import Taint
 
 NAMESPACE = "gpu-operator"
 DEVICE_PLUGIN_CONFIGMAP = "gpuctl-device-plugin-config"
 MIG_CONFIGMAP = "gpuctl-mig-parted-config"
 STACK_CONFIGMAP = "gpuctl-stack"  # how gpuctl installed the stack, so later commands can upgrade it
-NFD_OWNERS = ("standalone", "operator")
-MIG_STRATEGIES = ("mixed", "single")
-
-
-@dataclass(frozen=True)
-class StackSpec:
-    charts: str  # upstream | bundled | DIR | oci://...
-    nfd: str = "standalone"  # who deploys NFD: its own release, or the operator; never both
-    driver: bool = False  # False where the node image ships the driver (sim, NVIDIA AMIs)
-    toolkit: bool = False
-    mig_strategy: str = "mixed"
-    taints: tuple[Taint, ...] = ()
-    shares_gpus: bool = False  # some node group shares its GPUs: point the plugin at gpuctl's configs
-    dra: bool = False  # GPUs by claim: NVIDIA's DRA driver serves them, the operator's device plugin is off
-    dra_alpha_sharing: bool = False  # the DRA driver's alpha time-slicing and MPS gates on
-
-
-@dataclass(frozen=True)
-class GroupSharing:
-    """What one node group asks of the device plugin, for the cluster-wide MIG strategy."""
-
-    name: str
-    strategy: str  # none | time-slicing | mps
-    mig_profiles: tuple[str, ...] = ()  # the group's MIG layout, one entry per instance; () without MIG
-
-
-def choose_mig_strategy(requested: str | None, groups: list[GroupSharing], field: str) -> str:
-    """The operator's one mig.strategy for every node group, or a UsageError naming `field` and the groups.
-
-    The device plugin refuses MPS under `mixed` (k8s-device-plugin cmd/nvidia-device-plugin/main.go,
-    validateFlags), and `single` needs one MIG profile per GPU; default: `mixed` unless MPS is in use.
-    """
-    mps = [g.name for g in groups if g.strategy == "mps"]
-    mixed_only = [g.name for g in groups if len(set(g.mig_profiles)) > 1]
-    if requested is not None and requested not in MIG_STRATEGIES:
-        raise UsageError(field, f"unknown strategy {requested!r}", "use mixed or single")
-    if mps and mixed_only:
-        raise UsageError(field, f"node group {mps[0]!r} uses MPS, which the device plugin refuses under the "
-                         f"mixed MIG strategy that node group {mixed_only[0]!r} needs for its several MIG profiles",
-                         f"give {mixed_only[0]!r} a layout of one profile, or use time-slicing on {mps[0]!r}")
-    if requested == "mixed" and mps:
-        raise UsageError(field, f"node group {mps[0]!r} uses MPS, which the device plugin refuses under the "
-                         "mixed MIG strategy", "use the single MIG strategy, or time-slicing")
-    if requested == "single" and mixed_only:
-        raise UsageError(field, f"node group {mixed_only[0]!r} has several MIG profiles per GPU, which the "
-                         "single MIG strategy cannot advertise", "use the mixed MIG strategy")
-    return requested or ("single" if mps else "mixed")
-
-
 # NVIDIA's hardening against unrequested GPU access (gpu-facts.md "Tenant isolation"): the toolkit ignores
 # NVIDIA_VISIBLE_DEVICES from unprivileged containers and takes the device list only as volume mounts,
 # which is how the device plugin then hands it over. The tenant fence (templates/fences) refuses the rest.

@@ -84,3 +84,13 @@ class NotFound(GpuctlError):
     """A named cluster or node group does not exist (a usage error: the name is wrong)."""
 
     exit_code = ExitCode.USAGE
+
+SHOWN_PREFIX = 40  # characters of a bad value quoted in an error line
+
+
+def shown(value: object) -> str:
+    """`value` quoted for an error line: at most a short prefix, control characters escaped."""
+    text = str(value)
+    if len(text) <= SHOWN_PREFIX:
+        return repr(text)
+    return f"{text[:SHOWN_PREFIX]!r}... ({len(text)} characters)"

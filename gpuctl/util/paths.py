@@ -33,7 +33,7 @@ def check_path_text(text: str, field: str) -> str:
     """A path as typed: not empty (an empty one is not the current directory), printable, within PATH_MAX
     and NAME_MAX. The one rule for every path flag (gpuctl.cli.types.path parses with it)."""
     from gpuctl.util.errors import UsageError
-    from gpuctl.model.naming import shown
+    from gpuctl.util.errors import shown
 
     hint = "pass a path of printable characters"
     if not text:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.stack.charts import GPU_OPERATOR, chart_ref
-from gpuctl.stack.values import StackSpec, operator_values
+from gpuctl.model.charts import GPU_OPERATOR, chart_ref
+from gpuctl.model.stack_spec import StackSpec
+from gpuctl.stack.values import operator_values
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.tools.installer import ensure_tools
 

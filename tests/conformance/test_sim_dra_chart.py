@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.stack.charts import DRA_DRIVER, chart_ref
+from gpuctl.model.charts import DRA_DRIVER, chart_ref
 from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_values
-from gpuctl.stack.values import StackSpec
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION

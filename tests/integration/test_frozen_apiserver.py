@@ -118,7 +118,7 @@ def test_frozen_apiserver_ends_each_command_with_exit_7(frozen_target: tuple[str
         from gpuctl.util.errors import RequestTimeout
         from gpuctl.stack.helm import HelmTarget, plan_release
         from gpuctl.stack.releases import operator_release
-        from gpuctl.stack.values import StackSpec
+        from gpuctl.model.stack_spec import StackSpec
 
         release = operator_release(StackSpec(charts="bundled"))
         with pytest.MonkeyPatch.context() as patch:

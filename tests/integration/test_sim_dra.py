@@ -23,7 +23,7 @@ from gpuctl.model.catalog import get_gpu
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.model.mig import config_name, parse_layout
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.simulator import dra
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.providers.sim.provider import SimProvider

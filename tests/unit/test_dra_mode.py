@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuctl.kube.dra import check_dra_kubernetes
+from gpuctl.model.dra import check_dra_kubernetes
 from gpuctl.util.errors import UsageError
 from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_release, dra_values
-from gpuctl.stack.values import StackSpec, cluster_policy_fields, operator_values
+from gpuctl.model.stack_spec import StackSpec
+from gpuctl.stack.values import cluster_policy_fields, operator_values
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from tests.conftest import run_gpuctl
 
@@ -96,7 +97,8 @@ def test_spec_file_keys_are_strict(tmp_path) -> None:  # noqa: ANN001
 
 def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path) -> None:  # noqa: ANN001
     from gpuctl.ops.render import helm_values, manifests
-    from gpuctl.model.specfile import load_spec, to_platform
+    from gpuctl.model.specfile import load_spec
+    from gpuctl.api import to_platform
 
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},
            "spec": {"provider": {"cloud": "sim"}, "dra": {"enabled": True},

@@ -15,7 +15,7 @@ from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
 from gpuctl.stack.existing import (ExistingStack, HelmRelease, can_run_on, decode_release, find_stack,
                                    release_of_secret)
 from gpuctl.stack.owners import ExistingStackError, check_single_owners
-from gpuctl.stack.values import StackSpec
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 
 STACK = StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS, shares_gpus=True)

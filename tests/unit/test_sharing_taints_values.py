@@ -10,9 +10,9 @@ from gpuctl.cli.documents import cluster_document
 from gpuctl.model.specfile import load_document
 from gpuctl.model.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
                             render_plugin_config)
-from gpuctl.stack.charts import chart_ref
-from gpuctl.stack.values import (GroupSharing, StackSpec, choose_mig_strategy, operator_values,
-                                 stack_from_record, stack_record)
+from gpuctl.model.charts import chart_ref
+from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
+from gpuctl.stack.values import operator_values, stack_from_record, stack_record
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
 
 

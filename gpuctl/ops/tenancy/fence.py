@@ -13,7 +13,7 @@ import yaml
 from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.util.resources import data_dir
 
 if TYPE_CHECKING:

@@ -36,40 +36,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.kube.dra import GPU_CLASS, MIG_CLASS, quota_key
+from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
+from gpuctl.model.dra import DEVICE_CLASSES, dra_resource
 from gpuctl.util.errors import UsageError
 from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.model.sharing import CONFIG_LABEL
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
 
-    from gpuctl.ops.tenancy.tenants import Tenant
+    from gpuctl.model.tenant import Tenant
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-DEFAULT_COHORT = "gpuctl"
 FLAVOR_PREFIX = "gpuctl-"
 PLURALS = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
 OURS = {L.MANAGED_BY: L.MANAGER}
 DRA_FLAVOR = FLAVOR_PREFIX + "dra"
-DRA_CLASSES = (GPU_CLASS, MIG_CLASS)
-
-
-def dra_resource(device_class: str) -> str:
-    """Kueue's logical resource for the devices of `device_class`, as the ResourceQuota names them: the
-    extended resource full GPUs are served as (DeviceClass gpu.nvidia.com extendedResourceName), else the
-    class's devices."""
-    return L.GPU_RESOURCE if device_class == GPU_CLASS else quota_key(device_class)
-
-
-def device_class_mappings() -> list[dict[str, Any]]:
-    """Kueue Configuration `resources.deviceClassMappings`: each of the driver's DeviceClasses to its logical
-    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping)."""
-    return [{"name": dra_resource(c), "deviceClassNames": [c]} for c in DRA_CLASSES]
 
 
 @dataclass(frozen=True)
@@ -115,7 +101,7 @@ def _tolerations(nodes: list[V1Node]) -> tuple[dict[str, str], ...]:
 def dra_flavor(nodes: list[V1Node]) -> Flavor:
     """DRA mode's one flavor: the driver's devices on every GPU node, no node labels (a claim's selector picks
     the model), tolerating the taints all GPU nodes carry."""
-    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DRA_CLASSES), _tolerations(nodes))
+    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DEVICE_CLASSES), _tolerations(nodes))
 
 
 def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:

@@ -20,18 +20,18 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.kube.dra import API_VERSION, GPU_CLASS, MIG_CLASS, device_request, gpu_selector, mig_selector, quota_key
+from gpuctl.model.dra import API_VERSION, GPU_CLASS, MIG_CLASS, device_request, gpu_selector, mig_selector, quota_key
 from gpuctl.util.errors import ClusterError
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
 
     from gpuctl.model.catalog import GpuModel
-    from gpuctl.ops.tenancy.tenants import Tenant
+    from gpuctl.model.tenant import Tenant
 
 
 def gpu_template_name(model: GpuModel) -> str:
@@ -53,7 +53,7 @@ def models_of(nodes: list[V1Node]) -> list[GpuModel]:
 
 
 def _template(tenant: Tenant, name: str, request: dict[str, Any]) -> dict[str, Any]:
-    from gpuctl.ops.tenancy.tenants import TENANT_LABEL
+    from gpuctl.model.tenant import TENANT_LABEL
 
     return {"apiVersion": API_VERSION, "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": tenant.name,
@@ -154,7 +154,7 @@ def published_devices(client: ApiClient) -> dict[str, int]:
     of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile)."""
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.dra import DRIVER
+    from gpuctl.model.dra import DRIVER
     from gpuctl.model.mig import resource_name
 
     try:

@@ -14,7 +14,7 @@ from gpuctl.model import labels as L
 from gpuctl.util.errors import ClusterError
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH, MANAGED
-from gpuctl.providers.base import Change
+from gpuctl.model.change import Change
 from gpuctl.providers.eks.aws import MANAGED_TAGS
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import Taint

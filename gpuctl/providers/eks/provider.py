@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.model import labels as L
 from gpuctl.util.errors import CloudError, NotFound, UsageError
 from gpuctl.util.output import info
-from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.model.change import Change
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.eks import nodegroups as ng
 from gpuctl.providers.eks.aws import (GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated,
                                       wait_for)

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
-from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.model.change import Change
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.openstack import certificates
 from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
 from gpuctl.providers.openstack.nodegroups import (NODE_LABEL, bounds_of, cluster_body, gpu_for_flavor, is_default,

@@ -21,7 +21,8 @@ from gpuctl.util.errors import ClusterError, NotFound, RequestTimeout, UsageErro
 from gpuctl.kube.client import api_client, api_error, core, is_not_found, wait_for_api
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.util.output import info
-from gpuctl.providers.base import Change, ClusterInfo, NodeGroupInfo
+from gpuctl.model.change import Change
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.model.spec import NodeGroupSpec
