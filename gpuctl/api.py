@@ -6,32 +6,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuctl.kube.kubeconfig import check_kubeconfig, remove_context
+from gpuctl.model import specfile
+from gpuctl.model.change import Change
+from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.model.spec import SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec
+from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec, load_spec
+from gpuctl.model.tenant import Tenant
 from gpuctl.ops.plan import PlannedStep, plan_platform
 from gpuctl.ops import platform as _platform
 from gpuctl.ops.platform import LOCK_TIMEOUT_S, PlatformResult
-from gpuctl.model.spec import GroupPlan, PlatformSpec
-from gpuctl.ops.render import render
-from gpuctl.ops.mig_apply import apply_mig
-from gpuctl.model import specfile
-from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec, load_spec
-from gpuctl.ops.status import gpu_status
-from gpuctl.model.tenant import Tenant
-from gpuctl.ops.tenancy.tenants import ensure_tenant, list_tenants, remove_tenant
-from gpuctl.ops.validate import validate_cluster
+from gpuctl.ops.steps import Reporter, StepResult
 from gpuctl.providers import get_provider
-from gpuctl.model.change import Change
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
-from gpuctl.model.cloud_options import CloudOptions
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.ops.steps import Reporter
+from gpuctl.util.output import reporting
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from kubernetes.client import ApiClient
+
+    from gpuctl.ops.validate import Check
+    from gpuctl.tools.installer import InstalledTool
 
 __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
-           "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster"]
+           "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
+           "StepResult", "check_cloud", "install_sim_tools", "reporting", "status_columns"]
 
 
 def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
@@ -134,3 +136,99 @@ def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | 
 
 def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None) -> list[NodeGroupInfo]:
     return _provider(cloud, options).list_node_groups(cluster)
+
+
+# -- what the CLI's cluster-side commands call: each reaches the cluster through `kubeconfig` and `context`
+# (the current context when None), as kubectl does.
+
+def _client(kubeconfig: Path | None, context: str | None) -> ApiClient:
+    from gpuctl.kube.client import api_client
+
+    return api_client(kubeconfig, context)
+
+
+def check_cloud(cloud: str, field: str = "--cloud") -> str:
+    """`cloud` if a provider exists for it, else a UsageError naming `field`."""
+    from gpuctl.providers import check_cloud as check
+
+    return check(cloud, field)
+
+
+def render(spec: PlatformSpec, out: Path | None, field: str = "--out") -> list[Path] | str:
+    """The manifests and Helm values `apply` would send, as text or written under `out`."""
+    from gpuctl.ops.render import render as render_spec
+
+    return render_spec(spec, out, field)
+
+
+def gpu_status(nodegroup: str | None = None, kubeconfig: Path | None = None,
+               context: str | None = None) -> list[dict[str, Any]]:
+    """One row per GPU node (of `nodegroup`): what it offers, its sharing, MIG state and device plugin."""
+    from gpuctl.ops.status import gpu_status as status
+
+    return status(_client(kubeconfig, context), nodegroup)
+
+
+def status_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The columns of a status table: DRA's device counts where any row has them, else sharing and allocatable."""
+    from gpuctl.ops.status import status_columns as columns
+
+    return columns(rows)
+
+
+def validate_cluster(nodegroup: str | None = None, image: str = SMOKE_IMAGE, timeout: float = 120.0,
+                     kubeconfig: Path | None = None, context: str | None = None) -> list[Check]:
+    """The platform's checks (capacity, node config, one device plugin, the CUDA smoke test)."""
+    from gpuctl.ops.validate import validate_cluster as validate
+
+    return validate(_client(kubeconfig, context), nodegroup, image, timeout)
+
+
+def apply_mig(layout: str, nodegroup: str | None = None, selector: str | None = None, strategy: str | None = None,
+              timeout: float = 300.0, report: Reporter | None = None, kubeconfig: Path | None = None,
+              context: str | None = None) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
+    """Apply a MIG layout to the selected GPU nodes (every input judged before the kubeconfig is read);
+    the steps run and each node's expected allocatable."""
+    from gpuctl.ops.mig_apply import apply_mig as apply, check_mig_inputs
+    from gpuctl.stack.helm import HelmTarget
+
+    check_mig_inputs(layout, nodegroup, selector, strategy, timeout)
+    return apply(_client(kubeconfig, context), HelmTarget(kubeconfig, context), layout, nodegroup, selector,
+                 strategy, timeout, report or (lambda _: None))
+
+
+def ensure_tenant(tenant: Tenant, kubeconfig: Path | None = None, context: str | None = None,
+                  warn: Callable[[str], None] | None = None) -> tuple[Change, dict[str, str]]:
+    """Create or update the tenant to exactly `tenant`; `warn` hears first of quotas above what the cluster's
+    GPU nodes offer (allowed). Returns the change and the quota the cluster now holds."""
+    from gpuctl.kube.dra import dra_mode
+    from gpuctl.ops.tenancy.tenants import ensure_tenant as ensure, over_allocatable, read_quota
+
+    client = _client(kubeconfig, context)
+    for warning in over_allocatable(client, tenant, dra_mode(client)):
+        if warn is not None:
+            warn(warning)
+    return ensure(client, tenant), read_quota(client, tenant.name)
+
+
+def list_tenants(kubeconfig: Path | None = None, context: str | None = None) -> list[dict[str, Any]]:
+    from gpuctl.ops.tenancy.tenants import list_tenants as tenants
+
+    return tenants(_client(kubeconfig, context))
+
+
+def remove_tenant(name: str, kubeconfig: Path | None = None, context: str | None = None) -> Change:
+    """Delete what gpuctl made for tenant `name` (its namespace, or in an adopted one only gpuctl's objects)."""
+    from gpuctl.model.tenant import check_tenant_name
+    from gpuctl.ops.tenancy.tenants import remove_tenant as remove
+
+    check_tenant_name(name, "NAME")
+    return remove(_client(kubeconfig, context), name)
+
+
+def install_sim_tools(progress: Callable[[str], None] | None = None) -> tuple[list[InstalledTool], Path]:
+    """The pinned tools behind the sim provider, installed into the user cache (and where that is)."""
+    from gpuctl.tools.installer import ensure_tools, tools_dir
+    from gpuctl.tools.pins import SIM_TOOLS
+
+    return ensure_tools(SIM_TOOLS, progress=progress or (lambda _: None)), tools_dir()

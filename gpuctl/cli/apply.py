@@ -44,11 +44,10 @@ def render(
     out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="PATH", help="Write manifests/ and helm/ here (default: stdout).")] = None,
 ) -> None:
     """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
-    from gpuctl.ops.render import render as render_spec
+    from gpuctl import api
     from gpuctl.model.specfile import load_spec
-    from gpuctl.api import to_platform
 
-    result = render_spec(to_platform(*load_spec(filename)), out)
+    result = api.render(api.to_platform(*load_spec(filename)), out)
     if isinstance(result, str):
         print(result, end="")
     else:
@@ -58,12 +57,11 @@ def render(
 
 def plan(ctx: typer.Context, filename: SpecFile) -> None:
     """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
-    from gpuctl.ops.plan import plan_platform
+    from gpuctl import api
     from gpuctl.model.specfile import load_spec
-    from gpuctl.api import to_platform
 
     opts = settings(ctx)
-    planned = plan_platform(to_platform(*load_spec(filename)), opts.kubeconfig)
+    planned = api.plan_platform(api.to_platform(*load_spec(filename)), opts.kubeconfig)
     if opts.output != "table":
         emit([p.as_dict() for p in planned], opts.output)
         return

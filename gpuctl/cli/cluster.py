@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -14,7 +14,9 @@ from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, Instan
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count, seconds
 from gpuctl.util.output import emit, info
-from gpuctl.ops.steps import StepResult
+
+if TYPE_CHECKING:
+    from gpuctl.api import StepResult
 
 app = typer.Typer(help="Create, list and delete GPU clusters.", no_args_is_help=True)
 
@@ -106,9 +108,8 @@ def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cl
           profile: Profile = None) -> None:
     """List clusters of a provider."""
     from gpuctl import api
-    from gpuctl.providers import check_cloud
 
-    check_cloud(cloud)
+    api.check_cloud(cloud)
     rows = [asdict(c) for c in api.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, ("name", "cloud", "status", "endpoint", "kubernetes_version"))
 
@@ -119,9 +120,8 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
     """Delete a cluster and everything gpuctl made for it, and drop its kubeconfig context."""
     from gpuctl import api
     from gpuctl.model.naming import check_name
-    from gpuctl.providers import check_cloud
 
-    check_cloud(cloud)
+    api.check_cloud(cloud)
     check_name(name, "--name")
     options = cloud_options(region, os_cloud, profile)
     confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?")

@@ -144,12 +144,12 @@ def render_helps(width: int) -> dict[str, str]:
 
 
 def _store(path: str, key: str, helps: dict[str, str]) -> None:
+    from gpuctl.util.files import write_atomic  # os alone; only on a cache miss
+
     directory = os.path.dirname(path)
-    temporary = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(temporary, "w", encoding="utf-8") as file:
-            file.write("\0".join([key, *(item for pair in helps.items() for item in pair)]))
-        os.replace(temporary, path)
+        # mode 0666 less the umask, as open() would make it: a cache, nothing private
+        write_atomic(path, "\0".join([key, *(item for pair in helps.items() for item in pair)]), mode=0o666)
         # Keep the newest few (other widths, another install sharing the cache) and drop the rest,
         # with what a killed process left half-written.
         now = os.stat(path).st_mtime
@@ -159,10 +159,7 @@ def _store(path: str, key: str, helps: dict[str, str]) -> None:
         for entry in files[_KEEP:] + stale:
             os.unlink(entry.path)
     except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+        pass  # no cache this time: typer renders the help again next time
 
 
 def serve_help(path: str) -> bool:

@@ -57,16 +57,12 @@ def apply(
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds to wait for the MIG manager.")] = 300.0,
 ) -> None:
     """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write."""
+    from gpuctl import api
     from gpuctl.cli.cluster import print_step
-    from gpuctl.kube.client import api_client
-    from gpuctl.ops.mig_apply import apply_mig, check_mig_inputs
-    from gpuctl.stack.helm import HelmTarget
 
     opts = settings(ctx)
-    check_mig_inputs(layout, nodegroup, selector, strategy, timeout)  # before the kubeconfig is even read
-    client = api_client(opts.kubeconfig, opts.context)
-    steps, expected = apply_mig(client, HelmTarget(opts.kubeconfig, opts.context), layout, nodegroup, selector,
-                                strategy, timeout, print_step)
+    steps, expected = api.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.kubeconfig,
+                                    opts.context)
     rows = [{"node": n, "allocatable": r} for n, r in sorted(expected.items())]
     emit(rows if opts.output == "table" else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
          opts.output, ("node", "allocatable"))

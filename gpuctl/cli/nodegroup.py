@@ -20,10 +20,10 @@ COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
 
 
 def _checked(cloud: str, cluster: str) -> None:
+    from gpuctl import api
     from gpuctl.model.naming import check_name
-    from gpuctl.providers import check_cloud
 
-    check_cloud(cloud)
+    api.check_cloud(cloud)
     check_name(cluster, "--cluster")
 
 

@@ -27,10 +27,9 @@ def cloud_options(region: str | None = None, os_cloud: str | None = None, profil
                   **more: object):  # noqa: ANN201 - gpuctl.model.cloud_options.CloudOptions
     """CloudOptions from flags; a flag the cloud does not use is refused when the provider is made."""
     from gpuctl.model.naming import check_text
-    from gpuctl.model.cloud_options import FLAGS, CloudOptions
+    from gpuctl.model.cloud_options import FLAGS, CloudOptions, is_given
 
-    given = {k: v for k, v in dict(more, region=region, os_cloud=os_cloud, profile=profile).items()
-             if v not in (None, False, [], ())}
+    given = {k: v for k, v in dict(more, region=region, os_cloud=os_cloud, profile=profile).items() if is_given(v)}
     if "subnets" in given:
         given["subnets"] = tuple(given["subnets"])  # type: ignore[arg-type]
     for key, value in given.items():

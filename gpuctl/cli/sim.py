@@ -15,10 +15,9 @@ app = typer.Typer(help="The local simulated GPU cluster's tools.", no_args_is_he
 @app.command()
 def install(ctx: typer.Context) -> None:
     """Install pinned helm, kwok, kwokctl, etcd and Kubernetes binaries into the user cache."""
-    from gpuctl.tools.installer import ensure_tools, tools_dir
-    from gpuctl.tools.pins import SIM_TOOLS
+    from gpuctl import api
 
-    installed = ensure_tools(SIM_TOOLS, progress=info)
-    info(f"all {len(installed)} tools ready in {tools_dir()}")
+    installed, where = api.install_sim_tools(progress=info)
+    info(f"all {len(installed)} tools ready in {where}")
     emit([{**asdict(t), "path": str(t.path)} for t in installed], settings(ctx).output,
          ("name", "version", "source", "path"))

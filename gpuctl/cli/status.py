@@ -16,16 +16,15 @@ def status(
 ) -> None:
     """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints
     (in DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable)."""
-    from gpuctl.kube.client import api_client
+    from gpuctl import api
     from gpuctl.model.naming import check_name
     from gpuctl.util.output import info
-    from gpuctl.ops.status import gpu_status, status_columns
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     opts = settings(ctx)
-    rows = gpu_status(api_client(opts.kubeconfig, opts.context), nodegroup)
-    emit(rows, opts.output, status_columns(rows))
+    rows = api.gpu_status(nodegroup, opts.kubeconfig, opts.context)
+    emit(rows, opts.output, api.status_columns(rows))
     operator = next((r["gpu_operator"] for r in rows if r["gpu_operator"]), None)
     if operator is not None and opts.output == "table":  # in JSON and YAML: each row's gpu_operator
         info(operator["summary"])

@@ -30,21 +30,15 @@ def add(
     """Create or update a tenant, to exactly these flags (an omitted flag means its default): Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence,
     where Kueue runs, the team's ClusterQueue, LocalQueue and the cluster's GPU ResourceFlavors and, where
     NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates (gpu-<model>, mig-<profile>)."""
+    from gpuctl import api
     from gpuctl.cli.documents import tenant_document
-    from gpuctl.kube.dra import dra_mode
-    from gpuctl.kube.client import api_client
     from gpuctl.model.specfile import load_tenant
-    from gpuctl.ops.tenancy.tenants import ensure_tenant, over_allocatable, read_quota
 
     tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt, borrow, lend, cohort))
     opts = settings(ctx)
-    client = api_client(opts.kubeconfig, opts.context)
-    dra = dra_mode(client)
-    for warning in over_allocatable(client, tenant, dra):
-        info(f"warning: {warning}")
-    change = ensure_tenant(client, tenant)
+    change, quota = api.ensure_tenant(tenant, opts.kubeconfig, opts.context, warn=lambda w: info(f"warning: {w}"))
     info(f"tenant {name!r}: {change.value}")
-    emit({"tenant": name, "change": change.value, "quota": read_quota(client, name)}, opts.output,
+    emit({"tenant": name, "change": change.value, "quota": quota}, opts.output,
          ("tenant", "change", "quota"))
 
 
@@ -52,11 +46,10 @@ def add(
 def list_(ctx: typer.Context) -> None:
     """Tenants with their GPU quota and current use; with Kueue, per flavor: admitted use, nominal quota
     and what the team borrows from its cohort."""
-    from gpuctl.kube.client import api_client
-    from gpuctl.ops.tenancy.tenants import list_tenants
+    from gpuctl import api
 
     opts = settings(ctx)
-    rows = list_tenants(api_client(opts.kubeconfig, opts.context))
+    rows = api.list_tenants(opts.kubeconfig, opts.context)
     if opts.output == "table":  # one cell per team: flavor/resource=used/nominal(+borrowed)
         rows = [{**r, "queue": {f"{flavor}/{res}": f"{u['used']}/{u['nominal']}(+{u['borrowed']})"
                                 for flavor, resources in (r.get("queue") or {}).items()
@@ -68,12 +61,11 @@ def list_(ctx: typer.Context) -> None:
 def remove(ctx: typer.Context, name: TenantName, yes: Yes = False) -> None:
     """Delete what gpuctl made for a tenant: its namespace (and everything in it), or in an adopted
     namespace only gpuctl's quota and binding."""
-    from gpuctl.kube.client import api_client
+    from gpuctl import api
     from gpuctl.model.tenant import check_tenant_name
-    from gpuctl.ops.tenancy.tenants import remove_tenant
 
     check_tenant_name(name, "NAME")
     confirm_or_refuse(yes, f"Delete tenant {name!r}?")
     opts = settings(ctx)
-    change = remove_tenant(api_client(opts.kubeconfig, opts.context), name)
+    change = api.remove_tenant(name, opts.kubeconfig, opts.context)
     info(f"tenant {name!r}: {change.value}")

@@ -23,17 +23,16 @@ def validate(
     (in DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with
     its GPU from a ResourceClaim)."""
     from gpuctl.util.errors import ValidationFailed
-    from gpuctl.kube.client import api_client
+    from gpuctl import api
     from gpuctl.model.naming import check_name, check_text
     from gpuctl.model.spec import SMOKE_IMAGE
-    from gpuctl.ops.validate import validate_cluster
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     if image is not None:
         check_text(image, "--image")
     opts = settings(ctx)
-    checks = validate_cluster(api_client(opts.kubeconfig, opts.context), nodegroup, image or SMOKE_IMAGE, timeout)
+    checks = api.validate_cluster(nodegroup, image or SMOKE_IMAGE, timeout, opts.kubeconfig, opts.context)
     emit([c.as_dict() for c in checks], opts.output, COLUMNS)
     failed = [c for c in checks if not c.ok]
     if failed:

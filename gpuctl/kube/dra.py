@@ -1,11 +1,13 @@
-"""Whether a cluster is in DRA mode (model/dra.py: the names NVIDIA's DRA driver serves)."""
+"""Whether a cluster is in DRA mode, and the ResourceSlices its GPU driver publishes (model/dra.py: the names
+NVIDIA's DRA driver serves, and which slices count)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.model.dra import GPU_CLASS
+from gpuctl.model.dra import DRIVER, GPU_CLASS
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -22,3 +24,16 @@ def dra_mode(client: ApiClient) -> bool:
             return False
         raise api_error(exc, f"reading DeviceClass {GPU_CLASS}") from None
     return True
+
+
+def list_slices(client: ApiClient) -> list[dict[str, Any]]:
+    """The GPU driver's ResourceSlices (as JSON), every generation: model/dra.py current_slices keeps those the
+    scheduler allocates from."""
+    from kubernetes.client import ResourceV1Api
+
+    try:
+        response = ResourceV1Api(client).list_resource_slice(field_selector=f"spec.driver={DRIVER}",
+                                                             _preload_content=False)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, "listing ResourceSlices") from None
+    return json.loads(response.data)["items"]

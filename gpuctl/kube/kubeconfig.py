@@ -5,13 +5,13 @@ every other context in it."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuctl.util.errors import UsageError
+from gpuctl.util.files import write_atomic
 from gpuctl.model.strict_yaml import read_yaml
 
 _SECTIONS = ("clusters", "users", "contexts")
@@ -76,15 +76,7 @@ def _load(path: Path) -> dict[str, Any]:
 def _write(path: Path, doc: dict[str, Any]) -> None:
     """Atomic write with mode 0600: credentials inside."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            yaml.safe_dump(doc, handle, default_flow_style=False, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, yaml.safe_dump(doc, default_flow_style=False, sort_keys=False))
 
 
 def named(entry: dict[str, Any], context: str | None) -> dict[str, Any]:

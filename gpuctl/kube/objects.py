@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, is_not_found
@@ -14,6 +15,21 @@ if TYPE_CHECKING:
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 MANAGED = {L.MANAGED_BY: L.MANAGER}
+
+
+def is_managed(obj: Mapping[str, Any] | None) -> bool:
+    """Whether `obj` (an object as JSON, None: absent) is gpuctl's: it carries the managed-by gpuctl label."""
+    return obj is not None and L.managed_by_gpuctl((obj.get("metadata") or {}).get("labels"))
+
+
+def contains(current: Any, wanted: Any) -> bool:
+    """True if every field of `wanted` is in `current` with the same value (others may add fields)."""
+    if isinstance(wanted, dict):
+        return isinstance(current, dict) and all(contains(current.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(current, list) and len(current) == len(wanted) and all(
+            contains(c, w) for c, w in zip(current, wanted))
+    return current == wanted
 
 
 def ensure_namespace(v1: CoreV1Api, name: str) -> Change:

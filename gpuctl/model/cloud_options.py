@@ -8,16 +8,37 @@ from dataclasses import dataclass, field, fields
 
 from gpuctl.util.errors import UsageError
 
-# Which options each cloud understands; anything else given for that cloud is a usage error.
-ALLOWED: dict[str, frozenset[str]] = {
-    "sim": frozenset(),
-    "openstack": frozenset({"os_cloud", "region", "template", "keypair"}),
-    "eks": frozenset({"profile", "region", "ami_type", "node_role", "subnets", "kubernetes_version", "karpenter",
-                      "exec_auth"}),
+CLOUDS = ("sim", "openstack", "eks")
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one CloudOptions field is given, and the clouds that use it."""
+
+    flag: str
+    key: str | None  # its key under a spec's `spec.provider`; None: said elsewhere (spec.karpenter.enabled)
+    clouds: tuple[str, ...]
+
+
+# The one table of cloud options (CloudOptions field -> Option), in CloudOptions' order; anything given for
+# a cloud that does not use it is a usage error. ALLOWED, FLAGS and SPEC_KEYS are views of it.
+OPTIONS: dict[str, Option] = {
+    "region": Option("--region", "region", ("openstack", "eks")),
+    "os_cloud": Option("--os-cloud", "osCloud", ("openstack",)),
+    "template": Option("--template", "template", ("openstack",)),
+    "keypair": Option("--keypair", "keypair", ("openstack",)),
+    "profile": Option("--profile", "profile", ("eks",)),
+    "ami_type": Option("--ami-type", "amiType", ("eks",)),
+    "node_role": Option("--node-role", "nodeRole", ("eks",)),
+    "subnets": Option("--subnet", "subnets", ("eks",)),
+    "kubernetes_version": Option("--kubernetes-version", "kubernetesVersion", ("eks",)),
+    "karpenter": Option("--karpenter", None, ("eks",)),
+    "exec_auth": Option("--exec-auth", "execAuth", ("eks",)),
 }
-FLAGS = {"os_cloud": "--os-cloud", "region": "--region", "template": "--template", "keypair": "--keypair",
-         "profile": "--profile", "ami_type": "--ami-type", "node_role": "--node-role", "subnets": "--subnet",
-         "kubernetes_version": "--kubernetes-version", "karpenter": "--karpenter", "exec_auth": "--exec-auth"}
+ALLOWED: dict[str, frozenset[str]] = {cloud: frozenset(name for name, o in OPTIONS.items() if cloud in o.clouds)
+                                      for cloud in CLOUDS}
+FLAGS = {name: o.flag for name, o in OPTIONS.items()}
+SPEC_KEYS = {o.key: name for name, o in OPTIONS.items() if o.key}  # spec.provider key -> field
 
 
 @dataclass(frozen=True)
@@ -35,10 +56,19 @@ class CloudOptions:
     exec_auth: bool = False  # EKS: kubeconfig with the exec plugin instead of a token
 
 
+def is_given(value: object) -> bool:
+    """Whether an option was given: None, False and an empty list are what is left unset."""
+    return value not in (None, False, [], ())
+
+
+def unused_options(cloud: str, options: CloudOptions) -> list[str]:
+    """The fields of `options` given but not used by `cloud`, in CloudOptions' order."""
+    return [f.name for f in fields(options) if is_given(getattr(options, f.name)) and f.name not in ALLOWED[cloud]]
+
+
 def check_options(cloud: str, options: CloudOptions) -> CloudOptions:
     """Refuse options the chosen cloud does not understand, naming the flag."""
-    for f in fields(options):
-        value = getattr(options, f.name)
-        if value not in (None, False, ()) and f.name not in ALLOWED[cloud]:
-            raise UsageError(FLAGS[f.name], f"not used by --cloud {cloud}", "drop it or choose the cloud it belongs to")
+    unused = unused_options(cloud, options)
+    if unused:
+        raise UsageError(FLAGS[unused[0]], f"not used by --cloud {cloud}", "drop it or choose the cloud it belongs to")
     return options

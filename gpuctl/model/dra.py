@@ -9,6 +9,7 @@ ResourceClaims, not counted as the device plugin's extended resource.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuctl.model import labels as L
@@ -65,6 +66,41 @@ def dra_resource(device_class: str) -> str:
     extended resource full GPUs are served as (DeviceClass gpu.nvidia.com extendedResourceName), else the
     class's devices."""
     return L.GPU_RESOURCE if device_class == GPU_CLASS else quota_key(device_class)
+
+
+def current_slices(slices: Iterable[Mapping[str, Any]], driver: str = DRIVER) -> list[Mapping[str, Any]]:
+    """The ResourceSlices (as JSON) of `driver` that the scheduler allocates from: per pool, the slices of its
+    newest generation, once that generation is complete (as many slices as its resourceSliceCount). Slices of
+    an older generation are outdated and a pool still being published is incomplete: the scheduler skips both
+    (k8s.io/dynamic-resource-allocation/structured/pools.go
+    GatherPools: a pool is its driver and name), and so does every count of gpuctl's."""
+    pools: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver:
+            continue
+        pool = spec.get("pool") or {}
+        pools.setdefault(str(pool.get("name")), {}).setdefault(int(pool.get("generation") or 0), []).append(s)
+    current: list[Mapping[str, Any]] = []
+    for generations in pools.values():
+        newest = generations[max(generations)]
+        if len(newest) == int((newest[0]["spec"].get("pool") or {}).get("resourceSliceCount") or 1):
+            current += newest
+    return current
+
+
+def slice_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Node -> the devices the GPU driver publishes for it and the scheduler can allocate (current_slices)."""
+    devices: dict[str, list[dict[str, Any]]] = {}
+    for s in current_slices(slices):
+        if node := s["spec"].get("nodeName"):
+            devices.setdefault(node, []).extend(s["spec"].get("devices") or [])
+    return devices
+
+
+def device_type(device: Mapping[str, Any]) -> str | None:
+    """The driver's `type` attribute of a device: gpu, mig (or vfio)."""
+    return ((device.get("attributes") or {}).get("type") or {}).get("string")
 
 
 def device_class_mappings() -> list[dict[str, Any]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gpuctl"
 NODEGROUP = "gpuctl.dev/nodegroup"
@@ -29,3 +31,9 @@ DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def managed_by_gpuctl(labels: Mapping[str, str] | None) -> bool:
+    """Whether an object's labels mark it as gpuctl's (managed-by gpuctl): gpuctl changes or deletes only those.
+    kube/objects.py is_managed asks it of an object as JSON."""
+    return (labels or {}).get(MANAGED_BY) == MANAGER

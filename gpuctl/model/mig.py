@@ -17,6 +17,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, MigGeometry, MigProfile
 from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import ASCII_COUNT
+from gpuctl.model.stack_spec import MIG_STRATEGIES
 from gpuctl.util.errors import shown
 
 NAMED = ("all-disabled", "all-enabled", "all-balanced")  # plus all-<profile> for each profile
@@ -346,8 +347,8 @@ def _and(names: Sequence[str]) -> str:
 
 def advertised_resources(layout: MigLayout, gpus: int, strategy: str) -> dict[str, int]:
     """Extended resources the device plugin advertises on a node of `gpus` GPUs with `layout`."""
-    if strategy not in ("mixed", "single"):
-        raise UsageError("--strategy", f"unknown MIG strategy '{strategy}'", "use mixed or single")
+    if strategy not in MIG_STRATEGIES:
+        raise UsageError("--strategy", f"unknown MIG strategy '{strategy}'", f"use {' or '.join(MIG_STRATEGIES)}")
     if not layout.enabled:
         return {"nvidia.com/gpu": gpus}
     counts = Counter(layout.profiles)

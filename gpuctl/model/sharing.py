@@ -15,6 +15,10 @@ from gpuctl.model.catalog import GpuModel
 from gpuctl.util.errors import UsageError
 
 STRATEGIES = ("none", "time-slicing", "mps")
+# A sharing strategy's section in the device plugin's config (`sharing.timeSlicing`), which is also its key
+# under a spec's node group `sharing:` (specfile.py, cli/documents.py).
+SECTIONS = {"time-slicing": "timeSlicing", "mps": "mps"}
+STRATEGY_OF_SECTION = {section: strategy for strategy, section in SECTIONS.items()}
 MAX_REPLICAS = 64
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The key unlabelled nodes load. Without it the config-manager's `single` fallback would hand them
@@ -60,9 +64,9 @@ def render_plugin_config(sharing: Sharing) -> str:
 
     doc: dict = {"version": "v1"}
     if sharing.config_key:
-        section = "timeSlicing" if sharing.strategy == "time-slicing" else "mps"
+        section = SECTIONS[sharing.strategy]
         body: dict = {"resources": [{"name": "nvidia.com/gpu", "replicas": sharing.replicas}]}
-        if section == "timeSlicing":
+        if sharing.strategy == "time-slicing":
             body = {"renameByDefault": False, "failRequestsGreaterThanOne": False, **body}
         doc["sharing"] = {section: body}
     return yaml.safe_dump(doc, sort_keys=False)
@@ -81,7 +85,7 @@ def parse_plugin_config(text: str) -> Sharing:
 
     doc = yaml.safe_load(text) or {}
     sharing = doc.get("sharing") or {}
-    for section, strategy in (("timeSlicing", "time-slicing"), ("mps", "mps")):
+    for strategy, section in SECTIONS.items():
         if section in sharing:
             resources = sharing[section].get("resources") or []
             replicas = next((int(r["replicas"]) for r in resources if r.get("name") == "nvidia.com/gpu"), 1)

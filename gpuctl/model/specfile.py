@@ -20,11 +20,11 @@ from gpuctl.util.errors import UsageError
 from gpuctl.model.mig import MigLayout, parse_layout
 from gpuctl.model.naming import MAX_NODES, Huge, check_count, check_label_key, check_label_value, check_name, check_text
 from gpuctl.util.errors import SHOWN_PREFIX, shown
-from gpuctl.model.cloud_options import ALLOWED, CloudOptions
+from gpuctl.model.cloud_options import CLOUDS, OPTIONS, SPEC_KEYS, CloudOptions, unused_options
 from gpuctl.model.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
 from gpuctl.model.dra import ALPHA_SHARING_GATES
 from gpuctl.model.strict_yaml import read_yaml
-from gpuctl.model.sharing import MAX_REPLICAS, NO_SHARING, Sharing, check_sharing_fits
+from gpuctl.model.sharing import MAX_REPLICAS, NO_SHARING, SECTIONS, STRATEGY_OF_SECTION, Sharing, check_sharing_fits
 from gpuctl.model.spec import MAX_GPUS_PER_NODE, SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
 from gpuctl.model.stack_spec import NFD_OWNERS, GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taints
@@ -139,9 +139,10 @@ def _str_map(value: Any, path: str) -> dict[str, str]:
 def _sharing(value: Any, path: str) -> tuple[Sharing, str | None]:
     if value is None:
         return NO_SHARING, None
-    doc = _mapping(value, path, ("timeSlicing", "mps", "mig"))
+    keys = (*SECTIONS.values(), "mig")
+    doc = _mapping(value, path, keys)
     if len(doc) != 1:
-        raise UsageError(path, f"set exactly one of timeSlicing, mps, mig (got {len(doc)})", "choose one strategy")
+        raise UsageError(path, f"set exactly one of {', '.join(keys)} (got {len(doc)})", "choose one strategy")
     (kind, body), = doc.items()
     where = f"{path}.{kind}"
     if kind == "mig":
@@ -151,7 +152,7 @@ def _sharing(value: Any, path: str) -> tuple[Sharing, str | None]:
     _typed(replicas, f"{where}.replicas", int, "4")
     if not 2 <= replicas <= MAX_REPLICAS:
         raise UsageError(f"{where}.replicas", f"must be between 2 and {MAX_REPLICAS}, got {replicas}", "e.g. 4")
-    return Sharing("time-slicing" if kind == "timeSlicing" else "mps", replicas), None
+    return Sharing(STRATEGY_OF_SECTION[kind], replicas), None
 
 
 def _node_group(value: Any, path: str) -> NodeGroupDoc:
@@ -174,9 +175,7 @@ def _node_group(value: Any, path: str) -> NodeGroupDoc:
     )
 
 
-PROVIDER_KEYS = {"cloud": "cloud", "region": "region", "osCloud": "os_cloud", "template": "template",
-                  "keypair": "keypair", "profile": "profile", "amiType": "ami_type", "nodeRole": "node_role",
-                  "subnets": "subnets", "kubernetesVersion": "kubernetes_version", "execAuth": "exec_auth"}
+PROVIDER_KEYS = {"cloud": "cloud", **SPEC_KEYS}  # spec.provider key -> CloudOptions field (cloud_options.OPTIONS)
 
 
 def parse(doc: Any) -> GpuClusterDoc:
@@ -270,11 +269,12 @@ def apply_defaults(doc: GpuClusterDoc) -> GpuClusterDoc:
 def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     """Every value against the catalog, label syntax, taint effects and MIG geometry."""
     check_name(doc.name, "metadata.name")
-    if doc.cloud not in ALLOWED:
-        raise UsageError("spec.provider.cloud", f"unknown cloud {shown(doc.cloud)}", f"use one of: {', '.join(ALLOWED)}")
+    if doc.cloud not in CLOUDS:
+        raise UsageError("spec.provider.cloud", f"unknown cloud {shown(doc.cloud)}", f"use one of: {', '.join(CLOUDS)}")
+    unused = unused_options(doc.cloud, doc.options)
     for attr, value in vars(doc.options).items():
-        key = next((k for k, a in PROVIDER_KEYS.items() if a == attr), attr)
-        if value not in (None, False, ()) and attr not in ALLOWED[doc.cloud]:
+        key = OPTIONS[attr].key or attr
+        if attr in unused:
             raise UsageError(f"spec.provider.{key}", f"not used by cloud {doc.cloud}", "drop it")
         for i, text in enumerate(value if isinstance(value, tuple) else (value,)):
             if isinstance(text, str):
@@ -346,7 +346,7 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     taints = parse_taints(group.taints or (), f"{path}.taints")
     mig = parse_layout(group.mig_layout, model, f"{path}.sharing.mig.layout") if group.mig_layout else None
     if group.sharing.config_key:
-        kind = "timeSlicing" if group.sharing.strategy == "time-slicing" else "mps"
+        kind = SECTIONS[group.sharing.strategy]
         check_sharing_fits(group.sharing, model, f"{path}.sharing.{kind}.replicas")
         if doc.dra and not doc.dra_alpha_sharing:
             raise UsageError(f"{path}.sharing.{kind}", f"{group.sharing.strategy} through DRA is alpha in "
@@ -432,7 +432,7 @@ def export_spec(spec: Any) -> str:
         if plan.mig is not None:
             group["sharing"] = {"mig": {"layout": plan.mig.name}}
         elif plan.sharing.config_key:
-            kind = "timeSlicing" if plan.sharing.strategy == "time-slicing" else "mps"
+            kind = SECTIONS[plan.sharing.strategy]
             group["sharing"] = {kind: {"replicas": plan.sharing.replicas}}
         group["taints"] = [str(t) for t in plan.spec.taints]
         if plan.labels:

@@ -8,7 +8,7 @@ from gpuctl.model.taints import Taint
 from gpuctl.util.errors import UsageError
 
 NFD_OWNERS = ("standalone", "operator")
-MIG_STRATEGIES = ("mixed", "single")
+MIG_STRATEGIES = ("mixed", "single")  # the GPU Operator's mig.strategy values gpuctl serves (not `none`)
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def choose_mig_strategy(requested: str | None, groups: list[GroupSharing], field
     mps = [g.name for g in groups if g.strategy == "mps"]
     mixed_only = [g.name for g in groups if len(set(g.mig_profiles)) > 1]
     if requested is not None and requested not in MIG_STRATEGIES:
-        raise UsageError(field, f"unknown strategy {requested!r}", "use mixed or single")
+        raise UsageError(field, f"unknown strategy {requested!r}", f"use {' or '.join(MIG_STRATEGIES)}")
     if mps and mixed_only:
         raise UsageError(field, f"node group {mps[0]!r} uses MPS, which the device plugin refuses under the "
                          f"mixed MIG strategy that node group {mixed_only[0]!r} needs for its several MIG profiles",

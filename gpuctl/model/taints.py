@@ -13,7 +13,7 @@ from gpuctl.util.errors import shown
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)  # ordered by key, value, effect
 class Taint:
     key: str
     value: str
@@ -27,6 +27,7 @@ class Taint:
             {"key": self.key, "effect": self.effect}
 
     def toleration(self) -> dict[str, str]:
+        """The toleration of exactly this taint (gpuctl's one rule: Equal with a value, Exists without)."""
         if self.value:
             return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
         return {"key": self.key, "operator": "Exists", "effect": self.effect}
@@ -60,5 +61,10 @@ def parse_taints(texts: Iterable[str], field: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
-def tolerations(taints: tuple[Taint, ...]) -> list[dict[str, Any]]:
+def tolerations(taints: Iterable[Taint]) -> list[dict[str, Any]]:
     return [t.toleration() for t in taints]
+
+
+def node_taint(taint: Any) -> Taint:
+    """A node's taint (kubernetes.client V1Taint, whose value may be None) as a Taint."""
+    return Taint(taint.key, taint.value or "", taint.effect)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, slice_devices
+from gpuctl.model.taints import node_taint
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
 from gpuctl.kube.client import api_error
 
@@ -58,31 +59,6 @@ class NodeDevices:
         return bool(self.devices) and all(device_type(d) == "mig" for d in self.devices)
 
 
-def device_type(device: Mapping[str, Any]) -> str | None:
-    """The driver's `type` attribute of a device: gpu, mig (or vfio)."""
-    return ((device.get("attributes") or {}).get("type") or {}).get("string")
-
-
-def slice_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Node -> the devices the GPU driver publishes for it (ResourceSlices as JSON). A pool's slices of an
-    older generation than its newest are outdated and skipped, as the scheduler skips them; so is a pool
-    whose newest generation is not complete yet (fewer slices than resourceSliceCount)."""
-    pools: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
-    for s in slices:
-        spec = s.get("spec") or {}
-        if spec.get("driver") != DRIVER or not spec.get("nodeName"):
-            continue
-        pool = spec.get("pool") or {}
-        pools.setdefault(spec["nodeName"], {}).setdefault(int(pool.get("generation") or 0), []).append(s)
-    devices: dict[str, list[dict[str, Any]]] = {}
-    for node, generations in pools.items():
-        newest = generations[max(generations)]
-        expected = int((newest[0]["spec"].get("pool") or {}).get("resourceSliceCount") or 1)
-        if len(newest) >= expected:
-            devices[node] = [d for s in newest for d in s["spec"].get("devices") or []]
-    return devices
-
-
 def claim_allocations(claims: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
     """Pool (the node, for the GPU driver) -> names of the GPU driver's devices allocated to ResourceClaims
     (as JSON). A result with adminAccess holds no device (others can be allocated it too) and is skipped."""
@@ -99,13 +75,14 @@ def read_node_devices(client: ApiClient) -> dict[str, NodeDevices]:
     """Node -> its devices and allocations, from one LIST of ResourceSlices and one of ResourceClaims."""
     from kubernetes.client import ResourceV1Api
 
-    api = ResourceV1Api(client)
+    from gpuctl.kube.dra import list_slices
+
+    slices = list_slices(client)
     try:
-        slices = json.loads(api.list_resource_slice(field_selector=f"spec.driver={DRIVER}",
-                                                    _preload_content=False).data)["items"]
-        claims = json.loads(api.list_resource_claim_for_all_namespaces(_preload_content=False).data)["items"]
+        claims = json.loads(ResourceV1Api(client).list_resource_claim_for_all_namespaces(
+            _preload_content=False).data)["items"]
     except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing ResourceSlices and ResourceClaims") from None
+        raise api_error(exc, "listing ResourceClaims") from None
     published, allocated = slice_devices(slices), claim_allocations(claims)
     return {node: NodeDevices(tuple(devices), frozenset(allocated.get(node, ())))
             for node, devices in published.items()}
@@ -161,8 +138,7 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
             "mig_state": labels.get(L.MIG_STATE),
             "device_plugin": plugin_state(pods.get(node.metadata.name)),
             "allocatable": gpu_resources(node),
-            "taints": [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-                       for t in node.spec.taints or []],
+            "taints": [str(node_taint(t)) for t in node.spec.taints or []],
             "gpu_operator": operator.as_dict() if operator else None,
         }
         if dra:

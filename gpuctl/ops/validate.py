@@ -23,6 +23,7 @@ from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts
 from gpuctl.util.progress import waiting
 from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
+from gpuctl.model.taints import node_taint, tolerations as tolerations_of
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 
 if TYPE_CHECKING:
@@ -349,9 +350,7 @@ def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOK
     labels = nodes[0].metadata.labels or {}
     node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
     pin = dict(list(node_labels.items())[:1])
-    taints = {(t.key, t.value or "", t.effect) for n in nodes for t in n.spec.taints or []}
-    tolerations = [{"key": k, "operator": "Equal", "value": v, "effect": e} if v else
-                   {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(taints)]
+    tolerations = tolerations_of(sorted({node_taint(t) for n in nodes for t in n.spec.taints or []}))
     if dra_mode(client):
         return validate_dra(client, nodes, mig, image, pin, tolerations, timeout)
     plans = read_group_plans(CoreV1Api(client), config_namespace(client))

@@ -39,8 +39,9 @@ from pathlib import Path
 import yaml
 
 from gpuctl.util.errors import ClusterError, WaitTimeout
+from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
-from gpuctl.simulator.kwok import KwokCluster, _write_atomic
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait, read_argv
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
 from gpuctl.tools.installer import ensure_tools
@@ -112,9 +113,9 @@ def _write_certs(certs: Path) -> None:
                            critical=False)
             .sign(key, hashes.SHA256()))
     certs.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_atomic(certs / "tls.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()).decode())
-    _write_atomic(certs / "tls.crt", cert.public_bytes(serialization.Encoding.PEM).decode())
+    write_atomic(certs / "tls.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()).decode())
+    write_atomic(certs / "tls.crt", cert.public_bytes(serialization.Encoding.PEM).decode())
 
 
 def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> str:
@@ -223,7 +224,7 @@ def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
         kill_and_wait([p for p in procs if p is not current])
         if current is not None:
             if get_kueue_pid(cluster) != current.pid:
-                _write_atomic(_pid_file(cluster), f"{current.pid}\n")
+                write_atomic(_pid_file(cluster), f"{current.pid}\n")
             pid = current.pid
         else:
             pid = _start(tool.path, cluster, want)
@@ -248,7 +249,7 @@ def _start(binary: Path, cluster: str, argv: list[str]) -> int:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     certs = directory / "certs"
     _write_certs(certs)
-    _write_atomic(_config_path(cluster), render_kueue_config(certs, _free_port(), _free_port()))
+    write_atomic(_config_path(cluster), render_kueue_config(certs, _free_port(), _free_port()))
     _log_path(cluster).parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{KUEUE_METRICS_CERT_ENV: str(certs)})
     env.pop("KUBECONFIG", None)  # --kubeconfig names the cluster's; nothing else may be picked up
@@ -261,7 +262,7 @@ def _start(binary: Path, cluster: str, argv: list[str]) -> int:
     deadline = time.monotonic() + 5.0
     while read_argv(proc.pid) is None and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    _write_atomic(_pid_file(cluster), f"{proc.pid}\n")
+    write_atomic(_pid_file(cluster), f"{proc.pid}\n")
     return proc.pid
 
 

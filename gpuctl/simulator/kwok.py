@@ -37,6 +37,7 @@ import yaml
 
 from gpuctl import __version__
 from gpuctl.util.errors import ClusterError, WaitTimeout
+from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
 from gpuctl.util.paths import state_dir
 from gpuctl.simulator.procs import (OPERATOR_MODULE, Proc, all_procs, cluster_procs, flag, is_component, is_operator,
@@ -86,15 +87,6 @@ def _free_ports() -> dict[str, int]:
             sock.bind(("127.0.0.1", 0))
             ports[name] = sock.getsockname()[1]
         return ports
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write through a temp file and a rename: a crash leaves the old content or the new, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 class KwokCluster:
@@ -231,7 +223,7 @@ class KwokCluster:
         flags: list[str] = []
         if args[0] == "create":
             self.config_path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(self.config_path, render_template(
+            write_atomic(self.config_path, render_template(
                 "sim/kwokctl.yaml.j2", kube_version=KUBERNETES_VERSION, ports=_free_ports(),
                 binaries={n: str(p.resolve()) for n, p in tools.items()}, apiserver_args=apiserver_args or {}))
             config, flags = ["--config", str(self.config_path)], ["--kubeconfig="]
@@ -272,7 +264,7 @@ class KwokCluster:
 
     def mark_complete(self) -> None:
         if not (self.dir / MARKER).exists():
-            _write_atomic(self.dir / MARKER, f"{__version__}\n")
+            write_atomic(self.dir / MARKER, f"{__version__}\n")
 
     def protect_keys(self) -> None:
         """Private keys (CA, admin) and the cluster dir readable by their owner only; kwokctl runs
@@ -303,7 +295,7 @@ class KwokCluster:
             return False
         self._stop_component("kwok-controller")
         crash_point("stages")
-        _write_atomic(config, want)
+        write_atomic(config, want)
         return True
 
     def _stop_component(self, component: str) -> None:
@@ -360,14 +352,14 @@ class KwokCluster:
         kill_and_wait(stale)
         if current is not None:
             if self.pids().get(OPERATOR) != current.pid:
-                _write_atomic(self.operator_pid_file, str(current.pid))
+                write_atomic(self.operator_pid_file, str(current.pid))
             return f"stopped {len(stale)} other simulated operator(s)" if stale else None
         crash_point("operator-start")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         with (self.dir / "logs" / f"{OPERATOR}.log").open("a") as log_file:
             proc = subprocess.Popen(want, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                     start_new_session=True, umask=0o077)
-        _write_atomic(self.operator_pid_file, str(proc.pid))
+        write_atomic(self.operator_pid_file, str(proc.pid))
         if not stale:
             return "started the simulated operator"
         stamps = sorted({flag(p.argv, "--stamp") or "no stamp" for p in stale})
@@ -385,9 +377,6 @@ class KwokCluster:
         # First the marker: a crash from here on leaves a half-made cluster, which the next create
         # makes again and the next delete finishes.
         (self.dir / MARKER).unlink(missing_ok=True)
-        from gpuctl.simulator.kueue import stop_kueue  # kueue.py imports this module
-
-        stop_kueue(self.name)  # a Kueue manager runs from the tool cache: kill_cluster_procs does not know it
         kill_cluster_procs(workdir(), self.name, helm_context=context_name(self.name))
         crash_point("delete")
         if self.dir.exists():

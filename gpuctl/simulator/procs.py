@@ -109,7 +109,9 @@ def cluster_procs(workdir: Path, name: str, helm_context: str | None = None) -> 
         if is_kwokctl(proc, workdir, name) or (helm_context is not None and is_helm(proc.argv, helm_context)):
             drivers.append(proc)
         elif (is_component(proc.argv, cluster_dir) or is_operator(proc.argv, cluster_dir / "kubeconfig.yaml")
-              or (Path(proc.argv[0]).name == "kubectl" and any(a.startswith(inside) for a in proc.argv[1:]))):
+              or (Path(proc.argv[0]).name == "kubectl" and any(a.startswith(inside) for a in proc.argv[1:]))
+              # the sim's Kueue manager (kueue.py) runs from the tool cache with a config inside the cluster's dir
+              or (Path(proc.argv[0]).name == "kueue" and (flag(proc.argv, "--config") or "").startswith(inside))):
             others.append(proc)
     return drivers, others
 

@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from gpuctl.simulator.procs import is_component, read_argv
+from gpuctl.util.files import write_atomic
 
 log = logging.getLogger("gpuctl.sim.supervisor")
 
@@ -126,9 +127,7 @@ def start_component(cluster_dir: Path, component: str) -> subprocess.Popen[bytes
                                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, umask=0o077)
     pid_file = cluster_dir / "pids" / f"{component}.pid"
-    tmp = pid_file.with_name(f".{pid_file.name}.{os.getpid()}.tmp")
-    tmp.write_text(str(proc.pid))  # as kwokctl writes it: the number alone
-    os.replace(tmp, pid_file)
+    write_atomic(pid_file, str(proc.pid))  # as kwokctl writes it: the number alone
     return proc
 
 

@@ -1,18 +1,38 @@
-"""stdout carries data (table, json, yaml); progress and logs go to stderr."""
+"""stdout carries data (table, json, yaml); progress goes to the one reporter: stderr unless the caller
+supplies its own (`reporting`), so library code never prints for itself."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 FORMATS = ("table", "json", "yaml")
 
 
-def info(message: str) -> None:
-    """A progress line for humans, on stderr so stdout stays parseable."""
+def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+_REPORTER: ContextVar[Callable[[str], None]] = ContextVar("gpuctl_reporter", default=_to_stderr)
+
+
+def info(message: str) -> None:
+    """A progress line for humans, to the caller's reporter (default: stderr, so stdout stays parseable)."""
+    _REPORTER.get()(message)
+
+
+@contextmanager
+def reporting(report: Callable[[str], None]) -> Iterator[None]:
+    """Send every progress line of the library (gpuctl.info) to `report` while the block runs."""
+    token = _REPORTER.set(report)
+    try:
+        yield
+    finally:
+        _REPORTER.reset(token)
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:

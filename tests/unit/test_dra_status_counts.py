@@ -1,11 +1,16 @@
 """`gpuctl status` in DRA mode: devices from the driver's ResourceSlices, allocations from ResourceClaims
-(gpuctl/ops/status.py, pure parts)."""
+(gpuctl/ops/status.py, pure parts; which slices count: gpuctl/model/dra.py, shared with the quota warning)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gpuctl.kube import dra as kube_dra
+from gpuctl.model import dra as model_dra
 from gpuctl.ops import status
+from gpuctl.ops.tenancy import tenant_claims
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import parse_layout
 from gpuctl.simulator import dra
@@ -30,14 +35,39 @@ def test_devices_per_node_from_the_newest_complete_generation() -> None:
               a_slice("b", ["gpu-0"], generation=1), a_slice("b", ["gpu-0", "gpu-1", "gpu-2"], generation=2),
               a_slice("c", ["gpu-0"], generation=3, count=2),  # the pool's second slice is not there yet
               a_slice("d", ["eth-0"], driver="net.example.com")]
-    devices = status.slice_devices(slices)
+    devices = model_dra.slice_devices(slices)
     assert {n: [d["name"] for d in ds] for n, ds in devices.items()} == {
         "a": ["gpu-0", "gpu-1"], "b": ["gpu-0", "gpu-1", "gpu-2"]}
 
 
 def test_a_pool_of_two_slices_counts_both() -> None:
-    devices = status.slice_devices([a_slice("a", ["gpu-0"], count=2), a_slice("a", ["gpu-1"], count=2)])
+    devices = model_dra.slice_devices([a_slice("a", ["gpu-0"], count=2), a_slice("a", ["gpu-1"], count=2)])
     assert [d["name"] for d in devices["a"]] == ["gpu-0", "gpu-1"]
+
+
+def test_an_outdated_slice_listed_after_the_newer_one_is_still_outdated() -> None:
+    slices = [a_slice("a", ["gpu-0", "gpu-1"], generation=2), a_slice("a", ["gpu-0"], generation=1)]
+    assert [d["name"] for d in model_dra.slice_devices(slices)["a"]] == ["gpu-0", "gpu-1"]
+
+
+def test_the_quota_warning_counts_the_devices_status_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outdated generation and an incomplete pool: the scheduler allocates from neither, so neither `gpuctl
+    status` nor the over-allocation warning of `tenant add` (published_devices, which used to count every
+    slice: 6 GPUs here) counts them."""
+    slices = [a_slice("a", ["gpu-0", "gpu-1"], generation=1),  # outdated by generation 2
+              a_slice("a", ["gpu-0", "gpu-1"], generation=2),
+              a_slice("b", ["gpu-0", "gpu-1"], generation=1, count=2)]  # its second slice is not published yet
+    monkeypatch.setattr(kube_dra, "list_slices", lambda client: slices)
+    assert {n: len(ds) for n, ds in model_dra.slice_devices(slices).items()} == {"a": 2}
+    assert tenant_claims.published_devices(None) == {  # type: ignore[arg-type]
+        "nvidia.com/gpu": 2, model_dra.quota_key(model_dra.GPU_CLASS): 2}
+
+
+def test_the_quota_warning_counts_mig_devices_per_class_and_profile() -> None:
+    model = get_gpu("a100-40gb")
+    devices = dra.render_devices("n", model, 2, parse_layout("3g.20gb-2x2g.10gb", model))
+    assert tenant_claims.device_totals(devices) == {model_dra.quota_key(model_dra.MIG_CLASS): 6,
+                                                    "nvidia.com/mig-3g.20gb": 2, "nvidia.com/mig-2g.10gb": 4}
 
 
 def test_allocations_per_pool_of_the_gpu_driver_only() -> None:

@@ -12,7 +12,7 @@ import yaml
 
 from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
 from gpuctl.model.change import Change
 from gpuctl.util.resources import data_dir
 
@@ -82,8 +82,6 @@ def wait_fence_in_force(client: ApiClient, namespace: str) -> float:
 
 def ensure_fence(client: ApiClient) -> Change:
     """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
-    from gpuctl.ops.tenancy.tenants import contains
-
     calls = _calls(client)
     created = updated = False
     for doc in fence_manifests():  # the policy before the binding that names it
@@ -106,7 +104,7 @@ def remove_fence(client: ApiClient) -> Change:
     for doc in reversed(fence_manifests()):
         read, _, delete = calls[doc["kind"]]
         current = _read(read, NAME)
-        if current is None or (current["metadata"].get("labels") or {}).get(L.MANAGED_BY) != L.MANAGER:
+        if not is_managed(current):
             continue
         try:
             delete(NAME)

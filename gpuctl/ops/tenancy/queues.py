@@ -36,14 +36,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
+from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
 from gpuctl.model.dra import DEVICE_CLASSES, dra_resource
 from gpuctl.util.errors import UsageError
 from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
 from gpuctl.model.change import Change
 from gpuctl.model.sharing import CONFIG_LABEL
+from gpuctl.model.taints import node_taint, tolerations
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
@@ -92,10 +93,9 @@ def flavors_of(nodes: list[V1Node]) -> list[Flavor]:
 
 def _tolerations(nodes: list[V1Node]) -> tuple[dict[str, str], ...]:
     """Tolerations of the taints every one of `nodes` carries."""
-    taint_sets = [{(t.key, t.value or "", t.effect) for t in n.spec.taints or []} for n in nodes]
+    taint_sets = [{node_taint(t) for t in n.spec.taints or []} for n in nodes]
     common = set.intersection(*taint_sets) if taint_sets else set()
-    return tuple({"key": k, "operator": "Equal", "value": v, "effect": e} if v else
-                 {"key": k, "operator": "Exists", "effect": e} for k, v, e in sorted(common))
+    return tuple(tolerations(sorted(common)))
 
 
 def dra_flavor(nodes: list[V1Node]) -> Flavor:
@@ -234,29 +234,23 @@ class Queues:
             raise api_error(exc, f"listing Kueue {kind}s") from None
 
 
-def is_ours(obj: dict[str, Any] | None) -> bool:
-    return obj is not None and (obj["metadata"].get("labels") or {}).get(L.MANAGED_BY) == L.MANAGER
-
-
 def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:
     """A ClusterQueue of the team's name that gpuctl did not make is someone else's: refuse, before any write."""
     current = queues.get("ClusterQueue", tenant.name)
-    if current is not None and not is_ours(current):
+    if current is not None and not is_managed(current):
         raise UsageError(field, f"Kueue ClusterQueue {tenant.name!r} exists and gpuctl did not create it",
                          "choose another tenant name, or delete that ClusterQueue")
 
 
 def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
     """Apply the team's flavors and queues where they differ; flavors gpuctl did not make are left alone."""
-    from gpuctl.ops.tenancy.tenants import contains
-
     queues = Queues(client)
     created = updated = False
     for doc in queue_manifests(tenant, nodes, dra):
         meta = doc["metadata"]
         current = queues.get(doc["kind"], meta["name"], meta.get("namespace"))
         if current is not None and (contains(_quantities(current), _quantities(doc))
-                                    or (doc["kind"] == "ResourceFlavor" and not is_ours(current))):
+                                    or (doc["kind"] == "ResourceFlavor" and not is_managed(current))):
             continue
         queues.apply(doc)
         created, updated = created or current is None, updated or current is not None
@@ -277,14 +271,14 @@ def remove_queues(client: ApiClient, name: str) -> None:
     """Delete the team's ClusterQueue and LocalQueue if gpuctl made them, then gpuctl's flavors no queue uses."""
     queues = Queues(client)
     local = queues.get("LocalQueue", name, name)
-    if is_ours(local):
+    if is_managed(local):
         queues.delete("LocalQueue", name, name)
-    if is_ours(queues.get("ClusterQueue", name)):
+    if is_managed(queues.get("ClusterQueue", name)):
         queues.delete("ClusterQueue", name)
     used = {f["name"] for q in queues.list("ClusterQueue") if q["metadata"]["name"] != name
             for g in q["spec"].get("resourceGroups") or [] for f in g["flavors"]}
     for flavor in queues.list("ResourceFlavor"):
-        if is_ours(flavor) and flavor["metadata"]["name"] not in used:
+        if is_managed(flavor) and flavor["metadata"]["name"] not in used:
             queues.delete("ResourceFlavor", flavor["metadata"]["name"])
 
 

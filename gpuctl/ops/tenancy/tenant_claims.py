@@ -20,14 +20,17 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.model.dra import API_VERSION, GPU_CLASS, MIG_CLASS, device_request, gpu_selector, mig_selector, quota_key
+from gpuctl.model.dra import (API_VERSION, GPU_CLASS, MIG_CLASS, current_slices, device_request, device_type, gpu_selector,
+                              mig_selector, quota_key)
 from gpuctl.util.errors import ClusterError
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
 from gpuctl.model.change import Change
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from kubernetes.client import ApiClient, V1Node
 
     from gpuctl.model.catalog import GpuModel
@@ -76,10 +79,6 @@ def claim_templates(tenant: Tenant, models: list[GpuModel]) -> list[dict[str, An
     return sorted(templates, key=lambda t: t["metadata"]["name"])
 
 
-def _is_ours(template: dict[str, Any]) -> bool:
-    return (template["metadata"].get("labels") or {}).get(L.MANAGED_BY) == L.MANAGER
-
-
 def _list(api: Any, namespace: str) -> dict[str, dict[str, Any]] | None:
     """Templates of `namespace` by name (as JSON); None where resource.k8s.io/v1 is not served."""
     try:
@@ -97,7 +96,6 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
     from kubernetes.client import ResourceV1Api
 
     from gpuctl.util.output import info
-    from gpuctl.ops.tenancy.tenants import contains
 
     api = ResourceV1Api(client)
     existing = _list(api, namespace)
@@ -108,11 +106,11 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
         return Change.NO_CHANGE
     names = {t["metadata"]["name"] for t in wanted}
     applies: list[dict[str, Any]] = []
-    deletes = sorted(n for n, t in existing.items() if n not in names and _is_ours(t))
+    deletes = sorted(n for n, t in existing.items() if n not in names and is_managed(t))
     for template in wanted:
         name = template["metadata"]["name"]
         current = existing.get(name)
-        if current is not None and not _is_ours(current):
+        if current is not None and not is_managed(current):
             info(f"warning: ResourceClaimTemplate {namespace}/{name} is not gpuctl's: left as it is")
             continue
         if current is not None and contains(current, {k: template[k] for k in ("metadata", "spec")}):
@@ -151,31 +149,29 @@ def remove_claim_templates(client: ApiClient, namespace: str) -> None:
 
 def published_devices(client: ApiClient) -> dict[str, int]:
     """What the driver's ResourceSlices offer, in the quota's terms: full GPUs (as `nvidia.com/gpu` and devices
-    of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile)."""
-    from kubernetes.client import ResourceV1Api
+    of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile).
+    Only the slices the scheduler allocates from count (model/dra.py current_slices), as in `gpuctl status`."""
+    from gpuctl.kube.dra import list_slices
 
-    from gpuctl.model.dra import DRIVER
+    return device_totals(d for s in current_slices(list_slices(client)) for d in s["spec"].get("devices") or [])
+
+
+def device_totals(devices: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """published_devices' count of `devices` (the driver's, as JSON) in the quota's terms."""
     from gpuctl.model.mig import resource_name
 
-    try:
-        response = ResourceV1Api(client).list_resource_slice(field_selector=f"spec.driver={DRIVER}",
-                                                             _preload_content=False)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing ResourceSlices") from None
     totals: dict[str, int] = {}
 
     def add(key: str) -> None:
         totals[key] = totals.get(key, 0) + 1
 
-    for item in json.loads(response.data)["items"]:
-        for device in item["spec"].get("devices") or []:
-            attributes = device.get("attributes") or {}
-            kind = (attributes.get("type") or {}).get("string")
-            if kind == "gpu":
-                add(L.GPU_RESOURCE)
-                add(quota_key(GPU_CLASS))
-            elif kind == "mig":
-                add(quota_key(MIG_CLASS))
-                if profile := (attributes.get("profile") or {}).get("string"):
-                    add(resource_name(profile))
+    for device in devices:
+        kind = device_type(device)
+        if kind == "gpu":
+            add(L.GPU_RESOURCE)
+            add(quota_key(GPU_CLASS))
+        elif kind == "mig":
+            add(quota_key(MIG_CLASS))
+            if profile := ((device.get("attributes") or {}).get("profile") or {}).get("string"):
+                add(resource_name(profile))
     return totals

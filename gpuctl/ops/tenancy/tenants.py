@@ -16,18 +16,13 @@ gpu.nvidia.com, less what the owning pod's own requests already count (addExtend
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
 from gpuctl.util.errors import NotFound, UsageError
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH
-from gpuctl.model.mig import resource_name
-from gpuctl.model.naming import check_count, check_name, check_text
-from gpuctl.util.errors import shown
+from gpuctl.kube.objects import APPLY_PATCH, contains  # contains: ops/ modules still import it from here
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import TENANT_LABEL, Tenant
 from gpuctl.model.tenant import DEFAULT_COHORT
@@ -71,7 +66,7 @@ def ownership(namespace: Any, name: str) -> str | None:
         return None
     if (namespace.metadata.annotations or {}).get(ADOPTED) == "true":
         return "adopted"
-    return "created" if labels.get(L.MANAGED_BY) == L.MANAGER else None
+    return "created" if L.managed_by_gpuctl(labels) else None
 
 
 def check_no_queue_fields(tenant: Tenant, prefix: str) -> None:
@@ -194,16 +189,6 @@ def holds(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
     if wanted["kind"] == "ResourceQuota" and (current.get("spec") or {}).get("hard") != wanted["spec"]["hard"]:
         return False
     return contains(current, wanted)
-
-
-def contains(current: Any, wanted: Any) -> bool:
-    """True if every field of `wanted` is in `current` with the same value (others may add fields)."""
-    if isinstance(wanted, dict):
-        return isinstance(current, dict) and all(contains(current.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, list):
-        return isinstance(current, list) and len(current) == len(wanted) and all(
-            contains(c, w) for c, w in zip(current, wanted))
-    return current == wanted
 
 
 def read_quota(client: ApiClient, name: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from gpuctl.util.files import write_atomic
 from gpuctl.util.paths import state_dir
 
 CLIENT_CN = "admin"
@@ -79,11 +80,7 @@ class CertificateCache:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.dir, 0o700)
         for name, data in (("ca.crt", ca_pem), ("client.key", creds.key_pem), ("client.crt", creds.cert_pem)):
-            tmp = self.dir / f".{name}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, self.dir / name)
+            write_atomic(self.dir / name, data)
 
     def forget(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -10,10 +10,10 @@ endpoint, project and name, until its record is seen or it is too old to still a
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
+from gpuctl.util.files import write_atomic
 from gpuctl.util.paths import state_dir
 from gpuctl.providers.openstack.waits import ACCEPT_TIMEOUT_S
 
@@ -37,11 +37,7 @@ class PendingCreates:
             self.path.unlink(missing_ok=True)
             return
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle)
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(doc))
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self.scope} {kind} {name}"
