@@ -5,19 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctl.kube.kubeconfig import check_kubeconfig, remove_context
+# Only the model loads with this module: `render` and `--export-spec` stay fast (bench/startup); operations,
+# providers and the Kubernetes client load in the functions that use them.
 from gpuctl.model import specfile
 from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec, load_spec
 from gpuctl.model.tenant import Tenant
-from gpuctl.ops.plan import PlannedStep, plan_platform
-from gpuctl.ops import platform as _platform
-from gpuctl.ops.platform import LOCK_TIMEOUT_S, PlatformResult
-from gpuctl.ops.steps import Reporter, StepResult
-from gpuctl.providers import get_provider
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
 from gpuctl.util.output import reporting
 
 if TYPE_CHECKING:
@@ -26,8 +21,23 @@ if TYPE_CHECKING:
 
     from kubernetes.client import ApiClient
 
+    from gpuctl.ops.plan import PlannedStep
+    from gpuctl.ops.platform import PlatformResult
+    from gpuctl.ops.steps import Reporter, StepResult
     from gpuctl.ops.validate import Check
+    from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
     from gpuctl.tools.installer import InstalledTool
+
+# The result types of the API, loaded with the operations that make them.
+_TYPES = {"PlannedStep": "gpuctl.ops.plan", "PlatformResult": "gpuctl.ops.platform", "StepResult": "gpuctl.ops.steps"}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _TYPES:
+        raise AttributeError(f"module 'gpuctl.api' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_TYPES[name]), name)
 
 __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
@@ -38,24 +48,38 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
 
 def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
     """The PlatformSpec of a loaded spec (load_spec), as its cloud's provider builds it."""
-    return specfile.to_platform(doc, groups, _provider(doc.cloud, doc.options).ships_driver)
+    from gpuctl.providers import get_provider
+
+    return specfile.to_platform(doc, groups, get_provider(doc.cloud, doc.options).ships_driver)
 
 
-def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float = LOCK_TIMEOUT_S,
+def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedStep]:
+    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.plan)."""
+    from gpuctl.ops.plan import plan_platform as plan
+
+    return plan(spec, kubeconfig)
+
+
+def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float | None = None,
                    context: str | None = None, timeout: float | None = None) -> PlatformResult:
     """Converge the cluster to `spec` (gpuctl.ops.platform.apply_platform). `timeout`: the most seconds any
     one wait for a state (capacity, MIG) may take; without it a wait ends only when its progress stalls
     (gpuctl.util.waiting)."""
     from gpuctl.model.naming import check_duration
+    from gpuctl.ops.platform import LOCK_TIMEOUT_S
+    from gpuctl.ops.platform import apply_platform as apply
     from gpuctl.util.waiting import wait_limit
 
     if timeout is not None:
         check_duration(timeout, "--timeout")
     with wait_limit(timeout):
-        return _platform.apply_platform(spec, kubeconfig, report, lock_timeout=lock_timeout, context=context)
+        return apply(spec, kubeconfig, report, lock_timeout=LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout,
+                     context=context)
 
 
 def _provider(cloud: str, options: CloudOptions | None) -> Provider:
+    from gpuctl.providers import get_provider
+
     provider = get_provider(cloud, options)
     provider.check_credentials()
     return provider
@@ -65,6 +89,8 @@ def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None,
                    options: CloudOptions | None = None, context: str | None = None) -> Change:
     """Delete the cluster and remove its context (`context`, else the provider's name) from the
     kubeconfig it was merged into; a context of that name pointing elsewhere is left alone."""
+    from gpuctl.kube.kubeconfig import check_kubeconfig, remove_context
+
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
     change = provider.delete_cluster(name)
@@ -78,6 +104,8 @@ def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[Clust
 
 
 def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None) -> Change:
+    from gpuctl.providers import get_provider
+
     provider = get_provider(cloud, options)
     provider.check_node_group(spec)
     provider.check_credentials()
@@ -90,6 +118,8 @@ def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: C
     the sharing or MIG layout gpuctl set on their siblings), through `kubeconfig` and `context` (else the
     provider's context name)."""
     from gpuctl.ops.platform import configure_recorded_group
+
+    from gpuctl.kube.kubeconfig import check_kubeconfig
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
@@ -106,6 +136,8 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
     from gpuctl.util.errors import GpuctlError
     from gpuctl.util.output import info
     from gpuctl.ops.platform import forget_recorded_group
+
+    from gpuctl.kube.kubeconfig import check_kubeconfig
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,3 +26,74 @@ def isolated_env(tmp_path: Path) -> dict[str, str]:
         KUBECONFIG=str(tmp_path / "kube" / "config"),
         PATH="/usr/bin:/bin",  # no Go, no tools: nothing could be installed or started
     )
+
+
+# --- no test or fixture leaves os.environ changed for the tests collected after it ----------------------
+# (A session-scoped fixture once set GPUCTL_STATE_DIR and KUBECONFIG until the session's end: every unit
+# test collected after tests/integration ran against the sim's state dir.) Two checks, both on the whole
+# environment (but pytest's own PYTEST_CURRENT_TEST):
+# - each test: once its function-scoped fixtures are torn down, os.environ is what it was before they were
+#   set up (module- and session-scoped fixtures are set up before that window and torn down after it);
+# - each module: once its last test and its module-scoped fixtures are torn down, os.environ is what it was
+#   when the session's first test started. A module-scoped fixture must restore what it sets by the
+#   module's end, and a session-scoped fixture must set nothing (it would outlive its module).
+# A difference is an error in the teardown of the test that ends the window; os.environ is put back then,
+# so that the tests after it run as they would alone. Only names are shown: values may be credentials.
+
+_NOT_WATCHED = frozenset({"PYTEST_CURRENT_TEST"})
+_session_environ: dict[str, str] | None = None
+
+
+def _environ() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key not in _NOT_WATCHED}
+
+
+def restore_environ(before: dict[str, str]) -> list[str]:
+    """Put os.environ back as `before` (but the unwatched names); what differed: KEY (set|unset|changed) each."""
+    now = _environ()
+    changes = []
+    for key in sorted(before.keys() | now.keys()):
+        if before.get(key) == now.get(key):
+            continue
+        changes.append(f"{key} ({'set' if key not in before else 'unset' if key not in now else 'changed'})")
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    return changes
+
+
+@pytest.fixture(autouse=True)
+def _environ_kept_by_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    before = _environ()
+    yield
+    if changes := restore_environ(before):
+        pytest.fail(f"{request.node.nodeid} left os.environ changed (the test or a function-scoped fixture; "
+                    f"use monkeypatch.setenv or an env dict for subprocesses): {', '.join(changes)}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    global _session_environ
+    if _session_environ is None:
+        _session_environ = _environ()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    module = item.getparent(pytest.Module)
+    last_of_module = nextitem is None or nextitem.getparent(pytest.Module) is not module
+    baseline = _session_environ if last_of_module else None
+    try:
+        result = yield
+    except BaseException:
+        if baseline is not None:
+            restore_environ(baseline)  # the teardown's own error is what gets reported
+        raise
+    if baseline is not None and (changes := restore_environ(baseline)):
+        raise pytest.fail.Exception(
+            f"os.environ differs after {module.nodeid if module else item.nodeid} and its module-scoped fixtures "
+            f"were torn down (set by a session-scoped fixture, or not restored by a module-scoped one): "
+            f"{', '.join(changes)}", pytrace=False)
+    return result

@@ -3,11 +3,12 @@ values coerced without pydantic.
 
 `gpuctl gpus` needs one command, not all of them: `LazyGroup` imports a command's module and
 builds its click command when the command line names it (help and typo suggestions still list
-every name). typer >= 0.25 coerces every value through a pydantic TypeAdapter, and the first one
+every name). typer 0.29 coerces every value through a pydantic TypeAdapter, and the first one
 costs ~80 ms of imports, even for `--kubeconfig` left unset. `install_fast_coercion` serves the
 value kinds gpuctl uses (str, int, float, bool, Path, list[str], a `parser=`) directly when the input
 is one typer would take unchanged, and hands anything else to typer's own adapter, so errors and
-edge cases stay typer's.
+edge cases stay typer's. It replaces typer's private `typer.core.build_runtime_param`: pyproject.toml
+admits only the typer releases whose private names tests/unit/test_lazy_imports.py checks.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def install_fast_coercion() -> None:
         from typer import core
         from typer._coercion import RuntimeParam
         from typer._param_types import coerce_cli_path
-    except ImportError:  # typer before pydantic coercion: click's types are already cheap
+    except ImportError:  # a typer whose private names moved: its own coercion, slower (a unit test fails)
         return
     build_original = core.build_runtime_param
     if getattr(build_original, "gpuctl_fast", False):

@@ -7,18 +7,17 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
+# typer vendors click (0.26 on) and exports UsageError and ClickException nowhere public: typer._click is
+# private, like the coercion gpuctl.cli.lazy patches. pyproject.toml admits only the typer releases on which
+# tests/unit/test_lazy_imports.py::test_typers_private_interface_is_the_one_gpuctl_uses passes.
 import typer
+from typer._click import exceptions as click_exceptions
 
 from gpuctl import __version__
 from gpuctl.cli.lazy import LazyGroup, install_fast_coercion
 from gpuctl.cli.settings import make_settings
 from gpuctl.cli.types import path
 from gpuctl.util.errors import ExitCode, GpuctlError
-
-try:  # typer >= 0.22 vendors click; older releases use click itself
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 # Each subcommand: the module under gpuctl.cli and its typer app (a group) or function (a command),
 # in the order `gpuctl --help` lists them (typer lists commands before groups). A module is imported

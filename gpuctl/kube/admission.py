@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.errors import WaitTimeout
-from gpuctl.kube.client import api_error
+from gpuctl.kube.client import KubeApiError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -22,16 +22,15 @@ IN_FORCE_TIMEOUT_S = 30.0
 _POLL_S = 0.05
 
 
-def _refused_by(exc: Any, policy: str) -> bool | None:
+def _refused_by(exc: KubeApiError, policy: str) -> bool | None:
     """True: `policy` refused the request; None: refused for another reason that may pass (the namespace's
     default ServiceAccount not made yet); raise otherwise."""
-    status = getattr(exc, "status", None)
-    body = str(getattr(exc, "body", "") or "")
-    if status in (403, 422) and f"ValidatingAdmissionPolicy '{policy}'" in body:
+    body = exc.body or ""
+    if exc.status in (403, 422) and f"ValidatingAdmissionPolicy '{policy}'" in body:
         return True
-    if status in (403, 404) and "serviceaccount" in body.lower():
+    if exc.status in (403, 404) and "serviceaccount" in body.lower():
         return None
-    raise api_error(exc, f"probing admission policy {policy}") from None
+    raise exc.in_context(f"probing admission policy {policy}") from None
 
 
 def wait_until_refused(client: ApiClient, policy: str, namespace: str, pods: list[dict[str, Any]],
@@ -48,7 +47,7 @@ def wait_until_refused(client: ApiClient, policy: str, namespace: str, pods: lis
         for pod in pending:
             try:
                 v1.create_namespaced_pod(namespace, pod, dry_run="All")
-            except Exception as exc:  # noqa: BLE001 - an ApiException is the answer we want
+            except KubeApiError as exc:  # a refusal is the answer we want
                 if _refused_by(exc, policy):
                     continue
             still.append(pod)

@@ -1,4 +1,11 @@
-"""Build Kubernetes API clients from a kubeconfig, translating client errors at the boundary.
+"""Build Kubernetes API clients from a kubeconfig: the one place Kubernetes API errors are translated.
+
+Every request made through a client of `api_client` (any API class on it, a watch, a call with
+`_preload_content=False`, the reading of its answer) raises the typed errors of gpuctl/kube/errors.py
+where it is made: KubeNotFound (404), KubeConflict (409), KubeUnauthorized (401, exit 3),
+KubeUnavailable (refused or dropped connection, 5xx, 429), KubeTimeout (no answer in time, exit 7),
+KubeApiError for the rest (exit 5). Callers catch the one they expect (`except KubeNotFound`, or
+`get_or_none`) and add what they were doing with `requesting(what)` where the message needs it.
 
 Every request has a deadline (gpuctl/util/timeouts.py): connect and TLS handshake 10 s, answer 30 s,
 unless its caller passes `_request_timeout`. A frozen kube-apiserver therefore ends a command with
@@ -9,16 +16,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound, KubeTimeout, KubeUnauthorized
+from gpuctl.kube.errors import KubeUnavailable, requesting
 from gpuctl.util import redact
-from gpuctl.util.errors import ClusterError, CredentialsError, GpuctlError, RequestTimeout, UsageError, WaitTimeout
+from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, WaitTimeout
 from gpuctl.util.errors import shown
 from gpuctl.util.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kubernetes.client import ApiClient, Configuration, CoreV1Api
+
+__all__ = ["KubeApiError", "KubeConflict", "KubeNotFound", "KubeTimeout", "KubeUnauthorized", "KubeUnavailable",
+           "api_client", "core", "get_or_none", "requesting", "wait_for_api"]
+T = TypeVar("T")
 
 
 POOL_SIZE = 32  # concurrent node patches share one client
@@ -122,7 +137,7 @@ _TIMED_CLIENT: Any = None
 
 
 def _timed_client_class() -> Any:
-    """kubernetes' ApiClient with a REST layer that adds the deadlines and translates transport errors.
+    """kubernetes' ApiClient whose requests have the deadlines and raise gpuctl's typed errors.
 
     Built on first use, so importing gpuctl never imports the kubernetes package.
     """
@@ -130,10 +145,15 @@ def _timed_client_class() -> Any:
     if _TIMED_CLIENT is not None:
         return _TIMED_CLIENT
     from kubernetes.client import ApiClient as BaseApiClient
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.client.rest import RESTClientObject
+    from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
     class TimedRESTClient(RESTClientObject):
+        """Adds the deadlines; a request without an answer, or whose answer stops, raises KubeUnavailable or
+        KubeTimeout naming the server."""
+
         def __init__(self, configuration: Any, deadlines: Deadlines) -> None:
             super().__init__(configuration)
             self.server = configuration.host
@@ -143,21 +163,95 @@ def _timed_client_class() -> Any:
             if kwargs.get("_request_timeout") is None:
                 kwargs["_request_timeout"] = request_timeout(url, self.deadlines)
             started = time.monotonic()
+            request = f"{method.upper()} {urlsplit(url).path}"
+
+            def failed(exc: BaseException) -> GpuctlError:
+                return transport_error(exc, self.server, time.monotonic() - started, request)
+
             try:
-                return super().request(method, url, *args, **kwargs)
-            except HTTPError as exc:
-                raise transport_error(exc, self.server, time.monotonic() - started,
-                                      f"{method} {urlsplit(url).path}") from None
+                response = super().request(method, url, *args, **kwargs)
+            except (HTTPError, OSError) as exc:
+                raise failed(exc) from None
+            except ApiException as exc:  # the REST layer's own: a TLS failure (status 0), a 429 retried out
+                raise http_error(exc.status, exc.reason, exc.body, exc.headers, request) from None
+            response.response = _Answer(response.response, failed)
+            return response
 
     class TimedApiClient(BaseApiClient):
-        """Every request gets the default deadlines unless its caller passed `_request_timeout`."""
+        """Every request gets the default deadlines unless its caller passed `_request_timeout`, and an
+        error answer raises the typed error in `call_api`, which every request passes (the API classes,
+        watches, `_preload_content=False` calls)."""
 
         def __init__(self, configuration: Any, deadlines: Deadlines) -> None:
             super().__init__(configuration)
             self.rest_client = TimedRESTClient(configuration, deadlines)  # the replaced one never connected
 
+        def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            response = super().call_api(method, url, *args, **kwargs)
+            if not 200 <= response.status <= 299:
+                response.read()
+                raise http_error(response.status, response.reason, response.data, response.headers,
+                                 f"{method.upper()} {urlsplit(url).path}")
+            return response
+
+        def update_params_for_auth(self, *args: Any, **kwargs: Any) -> None:
+            try:  # an exec credential plugin or OIDC refresh runs here, at each request
+                super().update_params_for_auth(*args, **kwargs)
+            except ConfigException as exc:
+                raise KubeApiError(f"cannot get credentials for the kube-apiserver at {self.configuration.host}: "
+                                   f"{redact.redact(str(exc))}",
+                                   "check the kubeconfig's credentials (its exec plugin, token or certificate)",
+                                   request="authentication") from None
+
     _TIMED_CLIENT = TimedApiClient
     return TimedApiClient
+
+
+class _Answer:
+    """The urllib3 response of a request, read through: a server that stops answering, or drops the connection,
+    mid-answer (a long list, a watch) raises KubeTimeout or KubeUnavailable like a request with no answer."""
+
+    def __init__(self, raw: Any, failed: Callable[[BaseException], GpuctlError]) -> None:
+        self._raw = raw
+        self._failed = failed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def _reading(self, read: Callable[[], T]) -> T:
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return read()
+        except (HTTPError, OSError) as exc:
+            raise self._failed(exc) from None
+
+    @property
+    def data(self) -> bytes:
+        return self._reading(lambda: self._raw.data)
+
+    def read(self, *args: Any, **kwargs: Any) -> bytes:
+        return self._reading(lambda: self._raw.read(*args, **kwargs))
+
+    def json(self) -> Any:
+        return self._reading(self._raw.json)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        return self._chunks(lambda: self._raw.stream(*args, **kwargs))
+
+    def read_chunked(self, *args: Any, **kwargs: Any) -> Any:
+        return self._chunks(lambda: self._raw.read_chunked(*args, **kwargs))
+
+    def __iter__(self) -> Any:
+        return self._chunks(lambda: iter(self._raw))
+
+    def _chunks(self, chunks: Callable[[], Any]) -> Any:
+        from urllib3.exceptions import HTTPError
+
+        try:
+            yield from chunks()
+        except (HTTPError, OSError) as exc:
+            raise self._failed(exc) from None
 
 
 def request_timeout(url: str, deadlines: Deadlines) -> tuple[float, float]:
@@ -179,9 +273,9 @@ def _server_of(exc: BaseException) -> str | None:
 
 
 def transport_error(exc: BaseException, server: str | None, elapsed: float | None = None,
-                    request: str = "") -> GpuctlError:
-    """A urllib3 error (no HTTP answer at all) as a gpuctl error naming the server: a timeout exits 7,
-    a refused or dropped connection 5."""
+                    request: str = "") -> KubeApiError:
+    """A urllib3 or socket error (no HTTP answer at all, or an answer cut short) as a typed error naming the
+    server: a timeout KubeTimeout (exit 7), a refused or dropped connection KubeUnavailable (exit 5)."""
     from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
     from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
@@ -191,17 +285,52 @@ def transport_error(exc: BaseException, server: str | None, elapsed: float | Non
     # NewConnectionError subclasses ConnectTimeoutError in urllib3: test it first.
     if isinstance(reason, NewConnectionError):
         cause = str(reason).split(": ", 1)[-1] if ": " in str(reason) else type(reason).__name__
-        return ClusterError(f"cannot connect to {what}: {cause}",
-                            "check that the cluster is running and that --kubeconfig/--context point at it")
-    if isinstance(reason, Urllib3Timeout):
+        return KubeUnavailable(f"cannot connect to {what}: {cause}",
+                               "check that the cluster is running and that --kubeconfig/--context point at it",
+                               request=request)
+    if isinstance(reason, (Urllib3Timeout, TimeoutError)):
         took = f"{elapsed:.0f}s" if elapsed is not None else f"{request_deadlines().read:.0f}s"
-        return RequestTimeout(f"{what} did not answer{' ' + request if request else ''} within {took}",
-                              f"check that the API server is up and reachable (request deadline: {ENV}, "
-                              f"default {request_deadlines().read:.0f}s)", server=server)
-    if isinstance(reason, ProtocolError):
-        return ClusterError(f"{what} dropped the connection{' on ' + request if request else ''}: "
-                            f"{reason.args[0] if reason.args else type(reason).__name__}")
-    return ClusterError(f"request to {what} failed: {type(reason).__name__}: {reason}")
+        return KubeTimeout(f"{what} did not answer{' ' + request if request else ''} within {took}",
+                           f"check that the API server is up and reachable (request deadline: {ENV}, "
+                           f"default {request_deadlines().read:.0f}s)", server=server, request=request)
+    if isinstance(reason, (ProtocolError, ConnectionError)):
+        return KubeUnavailable(f"{what} dropped the connection{' on ' + request if request else ''}: "
+                               f"{reason.args[0] if reason.args else type(reason).__name__}", request=request)
+    return KubeApiError(f"request to {what} failed: {type(reason).__name__}: {reason}", request=request)
+
+
+def http_error(status: int | None, reason: str | None, body: Any, headers: Any = None,
+               request: str = "") -> KubeApiError:
+    """The typed error of an error answer: KubeNotFound (404), KubeConflict (409), KubeUnauthorized (401),
+    KubeUnavailable (5xx, 429), else KubeApiError; its detail is the server's message (a Status object's)."""
+    text = body.decode(errors="replace") if isinstance(body, (bytes, bytearray)) else (body or "")
+    detail = reason or f"HTTP {status}"
+    if text:
+        import json
+
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and isinstance(answer.get("message"), str) and answer["message"]:
+            detail = answer["message"]
+    attrs = {"status": status, "reason": reason, "body": text, "headers": headers, "request": request}
+    if status == 401:  # the server does not know who we are: the credentials are wrong
+        detail = "the Kubernetes API rejected the credentials (HTTP 401)"
+        return KubeUnauthorized(f"{request} failed: {detail}" if request else detail, UNAUTHORIZED_FIX,
+                                detail=detail, **attrs)
+    kind = {404: KubeNotFound, 409: KubeConflict, 429: KubeUnavailable}.get(status or 0)
+    if kind is None:
+        kind = KubeUnavailable if (status or 0) >= 500 else KubeApiError
+    return kind(f"{request} failed (HTTP {status}): {detail}" if request else detail, detail=detail, **attrs)
+
+
+def get_or_none(read: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """`read(*args, **kwargs)`, or None where the object (or its resource type) does not exist."""
+    try:
+        return read(*args, **kwargs)
+    except KubeNotFound:
+        return None
 
 
 def core(client: ApiClient) -> CoreV1Api:
@@ -211,12 +340,16 @@ def core(client: ApiClient) -> CoreV1Api:
 
 
 def is_not_found(exc: BaseException) -> bool:
-    return getattr(exc, "status", None) == 404
+    """Deprecated: catch KubeNotFound (kept for the call sites not converted yet)."""
+    return isinstance(exc, KubeNotFound) or getattr(exc, "status", None) == 404
 
 
 def api_error(exc: Exception, doing: str) -> GpuctlError:
-    """A one-line gpuctl error from a kubernetes ApiException, a transport error (urllib3, or the
-    gpuctl error the client already made of one), or anything else a call raised."""
+    """Deprecated: let the typed error propagate, with `requesting(doing)` (kept for the call sites not
+    converted yet). A one-line gpuctl error saying `doing` failed, from a typed error, a kubernetes
+    ApiException (a client not made by `api_client`), a transport error, or anything else a call raised."""
+    if isinstance(exc, KubeApiError):
+        return exc.in_context(doing)
     if isinstance(exc, GpuctlError):
         made = type(exc).__new__(type(exc))
         made.__dict__.update(exc.__dict__)
@@ -226,19 +359,12 @@ def api_error(exc: Exception, doing: str) -> GpuctlError:
     from urllib3.exceptions import HTTPError
 
     if isinstance(exc, HTTPError):
-        return api_error(transport_error(exc, None), doing)
+        return transport_error(exc, None).in_context(doing)
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status:
+        return http_error(status, getattr(exc, "reason", None), getattr(exc, "body", None),
+                          getattr(exc, "headers", None)).in_context(doing)
     reason = getattr(exc, "reason", None) or type(exc).__name__
-    if getattr(exc, "status", None) == 401:  # the server does not know who we are: the credentials are wrong
-        return CredentialsError(f"{doing} failed: the Kubernetes API rejected the credentials (HTTP 401)",
-                                UNAUTHORIZED_FIX)
-    body = getattr(exc, "body", None)
-    if isinstance(body, (str, bytes)) and body:
-        import json
-
-        try:
-            reason = json.loads(body).get("message", reason)
-        except ValueError:
-            pass
     return ClusterError(f"{doing} failed: {reason}")
 
 
@@ -252,25 +378,27 @@ def wait_for_api(client: ApiClient, timeout: float) -> None:
 
     server = client.configuration.host
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: KubeApiError | None = None
     v1 = core(client)
     with waiting(f"the kube-apiserver at {server}", timeout) as wait:
         while time.monotonic() < deadline:
             try:
                 v1.read_namespaced_service_account("default", "default")
                 return
-            except RequestTimeout:
+            except KubeTimeout:
                 raise
-            except Exception as exc:  # noqa: BLE001 - anything else here means "not ready yet"
+            except KubeApiError as exc:  # refused, or any error answer: not ready yet
                 last = exc
             wait.update(_not_ready(last))
             time.sleep(0.5)
     raise WaitTimeout(f"the kube-apiserver at {server} not ready after {timeout:.0f}s ({_not_ready(last)})")
 
 
-def _not_ready(exc: Any) -> str:
-    if isinstance(exc, GpuctlError):  # the server is named already: its last words are the reason
-        return exc.message.rsplit(": ", 1)[-1]
-    if is_not_found(exc):
+def _not_ready(exc: KubeApiError | None) -> str:
+    if exc is None:
+        return "no answer yet"
+    if isinstance(exc, KubeNotFound):
         return "no default ServiceAccount yet"
-    return getattr(exc, "reason", None) or type(exc).__name__
+    if exc.status is not None:  # an error answer: its reason phrase ("Service Unavailable", "Forbidden")
+        return exc.reason or exc.detail
+    return exc.message.rsplit(": ", 1)[-1]  # no answer: the server is named already, its last words are the reason

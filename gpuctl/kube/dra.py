@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import KubeNotFound, requesting
 from gpuctl.model.dra import DRIVER, GPU_CLASS
 
 if TYPE_CHECKING:
@@ -18,11 +18,10 @@ def dra_mode(client: ApiClient) -> bool:
     from kubernetes.client import ResourceV1Api
 
     try:
-        ResourceV1Api(client).read_device_class(GPU_CLASS, _preload_content=False).drain_conn()
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):  # no such DeviceClass, or (before 1.34) no resource.k8s.io/v1 at all
-            return False
-        raise api_error(exc, f"reading DeviceClass {GPU_CLASS}") from None
+        with requesting(f"reading DeviceClass {GPU_CLASS}"):
+            ResourceV1Api(client).read_device_class(GPU_CLASS, _preload_content=False).drain_conn()
+    except KubeNotFound:  # no such DeviceClass, or (before 1.34) no resource.k8s.io/v1 at all
+        return False
     return True
 
 
@@ -31,9 +30,7 @@ def list_slices(client: ApiClient) -> list[dict[str, Any]]:
     scheduler allocates from."""
     from kubernetes.client import ResourceV1Api
 
-    try:
+    with requesting("listing ResourceSlices"):
         response = ResourceV1Api(client).list_resource_slice(field_selector=f"spec.driver={DRIVER}",
                                                              _preload_content=False)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing ResourceSlices") from None
-    return json.loads(response.data)["items"]
+        return json.loads(response.data)["items"]

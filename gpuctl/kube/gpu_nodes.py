@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.util.errors import UsageError
-from gpuctl.kube.client import api_error
+from gpuctl.kube.client import requesting
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api, V1Node
@@ -25,10 +25,8 @@ def nodegroup_of(node: V1Node) -> str | None:
 def gpu_nodes(v1: CoreV1Api, nodegroup: str | None = None, selector: str | None = None) -> list[V1Node]:
     """GPU nodes (NFD's NVIDIA PCI label), narrowed to a node group or a label selector."""
     wanted = ",".join(s for s in (GPU_NODE_SELECTOR, selector) if s)
-    try:
+    with requesting(f"listing nodes {wanted}"):
         nodes = v1.list_node(label_selector=wanted).items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"listing nodes {wanted}") from None
     if nodegroup is not None:
         nodes = [n for n in nodes if nodegroup_of(n) == nodegroup]
         if not nodes:

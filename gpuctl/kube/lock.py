@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.errors import WaitTimeout
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import KubeApiError, KubeConflict, KubeNotFound, get_or_none, requesting
 from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
@@ -88,49 +88,42 @@ def clear_dead_holder(client: ApiClient) -> str | None:
     from kubernetes.client import CoordinationV1Api, V1DeleteOptions, V1Preconditions
 
     api = CoordinationV1Api(client)
-    try:
-        lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return None
-        raise api_error(exc, "reading the apply lease") from None
-    holder = lease.spec.holder_identity or ""
+    with requesting("reading the apply lease"):
+        lease = get_or_none(api.read_namespaced_lease, LEASE, LEASE_NAMESPACE)
+    holder = (lease.spec.holder_identity or "") if lease is not None else ""
     if not holder or not holder_is_dead(holder):
         return None
     try:  # only that lease: a live apply that took it over meanwhile keeps its own
-        api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE, body=V1DeleteOptions(
-            preconditions=V1Preconditions(resource_version=lease.metadata.resource_version)))
-    except Exception as exc:  # noqa: BLE001
-        if getattr(exc, "status", None) in (404, 409):
-            return None
-        raise api_error(exc, "clearing the apply lease of a dead gpuctl") from None
+        with requesting("clearing the apply lease of a dead gpuctl"):
+            api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE, body=V1DeleteOptions(
+                preconditions=V1Preconditions(resource_version=lease.metadata.resource_version)))
+    except (KubeNotFound, KubeConflict):
+        return None
     return holder
 
 
 def _try_acquire(api: Any, holder: str) -> Any | None:
     """Take the lease if it is free, expired or held by a dead gpuctl on this host; return the current one
     when someone else holds it."""
-    try:
-        lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
-    except Exception as exc:  # noqa: BLE001
-        if not is_not_found(exc):
-            raise api_error(exc, "reading the apply lease") from None
+    with requesting("reading the apply lease"):
+        lease = get_or_none(api.read_namespaced_lease, LEASE, LEASE_NAMESPACE)
+    if lease is None:
         try:
-            api.create_namespaced_lease(LEASE_NAMESPACE, _body(holder))
+            with requesting("creating the apply lease"):
+                api.create_namespaced_lease(LEASE_NAMESPACE, _body(holder))
             return None
-        except Exception as exc2:  # noqa: BLE001
-            if getattr(exc2, "status", None) == 409:  # another apply created it first
+        except KubeConflict:  # another apply created it first
+            with requesting("reading the apply lease"):
                 return api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
-            raise api_error(exc2, "creating the apply lease") from None
     if not _expired(lease) and not holder_is_dead(lease.spec.holder_identity or ""):
         return lease
     try:
-        api.replace_namespaced_lease(LEASE, LEASE_NAMESPACE, _body(holder, lease.metadata.resource_version))
+        with requesting("taking over the apply lease"):
+            api.replace_namespaced_lease(LEASE, LEASE_NAMESPACE, _body(holder, lease.metadata.resource_version))
         return None
-    except Exception as exc:  # noqa: BLE001
-        if getattr(exc, "status", None) == 409:
+    except KubeConflict:
+        with requesting("reading the apply lease"):
             return api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
-        raise api_error(exc, "taking over the apply lease") from None
 
 
 @contextmanager
@@ -157,7 +150,7 @@ def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[No
                     return
                 api.patch_namespaced_lease(LEASE, LEASE_NAMESPACE, {"spec": {"renewTime": _stamp(_now())}},
                                            _content_type="application/merge-patch+json")
-            except Exception:  # noqa: BLE001 - the apply itself will report a broken API server
+            except KubeApiError:  # the apply itself will report a broken API server
                 return
 
     renewer = threading.Thread(target=renew, daemon=True)
@@ -171,5 +164,5 @@ def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[No
             lease = api.read_namespaced_lease(LEASE, LEASE_NAMESPACE)
             if lease.spec.holder_identity == holder:
                 api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE)
-        except Exception:  # noqa: BLE001 - an unreleased lease expires after DURATION_S anyway
+        except KubeApiError:  # an unreleased lease expires after DURATION_S anyway
             pass

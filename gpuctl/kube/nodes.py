@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.kube.client import api_error
+from gpuctl.kube.client import requesting
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model.taints import Taint
 
@@ -61,11 +61,8 @@ def patch_nodes(v1: CoreV1Api, nodes: list[dict[str, Any]], labels: dict[str, st
         v1.patch_node(item[0], item[1], field_manager=L.MANAGER, _content_type=MERGE_PATCH,
                       _preload_content=False).drain_conn()
 
-    try:
-        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            list(pool.map(send, patches))
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "patching nodes") from None
+    with requesting("patching nodes"), ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        list(pool.map(send, patches))
     return NodeUpdate(nodes=len(nodes), patched=len(patches))
 
 
@@ -77,8 +74,5 @@ def converge_nodes(v1: CoreV1Api, selector: str, labels: dict[str, str | None],
 
 def list_nodes_json(v1: CoreV1Api, selector: str) -> list[dict[str, Any]]:
     """Nodes as plain JSON: at a thousand nodes, building typed models costs more than the LIST itself."""
-    try:
-        response = v1.list_node(label_selector=selector, _preload_content=False)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"listing nodes {selector}") from None
-    return json.loads(response.data)["items"]
+    with requesting(f"listing nodes {selector}"):
+        return json.loads(v1.list_node(label_selector=selector, _preload_content=False).data)["items"]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuctl.model import labels as L
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import get_or_none, requesting
 from gpuctl.model.change import Change
 
 if TYPE_CHECKING:
@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 MANAGED = {L.MANAGED_BY: L.MANAGER}
+T = TypeVar("T")
+
+
+def apply(patch: Callable[..., T], *args: Any, field_manager: str = L.MANAGER, **kwargs: Any) -> T:
+    """Server-side apply of a body with a `patch_*` call, as field manager gpuctl, forcing (gpuctl owns the
+    fields it applies): `apply(v1.patch_namespace, name, body)`; other keyword arguments pass through."""
+    kwargs.setdefault("force", True)
+    return patch(*args, field_manager=field_manager, _content_type=APPLY_PATCH, **kwargs)
 
 
 def is_managed(obj: Mapping[str, Any] | None) -> bool:
@@ -33,27 +41,19 @@ def contains(current: Any, wanted: Any) -> bool:
 
 
 def ensure_namespace(v1: CoreV1Api, name: str) -> Change:
-    try:
-        v1.read_namespace(name)
-        return Change.NO_CHANGE
-    except Exception as exc:  # noqa: BLE001
-        if not is_not_found(exc):
-            raise api_error(exc, f"reading namespace {name}") from None
+    with requesting(f"reading namespace {name}"):
+        if get_or_none(v1.read_namespace, name) is not None:
+            return Change.NO_CHANGE
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": MANAGED}}
-    try:
-        v1.patch_namespace(name, body, field_manager=L.MANAGER, force=True, _content_type=APPLY_PATCH)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"creating namespace {name}") from None
+    with requesting(f"creating namespace {name}"):
+        apply(v1.patch_namespace, name, body)
     return Change.CREATED
 
 
 def read_config_map_data(v1: CoreV1Api, namespace: str, name: str) -> dict[str, str] | None:
-    try:
-        return v1.read_namespaced_config_map(name, namespace).data or {}
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return None
-        raise api_error(exc, f"reading ConfigMap {namespace}/{name}") from None
+    with requesting(f"reading ConfigMap {namespace}/{name}"):
+        found = get_or_none(v1.read_namespaced_config_map, name, namespace)
+    return None if found is None else found.data or {}
 
 
 def ensure_config_map_keys(v1: CoreV1Api, namespace: str, name: str, data: dict[str, str]) -> tuple[Change, set[str]]:
@@ -85,8 +85,5 @@ def _apply_config_map(v1: CoreV1Api, namespace: str, name: str, data: dict[str, 
     differing ones, or the configs in use would be dropped."""
     body = {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": namespace, "labels": MANAGED}, "data": dict(sorted(data.items()))}
-    try:
-        v1.patch_namespaced_config_map(name, namespace, body, field_manager=L.MANAGER, force=True,
-                                       _content_type=APPLY_PATCH)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"writing ConfigMap {namespace}/{name}") from None
+    with requesting(f"writing ConfigMap {namespace}/{name}"):
+        apply(v1.patch_namespaced_config_map, name, namespace, body)

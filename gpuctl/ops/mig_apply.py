@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -119,11 +120,14 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
                           lambda: wait_for_mig_state(v1, [t.node for t in targets], name, timeout), report))
     if dra_mode(client):  # the DRA driver publishes the MIG devices; no device plugin advertises them
         expected = {t.node: dra_devices(t.layout, t.gpus) for t in targets}
-        steps.append(run_step("verify-devices", lambda: _verify_devices(client, expected, timeout), report))
+        steps.append(run_step("verify-devices", lambda: _verify(
+            expected, timeout, lambda: {n: published(d) for n, d in read_node_devices(client).items()}, DEVICES),
+            report))
         return steps, expected
     expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
                 for t in targets}
-    steps.append(run_step("verify-allocatable", lambda: _verify(v1, expected, timeout), report))
+    steps.append(run_step("verify-allocatable", lambda: _verify(
+        expected, timeout, lambda: {n: gpu_resources(v1.read_node(n)) for n in expected}, ALLOCATABLE), report))
     return steps, expected
 
 
@@ -139,7 +143,7 @@ def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout
 
 
 def _set_strategy(client: ApiClient, helm: HelmTarget, stack: StackSpec, operator: Operator | None) -> Change:
-    from gpuctl.ops.platform import ensure_cluster_policy
+    from gpuctl.ops.converge import ensure_cluster_policy
 
     if operator is None:
         change = ensure_release(helm, operator_release(stack))
@@ -216,33 +220,39 @@ def published(devices: NodeDevices | None) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _verify_devices(client: ApiClient, expected: dict[str, dict[str, int]], timeout: float) -> Change:
-    deadline = time.monotonic() + min(timeout, 60.0)
-    with waiting("the DRA driver to publish the MIG devices", min(timeout, 60.0)) as wait:
+@dataclass(frozen=True)
+class _Verified:
+    """What a verification waits for, and its words: formats of {node} and {got}, and `empty` for no count."""
+
+    what: str
+    failure: str
+    progress: str
+    fix: str
+    empty: str = "none"
+
+
+ALLOCATABLE = _Verified("the MIG resources to be allocatable", "allocatable on {node} is {got}", "{node} has {got}",
+                        "check the device-plugin pods after the MIG change", empty="{}")
+DEVICES = _Verified("the DRA driver to publish the MIG devices", "the ResourceSlice of {node} publishes {got}",
+                    "{node} publishes {got}", "check the DRA driver's kubelet-plugin pod on that node",
+                    empty="no device")
+
+
+def _verify(expected: dict[str, dict[str, int]], timeout: float, read: Callable[[], dict[str, dict[str, int]]],
+            words: _Verified) -> Change:
+    """Until every node of `expected` shows its counts in read() (node -> resource or device class -> count),
+    for at most `timeout` seconds and never more than 60: ValidationFailed naming the first node that does not."""
+    limit = min(timeout, 60.0)
+    deadline = time.monotonic() + limit
+    with waiting(words.what, limit) as wait:
         while True:
-            nodes = read_node_devices(client)
-            wrong = {n: got for n in expected if (got := published(nodes.get(n))) != expected[n]}
+            found = read()
+            wrong = {n: got for n in expected if (got := found.get(n, {})) != expected[n]}
             if not wrong:
                 return Change.PASSED
             node, got = next(iter(wrong.items()))
             if time.monotonic() > deadline:
-                raise ValidationFailed(f"the ResourceSlice of {node} publishes {got or 'no device'}, expected "
-                                       f"{expected[node]}", "check the DRA driver's kubelet-plugin pod on that node")
-            wait.update(f"{node} publishes {got or 'none'}, expected {expected[node]}")
-            time.sleep(0.5)
-
-
-def _verify(v1, expected: dict[str, dict[str, int]], timeout: float) -> Change:  # noqa: ANN001
-    deadline = time.monotonic() + min(timeout, 60.0)
-    with waiting("the MIG resources to be allocatable", min(timeout, 60.0)) as wait:
-        while True:
-            wrong = {n: gpu_resources(v1.read_node(n)) for n in expected}
-            wrong = {n: r for n, r in wrong.items() if r != expected[n]}
-            if not wrong:
-                return Change.PASSED
-            node, got = next(iter(wrong.items()))
-            if time.monotonic() > deadline:
-                raise ValidationFailed(f"allocatable on {node} is {got}, expected {expected[node]}",
-                                       "check the device-plugin pods after the MIG change")
-            wait.update(f"{node} has {got or 'none'}, expected {expected[node]}")
+                raise ValidationFailed(f"{words.failure.format(node=node, got=got or words.empty)}, expected "
+                                       f"{expected[node]}", words.fix)
+            wait.update(f"{words.progress.format(node=node, got=got or 'none')}, expected {expected[node]}")
             time.sleep(0.5)

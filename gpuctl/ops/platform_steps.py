@@ -132,7 +132,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     """The steps that run through the kubeconfig, built without a request (their observe and act read)."""
     from gpuctl.ops.capacity import wait_capacity
     from gpuctl.ops.tenancy.tenants import ensure_tenant
-    from gpuctl.stack.dra_driver import dra_release, install_dra_driver
+    from gpuctl.stack.dra_driver import install_dra_driver
     from gpuctl.stack.releases import nfd_release, operator_release
 
     spec, client, helm, stack_plan = cluster.spec, cluster.client, cluster.helm, cluster.stack_plan
@@ -149,6 +149,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
 
     def observe_config() -> Observed:
         observed, keys = observe.gpu_config(core(client), spec, namespace)
+        would.clear()
         would.update(keys)
         return observed
 
@@ -159,15 +160,15 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
 
     steps.append(Step("write-gpu-config", observe_config, write_config))
     if stack_plan.nfd is not None:
-        note = stack_plan.nfd_note()
-        steps.append(Step("use-existing-nfd", lambda: Observed(Change.NO_CHANGE, note),
-                          lambda: _noted(note, lambda: Change.NO_CHANGE)))
+        nfd_note = stack_plan.nfd_note()
+        steps.append(Step("use-existing-nfd", lambda: Observed(Change.NO_CHANGE, nfd_note),
+                          lambda: _noted(nfd_note, lambda: Change.NO_CHANGE)))
     elif stack.nfd == "standalone":
         steps.append(_release_step("install-nfd", helm, lambda: nfd_release(stack)))
     if (operator := stack_plan.operator) is not None:
-        note = stack_plan.operator_note()
+        operator_note = stack_plan.operator_note()
         steps.append(Step("configure-gpu-operator", lambda: observe.cluster_policy(client, stack_plan, stack),
-                          lambda: _noted(note, lambda: ensure_cluster_policy(client, operator, stack))))
+                          lambda: _noted(operator_note, lambda: ensure_cluster_policy(client, operator, stack))))
     else:
         steps.append(_release_step("install-gpu-operator", helm, lambda: operator_release(stack)))
     if stack.dra:

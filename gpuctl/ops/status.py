@@ -15,7 +15,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, slice_devices
 from gpuctl.model.taints import node_taint
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
-from gpuctl.kube.client import api_error
+from gpuctl.kube.client import requesting
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -78,11 +78,9 @@ def read_node_devices(client: ApiClient) -> dict[str, NodeDevices]:
     from gpuctl.kube.dra import list_slices
 
     slices = list_slices(client)
-    try:
+    with requesting("listing ResourceClaims"):
         claims = json.loads(ResourceV1Api(client).list_resource_claim_for_all_namespaces(
             _preload_content=False).data)["items"]
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing ResourceClaims") from None
     published, allocated = slice_devices(slices), claim_allocations(claims)
     return {node: NodeDevices(tuple(devices), frozenset(allocated.get(node, ())))
             for node, devices in published.items()}
@@ -105,10 +103,8 @@ def pods_by_node(client: ApiClient, selector: str, what: str) -> dict[str, Any]:
     """Node name -> the pod matching `selector` there (any namespace)."""
     from kubernetes.client import CoreV1Api
 
-    try:
+    with requesting(f"listing {what} pods"):
         pods = CoreV1Api(client).list_pod_for_all_namespaces(label_selector=selector).items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"listing {what} pods") from None
     return {p.spec.node_name: p for p in pods if p.spec.node_name}
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuctl.model.change import Change
+from gpuctl.model.change import Change, Step
 from gpuctl.model.spec import NodeGroupSpec
 
 if TYPE_CHECKING:
@@ -47,8 +46,10 @@ class Provider(Protocol):
         """Raise CredentialsError (exit 3) with the fix when credentials are missing or wrong."""
         ...
 
-    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
-        """Provider-specific steps run once the kubeconfig works (EKS: Karpenter NodePool)."""
+    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
+        """Provider-specific steps run once the kubeconfig works, for the node groups of this run (EKS:
+        Karpenter NodePools). Built without a request: plan lists them before the cluster exists (with no
+        client: none of them is observed or run then)."""
         ...
 
     def ensure_cluster(self, name: str) -> Change: ...

@@ -44,7 +44,7 @@ from gpuctl.model.catalog import GpuModel, nvml_name
 from gpuctl.model.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
 from gpuctl.util.errors import ClusterError
 from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.kube.objects import apply as server_side_apply
 from gpuctl.model.mig import MigLayout, layout_of_config_name, place
 from gpuctl.model.change import Change
 from gpuctl.simulator.nodes import CUDA_VERSION, DRIVER_VERSION
@@ -301,18 +301,16 @@ def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None 
 
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import api_error, core, is_not_found
+    from gpuctl.kube.client import KubeNotFound, core, requesting
     from gpuctl.kube.nodes import WORKERS, list_nodes_json
 
     api = ResourceV1Api(client)
     every = nodes is None
     node_list = list_nodes_json(core(client), "") if nodes is None else list(nodes)
-    try:
+    with requesting("listing ResourceSlices"):
         response = api.list_resource_slice(label_selector=f"{L.MANAGED_BY}={L.MANAGER}",
                                            field_selector=f"spec.driver={DRIVER}", _preload_content=False)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing ResourceSlices") from None
-    existing = {s["metadata"]["name"]: s for s in json.loads(response.data)["items"]}
+        existing = {s["metadata"]["name"]: s for s in json.loads(response.data)["items"]}
     desired: dict[str, dict[str, Any]] = {}
     touched: set[str] = set()
     for node in node_list:
@@ -331,22 +329,18 @@ def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None 
                      and (every or s["spec"].get("nodeName") in touched))
 
     def apply(body: dict[str, Any]) -> None:
-        api.patch_resource_slice(body["metadata"]["name"], body, field_manager=L.MANAGER, force=True,
-                                 _content_type=APPLY_PATCH, _preload_content=False).drain_conn()
+        server_side_apply(api.patch_resource_slice, body["metadata"]["name"], body,
+                          _preload_content=False).drain_conn()
 
     def delete(name: str) -> None:
         try:
             api.delete_resource_slice(name, _preload_content=False).drain_conn()
-        except Exception as exc:  # noqa: BLE001
-            if not is_not_found(exc):  # the garbage collector may have taken it with its Node
-                raise
+        except KubeNotFound:  # the garbage collector may have taken it with its Node
+            pass
 
-    try:
-        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            list(pool.map(apply, applies))
-            list(pool.map(delete, deletes))
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "publishing ResourceSlices") from None
+    with requesting("publishing ResourceSlices"), ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        list(pool.map(apply, applies))
+        list(pool.map(delete, deletes))
     if not applies and not deletes:
         return Change.NO_CHANGE
     if not deletes and all(b["metadata"]["name"] not in existing for b in applies):
@@ -371,15 +365,13 @@ def sync_plugin_slices(client: ApiClient) -> Change:
     plugin ever ran are left alone. A converged cluster costs three LISTs and no write."""
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import api_error, core
+    from gpuctl.kube.client import core, requesting
     from gpuctl.kube.nodes import list_nodes_json
     from gpuctl.kube.objects import MERGE_PATCH
 
     v1 = core(client)
-    try:
+    with requesting("listing the DRA driver's kubelet-plugin pods"):
         running = running_plugins(v1.list_pod_for_all_namespaces(label_selector=PLUGIN_SELECTOR).items)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing the DRA driver's kubelet-plugin pods") from None
     nodes = list_nodes_json(v1, "")
     served, gone = [], []
     for node in nodes:
@@ -400,11 +392,9 @@ def sync_plugin_slices(client: ApiClient) -> Change:
     change = publish_slices(client, served) if served else Change.NO_CHANGE
     api = ResourceV1Api(client)
     for name in gone:
-        try:
+        with requesting(f"deleting the ResourceSlices of node {name}"):
             api.delete_collection_resource_slice(field_selector=f"spec.nodeName={name},spec.driver={DRIVER}",
                                                  _preload_content=False).drain_conn()
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"deleting the ResourceSlices of node {name}") from None
         v1.patch_node(name, {"metadata": {"annotations": {PLUGIN_ANNOTATION: None}}}, _content_type=MERGE_PATCH)
         change = Change.DELETED if change is Change.NO_CHANGE else Change.UPDATED
     return change

@@ -48,8 +48,8 @@ from gpuctl.model.catalog import GpuModel
 from gpuctl.model.dra import DRIVER
 from gpuctl.util.errors import UsageError
 from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.client import api_client, core, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
+from gpuctl.kube.client import KubeConflict, KubeNotFound, api_client, core, get_or_none
+from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
@@ -98,22 +98,16 @@ class SimOperator:
     def policy(self) -> Policy | None:
         try:
             items = self.custom.list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):
-                return None  # no ClusterPolicy CRD: the GPU Operator is not installed
-            raise
+        except KubeNotFound:
+            return None  # no ClusterPolicy CRD: the GPU Operator is not installed
         if not items:
             return None
         first = sorted(items, key=lambda i: i["metadata"]["creationTimestamp"])[0]
         return Policy(first["metadata"]["name"], first["metadata"]["uid"], first.get("spec") or {})
 
     def _config_map(self, name: str) -> dict[str, str] | None:
-        try:
-            return self.v1.read_namespaced_config_map(name, self.namespace).data or {}
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):
-                return None
-            raise
+        found = get_or_none(self.v1.read_namespaced_config_map, name, self.namespace)
+        return None if found is None else found.data or {}
 
     def reconcile(self) -> None:
         """One pass: the GPU Operator's part (with a ClusterPolicy), the DRA driver's kubelet plugins (with
@@ -165,8 +159,8 @@ class SimOperator:
             body = render_daemon_set(operand, policy, self.namespace)
             if current is None or (current.metadata.annotations or {}).get(HASH_ANNOTATION) != \
                     body["metadata"]["annotations"][HASH_ANNOTATION]:
-                self.apps.patch_namespaced_daemon_set(operand.name, self.namespace, body, field_manager="gpu-operator",
-                                                      force=True, _content_type=APPLY_PATCH)
+                apply(self.apps.patch_namespaced_daemon_set, operand.name, self.namespace, body,
+                      field_manager="gpu-operator")
 
     def _load(self, node: Any, model: GpuModel, policy: Policy, plugin_name: str,
               plugin_configs: dict[str, str] | None, mig_enabled: bool) -> PluginLoad:
@@ -337,10 +331,8 @@ class SimOperator:
         try:
             data = json.loads(ResourceV1Api(self.v1.api_client).read_namespaced_resource_claim(
                 claim, namespace, _preload_content=False).data)
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):
-                return False
-            raise
+        except KubeNotFound:
+            return False
         results = (((data.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         return any(r.get("driver") == DRIVER and r.get("pool") == node for r in results)
 
@@ -356,9 +348,7 @@ class SimOperator:
         try:
             self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
                                                         "logs", body)
-        except Exception as exc:  # noqa: BLE001 - a Logs object left from a pod of the same name
-            if getattr(exc, "status", None) != 409:
-                raise
+        except KubeConflict:  # a Logs object left from a pod of the same name
             self.custom.patch_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
                                                        "logs", pod.metadata.name, body, _content_type=MERGE_PATCH)
         # The outcome itself is kwok's to give: its Stage completes the pod from this annotation.

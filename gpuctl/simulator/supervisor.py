@@ -98,15 +98,16 @@ def release_node_leases(client: Any) -> int:
     with --manage-all-nodes, and no kubelet runs), and a new one creates each Lease again at once."""
     from kubernetes.client import CoordinationV1Api
 
+    from gpuctl.kube.client import KubeNotFound
+
     api = CoordinationV1Api(client)
     released = 0
     for lease in api.list_namespaced_lease(NODE_LEASE_NAMESPACE, _request_timeout=LEASE_REQUEST_TIMEOUT).items:
         try:
             api.delete_namespaced_lease(lease.metadata.name, NODE_LEASE_NAMESPACE, _request_timeout=LEASE_REQUEST_TIMEOUT)
             released += 1
-        except Exception as exc:  # noqa: BLE001
-            if getattr(exc, "status", None) != 404:
-                raise
+        except KubeNotFound:
+            pass
     return released
 
 

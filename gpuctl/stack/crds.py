@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuctl.model import labels as L
-from gpuctl.kube.client import api_client, api_error
-from gpuctl.kube.objects import APPLY_PATCH
+from gpuctl.kube.client import api_client, requesting
+from gpuctl.kube.objects import apply
 
 
 def apply_crds(kubeconfig: Path | None, context: str | None, crds: list[dict[str, Any]]) -> None:
@@ -24,8 +23,5 @@ def apply_crds(kubeconfig: Path | None, context: str | None, crds: list[dict[str
         if not crd or crd.get("kind") != "CustomResourceDefinition":
             continue
         name = crd["metadata"]["name"]
-        try:
-            api.patch_custom_resource_definition(name, crd, field_manager=L.MANAGER, force=True,
-                                                 _content_type=APPLY_PATCH)
-        except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
-            raise api_error(exc, f"upgrading CRD {name}") from None
+        with requesting(f"upgrading CRD {name}"):
+            apply(api.patch_custom_resource_definition, name, crd)

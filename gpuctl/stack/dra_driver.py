@@ -55,14 +55,12 @@ def dra_driver_owner(client: ApiClient) -> str | None:
     gpu.nvidia.com), "someone" for a DeviceClass without them, None without one."""
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import api_error, is_not_found
+    from gpuctl.kube.client import get_or_none, requesting
 
-    try:
-        device_class = ResourceV1Api(client).read_device_class(GPU_CLASS)
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return None
-        raise api_error(exc, f"reading DeviceClass {GPU_CLASS}") from None
+    with requesting(f"reading DeviceClass {GPU_CLASS}"):
+        device_class = get_or_none(ResourceV1Api(client).read_device_class, GPU_CLASS)
+    if device_class is None:
+        return None
     annotations = device_class.metadata.annotations or {}
     release = annotations.get("meta.helm.sh/release-name")
     return f"release {release} in namespace {annotations.get('meta.helm.sh/release-namespace')}" if release else "someone"
@@ -95,14 +93,13 @@ def check_dra_mode(client: ApiClient, stack: StackSpec) -> str | None:
 def _serves_resource_v1(client: ApiClient) -> bool:
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import api_error, is_not_found
+    from gpuctl.kube.client import KubeNotFound, requesting
 
     try:
-        ResourceV1Api(client).get_api_resources(_preload_content=False).drain_conn()
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return False
-        raise api_error(exc, f"discovering {API_VERSION}") from None
+        with requesting(f"discovering {API_VERSION}"):
+            ResourceV1Api(client).get_api_resources(_preload_content=False).drain_conn()
+    except KubeNotFound:
+        return False
     return True
 
 

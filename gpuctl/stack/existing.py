@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import KubeApiError, KubeNotFound, requesting
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
 
 if TYPE_CHECKING:
@@ -294,11 +294,12 @@ def read_releases(client: ApiClient) -> list[HelmRelease]:
     from kubernetes.client import CoreV1Api
 
     try:
-        secrets = CoreV1Api(client).list_secret_for_all_namespaces(label_selector=HELM_RELEASES).items
-    except Exception as exc:  # noqa: BLE001
-        if getattr(exc, "status", None) in (401, 403):
+        with requesting("listing Helm releases"):
+            secrets = CoreV1Api(client).list_secret_for_all_namespaces(label_selector=HELM_RELEASES).items
+    except KubeApiError as exc:
+        if exc.status in (401, 403):
             return []
-        raise api_error(exc, "listing Helm releases") from None
+        raise
     return [r for r in (release_of_secret(s) for s in _plain(client, secrets)) if r is not None]
 
 
@@ -306,20 +307,17 @@ def read_policies(client: ApiClient) -> list[dict[str, Any]]:
     from kubernetes.client import CustomObjectsApi
 
     try:
-        return CustomObjectsApi(client).list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return []  # no ClusterPolicy CRD: no GPU Operator
-        raise api_error(exc, "listing ClusterPolicies") from None
+        with requesting("listing ClusterPolicies"):
+            return CustomObjectsApi(client).list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
+    except KubeNotFound:
+        return []  # no ClusterPolicy CRD: no GPU Operator
 
 
 def read_operator_deployments(client: ApiClient) -> list[dict[str, Any]]:
     from kubernetes.client import AppsV1Api
 
-    try:
+    with requesting("listing GPU Operator Deployments"):
         items = AppsV1Api(client).list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing GPU Operator Deployments") from None
     return _plain(client, items)
 
 
@@ -330,11 +328,9 @@ def read_operators(client: ApiClient) -> tuple[Operator, ...]:
 def read_stack(client: ApiClient) -> ExistingStack:
     from kubernetes.client import AppsV1Api, CoreV1Api
 
-    try:
+    with requesting("listing DaemonSets and nodes"):
         daemon_sets = AppsV1Api(client).list_daemon_set_for_all_namespaces().items
         nodes = CoreV1Api(client).list_node().items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing DaemonSets and nodes") from None
     return find_stack(read_releases(client), read_policies(client), read_operator_deployments(client),
                       _plain(client, daemon_sets), _plain(client, nodes))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.errors import ExitCode, GpuctlError
-from gpuctl.kube.client import api_error
+from gpuctl.kube.client import requesting
 from gpuctl.stack.existing import (NOT_DEVICE_PLUGINS, OURS, RELEASE_ANNOTATION, ExistingStack, Operator, Workload,
                                    is_device_plugin, tolerates)
 from gpuctl.stack.values import NAMESPACE
@@ -64,10 +64,8 @@ class StackPlan:
 def list_daemon_sets(client: ApiClient) -> list[Any]:
     from kubernetes.client import AppsV1Api
 
-    try:
+    with requesting("listing DaemonSets"):
         return AppsV1Api(client).list_daemon_set_for_all_namespaces().items
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing DaemonSets") from None
 
 
 def _plugin_error(plugin: Workload) -> ExistingStackError:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,20 +31,43 @@ class SimCluster:
         return client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
 
 
+SIM_VARIABLES = ("GPUCTL_STATE_DIR", "KUBECONFIG")
+
+
+@contextmanager
+def sim_environ(env: Mapping[str, str]) -> Iterator[None]:
+    """This process's os.environ with `env`'s gpuctl state dir and default kubeconfig, restored on exit:
+    for gpuctl code run in-process (KwokCluster, SimProvider, cluster_names, `run`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key in SIM_VARIABLES:
+            patch.setenv(key, env[key])
+        yield
+
+
 @pytest.fixture(scope="session")
 def sim_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """gpuctl state and the default kubeconfig in temp dirs, for the CLI and this process alike;
-    tools from the shared user cache, installed when absent (never skipped: the first run builds them).
+    """The environment to run gpuctl in: gpuctl state and the default kubeconfig in temp dirs; tools from
+    the shared user cache, installed when absent (never skipped: the first run builds them).
+    It leaves os.environ alone: this process gets the two variables only for one module at a time
+    (`_sim_environ`), so nothing collected after tests/integration (tests/unit) sees them.
     """
     ensure_tools(SIM_TOOLS, progress=print)
     root = tmp_path_factory.mktemp("sim")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GPUCTL_STATE_DIR", str(root / "state"))
-        patch.setenv("KUBECONFIG", str(root / "kube" / "config"))
-        yield dict(os.environ)
-        # A test that failed half-way may leave a cluster: no process outlives the session.
+    env = dict(os.environ, GPUCTL_STATE_DIR=str(root / "state"), KUBECONFIG=str(root / "kube" / "config"))
+    yield env
+    # A test that failed half-way may leave a cluster: no process outlives the session.
+    with sim_environ(env):
         for name in cluster_names():
             KwokCluster(name).delete()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sim_environ(sim_env: dict[str, str]) -> Iterator[None]:
+    """Each module under tests/integration (every one needs the sim) runs, module-scoped fixtures
+    included, with sim_env's state dir and kubeconfig in os.environ; they are restored at its end.
+    Autouse: set up before the module's other module-scoped fixtures, torn down after them."""
+    with sim_environ(sim_env):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +95,8 @@ def openstack_bed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFact
     from tests.beds.openstack.bed import OpenStackBed
 
     bed = OpenStackBed(password=BED_PASSWORD, workdir=tmp_path_factory.mktemp("openstack-bed"))
-    bed.start()
+    with sim_environ(sim_env):  # the bed's services and data plane take this process's environment
+        bed.start()
     print(f"\nOpenStack bed up in {bed.setup_s:.1f}s ({', '.join(f'{k} {v:.1f}s' for k, v in bed.timings.items())}); "
           f"Keystone {bed.auth_url}, Magnum {bed.magnum_url}; logs in {bed.log_dir}")
     try:

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import run_gpuctl
 
+pytestmark = pytest.mark.integration
+
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "good.yaml"
 
 

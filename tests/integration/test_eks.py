@@ -21,6 +21,8 @@ from tests.conftest import run_gpuctl
 from tests.emulators.eks import ACCESS_KEY_ID, SECRET_ACCESS_KEY, EksEmulator
 from tests.emulators.eks.emulator import AMBIENT_AWS
 
+pytestmark = pytest.mark.integration
+
 REGION = ("--cloud", "eks", "--region", "us-east-1")
 CREATE = ("cluster", "create", *REGION, "--name", "eks1", "--gpu", "t4", "--slices", "4", "--karpenter",
           "--charts", "bundled")

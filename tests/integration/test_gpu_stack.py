@@ -13,6 +13,8 @@ from gpuctl.util.resources import data_dir
 from gpuctl.stack.owners import is_device_plugin
 from tests.conftest import run_gpuctl
 
+pytestmark = pytest.mark.integration
+
 CREATE = ("cluster", "create", "--cloud", "sim", "--name", "stack", "--gpu", "t4", "--nodes", "2", "--slices", "4")
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import run_gpuctl
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def mig_env(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:

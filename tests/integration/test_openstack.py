@@ -12,6 +12,8 @@ import requests
 from tests.conftest import run_gpuctl
 from tests.emulators.openstack import OpenStackEmulator
 
+pytestmark = pytest.mark.integration
+
 PASSWORD = "emulated-Pa55word"
 CLOUD = ("--cloud", "openstack")
 QUOTA = "Resource CREATE failed: Forbidden: Quota exceeded for instances: Requested 1, but already used 20 of 20"

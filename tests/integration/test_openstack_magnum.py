@@ -19,6 +19,8 @@ from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
 
+pytestmark = pytest.mark.integration
+
 WRONG_PASSWORD = "not-the-bed-Pa55word"
 CLOUD = ("--cloud", "openstack")
 CREATE = ("cluster", "create", *CLOUD, "--name", "os1", "--template", "gpu-template", "--gpu", "t4", "--nodes", "2",

@@ -6,11 +6,15 @@ import json
 import stat
 import subprocess
 
+import pytest
+
 from gpuctl.model.catalog import GPUS
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
+
+pytestmark = pytest.mark.integration
 
 A100 = GPUS["a100-40gb"]
 

@@ -31,6 +31,8 @@ from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION
 
+pytestmark = pytest.mark.integration
+
 NAME = "dratest"
 NS = "dra"
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"

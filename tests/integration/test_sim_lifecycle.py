@@ -6,10 +6,13 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpuctl.simulator.kwok import KwokCluster
 from tests.conftest import run_gpuctl
+
+pytestmark = pytest.mark.integration
 
 
 def _alive(pid: int) -> bool:

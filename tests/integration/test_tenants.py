@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
+
+pytestmark = pytest.mark.integration
 
 
 def test_tenant_lifecycle(sim_cluster: SimCluster) -> None:

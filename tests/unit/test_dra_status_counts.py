@@ -9,10 +9,10 @@ import pytest
 
 from gpuctl.kube import dra as kube_dra
 from gpuctl.model import dra as model_dra
-from gpuctl.ops import status
-from gpuctl.ops.tenancy import tenant_claims
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import parse_layout
+from gpuctl.ops import status
+from gpuctl.ops.tenancy import tenant_claims
 from gpuctl.simulator import dra
 
 

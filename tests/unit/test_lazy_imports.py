@@ -114,8 +114,7 @@ def test_fast_coercion_agrees_with_typer_for_every_parameter() -> None:
     from gpuctl.cli.main import app
 
     build = core.build_runtime_param
-    if not getattr(build, "gpuctl_fast", False):
-        pytest.skip("this typer coerces without pydantic")
+    assert getattr(build, "gpuctl_fast", False), "see test_typers_private_interface_is_the_one_gpuctl_uses"
     commands = [typer.main.get_command(app)]
     checked = fast = 0
     while commands:
@@ -133,6 +132,57 @@ def test_fast_coercion_agrees_with_typer_for_every_parameter() -> None:
                     (command.name, param.name, value)
                 checked += 1
     assert fast > 50 and checked > 500
+
+
+# --- typer's private names that gpuctl.cli uses: pyproject.toml admits only the releases that pass ---------
+
+
+def test_installed_typer_is_one_that_pyproject_admits() -> None:
+    """A typer outside the range (a venv upgraded by hand) fails here first: check the test below on it,
+    adapt gpuctl/cli/lazy.py and main.py if needed, then move the bound in pyproject.toml."""
+    import re
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    [typer] = [Requirement(r) for r in re.findall(r'^\s*"(typer\b[^"]*)"', (ROOT / "pyproject.toml").read_text(), re.M)]
+    assert typer.specifier.contains(version("typer")), (version("typer"), str(typer))
+    assert [s.operator for s in typer.specifier if s.operator == "<"], "no upper bound: the next typer is unchecked"
+
+
+def test_typers_private_interface_is_the_one_gpuctl_uses() -> None:
+    """gpuctl/cli/main.py catches click's exceptions from typer._click; gpuctl/cli/lazy.py subclasses
+    typer._coercion.RuntimeParam, calls typer._param_types.coerce_cli_path, reads a TypeDescriptor's and a
+    ParameterInfo's fields and replaces typer.core.build_runtime_param, which typer's parameters call.
+    lazy.py falls back to typer's own (slower) coercion when an import fails; this test fails instead."""
+    import dataclasses
+    import inspect
+
+    import typer
+    from typer import core
+    from typer._click import exceptions
+    from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+    from typer._param_types import coerce_cli_path
+
+    from gpuctl.cli import main
+
+    assert main.click_exceptions is exceptions
+    assert issubclass(typer.BadParameter, exceptions.UsageError)
+    assert issubclass(exceptions.UsageError, exceptions.ClickException)
+    assert issubclass(typer.Exit, Exception) and issubclass(typer.Abort, Exception)
+    assert [f.name for f in dataclasses.fields(RuntimeParam)] == ["parameter_info", "annotation"]
+    assert RuntimeParam.__abstractmethods__ == frozenset({"_coerce_value"})
+    assert list(inspect.signature(RuntimeParam._coerce_value).parameters) == ["self", "value", "param", "ctx"]
+    assert {"annotation", "parameter_info", "file_annotation"} <= {f.name for f in dataclasses.fields(TypeDescriptor)}
+    assert list(inspect.signature(coerce_cli_path).parameters) == ["value", "parameter_info", "path_type", "param",
+                                                                  "ctx"]
+    assert all(hasattr(typer.Option(), name) for name in ("parser", "min", "max", "clamp", "path_type"))
+    # installed, over typer's own, and what typer's parameters actually call
+    assert getattr(core.build_runtime_param, "gpuctl_fast", False)
+    assert core.build_runtime_param.original is build_runtime_param  # type: ignore[attr-defined]
+    params = {p.name: p for p in typer.main.get_command(main.app).params}
+    assert type(params["context"].get_runtime_param()).__name__ == "FastParam"  # type: ignore[attr-defined]
+    assert type(params["verbose"].get_runtime_param()).__name__ == "FastParam"  # type: ignore[attr-defined]
 
 
 # --- help served from the cache --------------------------------------------------------------------
@@ -252,15 +302,12 @@ def test_the_cache_key_covers_version_python_typer_and_every_module(tmp_path: Pa
     assert entry.help_file(before, 78) != entry.help_file(before, 58)
 
 
-def test_help_width_is_clicks() -> None:
+def test_help_width_is_clicks(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.cli import entry
 
     for columns, width in (("100", 78), ("80", 78), ("60", 58), ("40", 50), ("1", 50)):
-        os.environ["COLUMNS"] = columns
-        try:
-            assert entry.help_width() == width, columns
-        finally:
-            del os.environ["COLUMNS"]
+        monkeypatch.setenv("COLUMNS", columns)  # restored after the test, whether COLUMNS was set or not
+        assert entry.help_width() == width, columns
 
 
 def test_help_path() -> None:

@@ -20,8 +20,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.model.dra import (API_VERSION, GPU_CLASS, MIG_CLASS, current_slices, device_request, device_type, gpu_selector,
-                              mig_selector, quota_key)
+from gpuctl.model.dra import (API_VERSION, GPU_CLASS, MIG_CLASS, current_slices, device_request, device_type,
+                              gpu_selector, mig_selector, quota_key)
 from gpuctl.util.errors import ClusterError
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.client import api_error, is_not_found

@@ -12,8 +12,8 @@ import yaml
 
 from gpuctl.model import labels as L
 from gpuctl.util.errors import ClusterError
-from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH, MANAGED
+from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
+from gpuctl.kube.objects import MANAGED, apply
 from gpuctl.model.change import Change
 from gpuctl.providers.eks.aws import MANAGED_TAGS
 from gpuctl.model.spec import NodeGroupSpec
@@ -75,24 +75,18 @@ def ensure_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Change:
         group, version = obj["apiVersion"].split("/")
         kind, name = obj["kind"], obj["metadata"]["name"]
         target = (group, version, PLURALS[kind], name)
-        try:
-            current = api.get_cluster_custom_object(*target)
-        except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
-            if not is_not_found(exc):
-                raise api_error(exc, f"reading {kind} {name}") from None
-            current = None
+        with requesting(f"reading {kind} {name}"):
+            current = get_or_none(api.get_cluster_custom_object, *target)
         if current is not None and is_subset(obj, current):
             outcomes.append(Change.NO_CHANGE)
             continue
         try:
-            api.patch_cluster_custom_object(*target, obj, field_manager=L.MANAGER, force=True,
-                                            _content_type=APPLY_PATCH)
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):  # the resource type itself is unknown
-                raise ClusterError(f"the cluster has no {kind} resource ({group}/{version}): Karpenter v1 is "
-                                   "not installed", "install Karpenter (https://karpenter.sh) or drop --karpenter"
-                                   ) from None
-            raise api_error(exc, f"applying {kind} {name}") from None
+            with requesting(f"applying {kind} {name}"):
+                apply(api.patch_cluster_custom_object, *target, obj)
+        except KubeNotFound:  # the resource type itself is unknown
+            raise ClusterError(f"the cluster has no {kind} resource ({group}/{version}): Karpenter v1 is "
+                               "not installed", "install Karpenter (https://karpenter.sh) or drop --karpenter"
+                               ) from None
         outcomes.append(Change.CREATED if current is None else Change.UPDATED)
     if all(o is Change.NO_CHANGE for o in outcomes):
         return Change.NO_CHANGE

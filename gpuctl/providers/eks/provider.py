@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.model import labels as L
 from gpuctl.util.errors import CloudError, NotFound, UsageError
 from gpuctl.util.output import info
-from gpuctl.model.change import Change
+from gpuctl.model.change import Change, Observed, Step
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.eks import nodegroups as ng
 from gpuctl.providers.eks.aws import (GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated,
@@ -226,21 +226,47 @@ class EksProvider:
         return {"apiVersion": EXEC_API_VERSION, "command": command, "args": args + profile,
                 "interactiveMode": "Never"}
 
-    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
+    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
         """With --karpenter: a GPU NodePool per node group of this run, and their EC2NodeClass."""
         if not self.options.karpenter:
             return []
 
-        def apply() -> Change:
+        def objects() -> list[dict[str, Any]]:
             from gpuctl.providers.eks import karpenter
 
             role = (self.options.node_role or "").rsplit("/", 1)[-1] or node_role_name(cluster)
-            objects = [karpenter.render_ec2nodeclass(cluster, role, self.ami_type)]
-            for spec in self._groups.values():
-                objects.append(karpenter.render_nodepool(spec, spec.taints, spec.bounds()[1]))
-            return karpenter.ensure_objects(client, objects)
+            return [karpenter.render_ec2nodeclass(cluster, role, self.ami_type),
+                    *(karpenter.render_nodepool(spec, spec.taints, spec.bounds()[1]) for spec in groups)]
 
-        return [("apply-karpenter-nodepool", apply)]
+        def observe() -> Observed:
+            """ensure_objects' comparison, without its write."""
+            from kubernetes.client import CustomObjectsApi
+
+            from gpuctl.kube.client import KubeNotFound, requesting
+            from gpuctl.providers.eks import karpenter
+
+            api, wanted, missing, differing = CustomObjectsApi(client), objects(), [], []
+            for obj in wanted:
+                group, version = obj["apiVersion"].split("/")
+                kind, name = obj["kind"], obj["metadata"]["name"]
+                try:
+                    with requesting(f"reading {kind} {name}"):
+                        current = api.get_cluster_custom_object(group, version, karpenter.PLURALS[kind], name)
+                except KubeNotFound:
+                    current = None
+                if current is None or not karpenter.is_subset(obj, current):
+                    (missing if current is None else differing).append(f"{kind} {name}")
+            if not missing and not differing:
+                return Observed(Change.NO_CHANGE)
+            every_missing = len(missing) == len(wanted)  # as ensure_objects reports it
+            return Observed(Change.CREATED if every_missing else Change.UPDATED, ", ".join(missing + differing))
+
+        def apply() -> Change:
+            from gpuctl.providers.eks import karpenter
+
+            return karpenter.ensure_objects(client, objects())
+
+        return [Step("apply-karpenter-nodepool", observe, apply)]
 
     # -- node groups ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
-from gpuctl.model.change import Change
+from gpuctl.model.change import Change, Step
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.openstack import certificates
 from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
@@ -67,7 +67,7 @@ class MagnumProvider:
     def check_credentials(self) -> None:
         self.api.authenticate()
 
-    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
+    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
         return []
 
     def context_name(self, cluster: str) -> str:
@@ -334,16 +334,14 @@ class MagnumProvider:
         complete before its kubelets have registered, and the flow configures nodes next."""
         if count == 0:
             return
-        from gpuctl.kube.client import api_client, api_error, core
+        from gpuctl.kube.client import api_client, core, requesting
 
         v1 = core(api_client(config_dict=self.kubeconfig(cluster)))
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S
         said = -1
         while True:
-            try:
+            with requesting(f"listing the nodes of node group {nodegroup!r}"):
                 nodes = v1.list_node(label_selector=self.node_selector(nodegroup)).items
-            except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
-                raise api_error(exc, f"listing the nodes of node group {nodegroup!r}") from None
             ready = sum(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
                         for n in nodes)
             if ready >= count:

@@ -17,11 +17,11 @@ import yaml
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
-from gpuctl.util.errors import ClusterError, NotFound, RequestTimeout, UsageError, WaitTimeout
-from gpuctl.kube.client import api_client, api_error, core, is_not_found, wait_for_api
+from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
+from gpuctl.kube.client import KubeTimeout, api_client, core, get_or_none, requesting, wait_for_api
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.util.output import info
-from gpuctl.model.change import Change
+from gpuctl.model.change import Change, Step
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
@@ -65,9 +65,9 @@ def _probe_api(kwok: KwokCluster) -> None:
 
     try:
         VersionApi(api_client(kwok.kubeconfig_path)).get_code()
-    except RequestTimeout:
+    except KubeTimeout:
         raise
-    except Exception:  # noqa: BLE001 - it answered (or is gone): kwokctl start deals with the rest
+    except GpuctlError:  # it answered (or is gone, or its kubeconfig is): kwokctl start deals with the rest
         return
 
 
@@ -78,9 +78,9 @@ def _release_node_leases(kwok: KwokCluster) -> None:
 
     try:
         release_node_leases(api_client(kwok.kubeconfig_path))
-    except RequestTimeout:
+    except KubeTimeout:
         raise
-    except Exception as exc:  # noqa: BLE001 - etcd down, say: kwokctl start repairs it; they expire anyway
+    except GpuctlError as exc:  # etcd down, say: kwokctl start repairs it; they expire anyway
         log.debug("releasing the node leases of sim cluster %s: %s", kwok.name, exc)
 
 
@@ -104,7 +104,7 @@ class SimProvider:
     def check_credentials(self) -> None:
         """A local simulation needs none."""
 
-    def cluster_steps(self, cluster: str, client: ApiClient) -> list[tuple[str, Callable[[], Change]]]:
+    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
         return []
 
     # -- clusters -------------------------------------------------------------------------
@@ -163,16 +163,11 @@ class SimProvider:
         """An untainted CPU node for cluster services (operator, NFD master), as real clusters have;
         True if it had to be created."""
         v1 = core(api_client(kwok.kubeconfig_path))
-        try:
-            v1.read_node(SYSTEM_NODE)
-            return False
-        except Exception as exc:  # noqa: BLE001
-            if not is_not_found(exc):
-                raise api_error(exc, "reading the system node") from None
-        try:
+        with requesting("reading the system node"):
+            if get_or_none(v1.read_node, SYSTEM_NODE) is not None:
+                return False
+        with requesting("creating the system node"):
             v1.create_node(render_system_node(), field_manager=L.MANAGER)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, "creating the system node") from None
         return True
 
     def context_name(self, cluster: str) -> str:
@@ -253,10 +248,8 @@ class SimProvider:
     # -- node groups ----------------------------------------------------------------------
 
     def _group_nodes(self, v1: CoreV1Api, group: str) -> dict[str, V1Node]:
-        try:
+        with requesting(f"listing nodes of node group {group!r}"):
             items = v1.list_node(label_selector=f"{L.NODEGROUP}={group}").items
-        except Exception as exc:  # noqa: BLE001 - translated at the provider boundary
-            raise api_error(exc, f"listing nodes of node group {group!r}") from None
         return {n.metadata.name: n for n in items}
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
@@ -301,15 +294,12 @@ class SimProvider:
                 writes.append(lambda n=name, i=identity: v1.patch_node(
                     n, {"metadata": {"labels": i}}, field_manager=L.MANAGER, _content_type=MERGE_PATCH))
         writes += [lambda n=name: v1.delete_node(n) for name in sorted(set(existing) - set(desired))]
-        try:
-            from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor
 
-            from gpuctl.kube.nodes import WORKERS
+        from gpuctl.kube.nodes import WORKERS
 
-            with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-                list(pool.map(lambda write: write(), writes))
-        except Exception as exc:  # noqa: BLE001 - kubernetes ApiException or connection error
-            raise api_error(exc, f"converging node group {spec.name!r}") from None
+        with requesting(f"converging node group {spec.name!r}"), ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            list(pool.map(lambda write: write(), writes))
         self._wait_ready(cluster, v1, spec.name, set(desired))
         if not existing:
             return Change.CREATED
@@ -354,10 +344,8 @@ class SimProvider:
 
     def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]:
         v1 = self._core(cluster)
-        try:
+        with requesting("listing nodes"):
             items = v1.list_node(label_selector=L.NODEGROUP).items
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, "listing nodes") from None
         groups: dict[str, list[V1Node]] = {}
         for node in items:
             groups.setdefault(node.metadata.labels[L.NODEGROUP], []).append(node)
@@ -369,9 +357,7 @@ class SimProvider:
         if not nodes:
             raise NotFound(f"node group {name!r} not found in sim cluster {cluster!r}",
                            f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
-        try:
+        with requesting(f"deleting node group {name!r}"):
             for node in nodes:
                 v1.delete_node(node)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"deleting node group {name!r}") from None
         return Change.DELETED

@@ -1,0 +1,90 @@
+"""`gpuctl plan` names every step `gpuctl apply` runs, in its order: before the cluster exists and on the
+converged cluster, for every sim spec file under tests/ (one step list, gpuctl/ops/platform_steps.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import run_gpuctl
+
+pytestmark = pytest.mark.integration
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _sim_specs() -> list[Path]:
+    """The spec files under tests/specs that target the sim (a deliberately invalid one is not applied)."""
+    from gpuctl.model.specfile import load_spec
+    from gpuctl.util.errors import GpuctlError
+
+    found = []
+    for path in sorted((TESTS / "specs").glob("*.yaml")):
+        try:
+            doc, _ = load_spec(path)
+        except GpuctlError:
+            continue
+        if doc.cloud == "sim":
+            found.append(path)
+    return found
+
+
+def _json(env: dict[str, str], *args: str) -> Any:
+    proc = run_gpuctl("-o", "json", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("spec", _sim_specs(), ids=lambda p: p.name)
+def test_plan_names_the_steps_apply_runs(spec: Path, sim_env: dict[str, str], tmp_path: Path) -> None:
+    name = f"plan-{spec.stem}"[:40]  # a cluster of its own, whatever else the session runs
+    doc = yaml.safe_load(spec.read_text())
+    doc["metadata"]["name"] = name
+    path = tmp_path / spec.name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = dict(sim_env, KUBECONFIG=str(tmp_path / "kubeconfig"))
+    try:
+        before = _json(env, "plan", "-f", str(path))
+        started = time.monotonic()
+        applied = _json(env, "apply", "-f", str(path))
+        took = time.monotonic() - started
+        after = _json(env, "plan", "-f", str(path))
+        ran = [s["step"] for s in applied["steps"]]
+        assert [p["step"] for p in before] == ran
+        assert [p["step"] for p in after] == ran
+        cluster_side = before[ran.index("write-kubeconfig") + 1:]
+        assert {(p["action"], p["detail"]) for p in cluster_side} <= {
+            ("created", "once the cluster exists"), ("check", "once the cluster exists")}
+        assert {p["action"] for p in after} == {"no change"}, after  # converged and validated
+        print(f"\n{spec.name}: {len(ran)} steps; apply {took:.1f}s")
+        edited = _edit_plugin_configs(env)
+        if edited:
+            steps = {p["step"]: p for p in _json(env, "plan", "-f", str(path))}
+            assert [steps["write-gpu-config"]["action"], steps["restart-device-plugin"]["action"]] == ["updated"] * 2
+            assert all(k in steps["restart-device-plugin"]["detail"] for k in edited)
+            assert {steps[n]["action"] for n in ran if n.startswith(("wait-capacity/", "validate/"))} == {"check"}
+            assert _edit_plugin_configs(env, edit=False) == edited  # plan wrote nothing back
+    finally:
+        proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", name, "--yes", env=env)
+        assert proc.returncode == 0 or "not found" in proc.stderr, proc.stderr
+
+
+def _edit_plugin_configs(env: dict[str, str], edit: bool = True) -> list[str]:
+    """The device-plugin configs in use (every key but the default one), edited by hand when `edit`; the keys
+    that hold such an edit."""
+    from kubernetes import client, config
+
+    from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
+    from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, NAMESPACE
+
+    v1 = client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))
+    data = v1.read_namespaced_config_map(DEVICE_PLUGIN_CONFIGMAP, NAMESPACE).data or {}
+    keys = sorted(k for k in data if k != DEFAULT_CONFIG_KEY)
+    if edit and keys:
+        v1.patch_namespaced_config_map(DEVICE_PLUGIN_CONFIGMAP, NAMESPACE,
+                                       {"data": {k: data[k] + "# edited by hand\n" for k in keys}})
+    return [k for k in keys if edit or data[k].endswith("# edited by hand\n")]

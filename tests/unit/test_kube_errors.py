@@ -1,0 +1,159 @@
+"""Kubernetes API errors are translated once, in the client (gpuctl/kube/client.py): every request made through
+`api_client` raises gpuctl's typed errors (gpuctl/kube/errors.py) where it is made."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from gpuctl.kube.client import (KubeApiError, KubeConflict, KubeNotFound, KubeTimeout, KubeUnauthorized,
+                                KubeUnavailable, api_client, api_error, core, get_or_none, is_not_found, requesting)
+from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout
+
+# path -> (HTTP status, the Status message the server gives)
+ANSWERS = {
+    "/api/v1/namespaces/missing": (404, 'namespaces "missing" not found'),
+    "/api/v1/namespaces": (409, 'namespaces "taken" already exists'),
+    "/api/v1/namespaces/denied": (401, "Unauthorized"),
+    "/api/v1/namespaces/busy": (503, "the server is currently unable to handle the request"),
+    "/api/v1/namespaces/forbidden": (403, 'namespaces "forbidden" is forbidden: User "u" cannot get'),
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        path = self.path.split("?", 1)[0]
+        status, message = ANSWERS.get(path, (200, ""))
+        if status == 200:
+            doc: dict[str, Any] = {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": path.rsplit("/", 1)[-1]}}
+        else:
+            doc = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": status}
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PATCH = do_DELETE = _answer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """http://127.0.0.1:PORT of a tiny API server: ANSWERS, else 200 with a Namespace."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def _config(server: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": server}}],
+            "users": [{"name": "u", "user": {"token": "gpuctl-test-token-0123456789"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+
+
+def _v1(server: str) -> Any:
+    return core(api_client(config_dict=_config(server)))
+
+
+def test_a_refused_connection_raises_kube_unavailable_at_once() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(KubeUnavailable) as caught:
+        _v1(closed).read_namespace("default")
+    assert time.monotonic() - started < 5
+    error = caught.value
+    assert not isinstance(error, KubeTimeout) and isinstance(error, ClusterError)
+    assert error.exit_code == ExitCode.CLUSTER and error.status is None
+    assert f"cannot connect to the kube-apiserver at {closed}" in error.message
+
+
+def test_a_404_raises_kube_not_found(server: str) -> None:
+    with pytest.raises(KubeNotFound) as caught:
+        _v1(server).read_namespace("missing")
+    error = caught.value
+    assert error.exit_code == ExitCode.CLUSTER and error.status == 404 and is_not_found(error)
+    assert error.detail == 'namespaces "missing" not found'
+    assert error.message == 'GET /api/v1/namespaces/missing failed (HTTP 404): namespaces "missing" not found'
+
+
+def test_a_409_raises_kube_conflict(server: str) -> None:
+    with pytest.raises(KubeConflict) as caught:
+        _v1(server).create_namespace({"metadata": {"name": "taken"}})
+    assert caught.value.status == 409 and caught.value.exit_code == ExitCode.CLUSTER
+    assert "already exists" in caught.value.message
+
+
+def test_get_or_none_is_none_on_404_only(server: str) -> None:
+    v1 = _v1(server)
+    assert get_or_none(v1.read_namespace, "missing") is None
+    assert get_or_none(v1.read_namespace, "present").metadata.name == "present"
+    with pytest.raises(KubeUnavailable):
+        get_or_none(v1.read_namespace, "busy")
+
+
+def test_other_answers_keep_their_exit_codes(server: str) -> None:
+    v1 = _v1(server)
+    with pytest.raises(KubeUnauthorized) as denied:
+        v1.read_namespace("denied")
+    assert isinstance(denied.value, CredentialsError) and denied.value.exit_code == ExitCode.CREDENTIALS
+    assert "rejected the credentials (HTTP 401)" in denied.value.message and denied.value.hint
+    with pytest.raises(KubeUnavailable) as busy:
+        v1.read_namespace("busy")
+    assert busy.value.status == 503 and busy.value.exit_code == ExitCode.CLUSTER
+    with pytest.raises(KubeApiError) as forbidden:
+        v1.read_namespace("forbidden")
+    assert type(forbidden.value) is KubeApiError and forbidden.value.status == 403
+    assert "cannot get" in (forbidden.value.body or "")
+
+
+def test_calls_without_preloaded_content_raise_the_same(server: str) -> None:
+    v1 = _v1(server)
+    with pytest.raises(KubeNotFound):
+        v1.read_namespace("missing", _preload_content=False)
+    assert json.loads(v1.read_namespace("present", _preload_content=False).data)["metadata"]["name"] == "present"
+
+
+def test_requesting_names_what_failed_keeping_the_type(server: str) -> None:
+    with pytest.raises(KubeNotFound) as caught, requesting("reading namespace missing"):
+        _v1(server).read_namespace("missing")
+    assert caught.value.message == 'reading namespace missing failed: namespaces "missing" not found'
+    assert caught.value.status == 404
+    with pytest.raises(KubeNotFound) as nested, requesting("applying the platform"), requesting("reading it"):
+        _v1(server).read_namespace("missing")
+    assert nested.value.message.startswith("reading it failed: ")  # the innermost context: the most precise
+
+
+def test_api_error_of_a_typed_error_words_it_as_before(server: str) -> None:
+    try:
+        _v1(server).read_namespace("missing")
+    except KubeApiError as exc:
+        made = api_error(exc, "reading namespace missing")
+    assert isinstance(made, KubeNotFound) and made.message == ('reading namespace missing failed: '
+                                                               'namespaces "missing" not found')
+
+
+def test_a_timeout_is_a_request_timeout_and_kube_unavailable() -> None:
+    assert issubclass(KubeTimeout, RequestTimeout) and issubclass(KubeTimeout, KubeUnavailable)
+    assert KubeTimeout.exit_code == ExitCode.TIMEOUT
+    error = KubeTimeout("the kube-apiserver at x did not answer", server="x", request="GET /api")
+    assert error.server == "x" and error.request == "GET /api" and error.status is None
+    assert error.in_context("listing nodes").message == "listing nodes failed: the kube-apiserver at x did not answer"
