@@ -11,12 +11,12 @@ from gpuctl.model import specfile
 from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec
-from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec, load_spec
+from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec
 from gpuctl.model.tenant import Tenant
 from gpuctl.util.output import reporting
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from kubernetes.client import ApiClient
@@ -43,14 +43,29 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
-           "StepResult", "check_cloud", "install_sim_tools", "reporting", "status_columns"]
+           "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns"]
+
+
+def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
+    """Read, default and validate a GpuCluster file against the catalog and what its cloud's provider offers;
+    every error names its field (exit 2)."""
+    from gpuctl.providers import capabilities_of
+
+    return specfile.load_spec(path, capabilities_of)
+
+
+def load_document(raw: Any, flags: Mapping[str, str] | None = None) -> tuple[GpuClusterDoc, list[ValidGroup]]:
+    """load_spec of a document already read (a command line's: `flags` maps field paths to the flags)."""
+    from gpuctl.providers import capabilities_of
+
+    return specfile.load_document(raw, capabilities_of, flags)
 
 
 def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
     """The PlatformSpec of a loaded spec (load_spec), as its cloud's provider builds it."""
-    from gpuctl.providers import get_provider
+    from gpuctl.providers import capabilities_of
 
-    return specfile.to_platform(doc, groups, get_provider(doc.cloud, doc.options).ships_driver)
+    return specfile.to_platform(doc, groups, capabilities_of(doc.cloud).ships_driver)
 
 
 def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedStep]:

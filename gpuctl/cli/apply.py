@@ -24,11 +24,9 @@ def apply(
     from gpuctl import api
     from gpuctl.cli.cluster import print_step
     from gpuctl.model.change import Change
-    from gpuctl.model.specfile import load_spec
-    from gpuctl.api import to_platform
 
-    doc, groups = load_spec(filename)  # every value checked before any cloud or cluster call
-    spec = to_platform(doc, groups)
+    doc, groups = api.load_spec(filename)  # every value checked before any cloud or cluster call
+    spec = api.to_platform(doc, groups)
     opts = settings(ctx)
     result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
@@ -45,9 +43,8 @@ def render(
 ) -> None:
     """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
     from gpuctl import api
-    from gpuctl.model.specfile import load_spec
 
-    result = api.render(api.to_platform(*load_spec(filename)), out)
+    result = api.render(api.to_platform(*api.load_spec(filename)), out)
     if isinstance(result, str):
         print(result, end="")
     else:
@@ -58,10 +55,9 @@ def render(
 def plan(ctx: typer.Context, filename: SpecFile) -> None:
     """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
     from gpuctl import api
-    from gpuctl.model.specfile import load_spec
 
     opts = settings(ctx)
-    planned = api.plan_platform(api.to_platform(*load_spec(filename)), opts.kubeconfig)
+    planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.kubeconfig)
     if opts.output != "table":
         emit([p.as_dict() for p in planned], opts.output)
         return

@@ -68,9 +68,8 @@ def create(
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl.cli.documents import cluster_document, sharing_document
     from gpuctl.model.change import Change
+    from gpuctl import api
     from gpuctl.model.specfile import export_spec as render_spec
-    from gpuctl.model.specfile import load_document
-    from gpuctl.api import to_platform
 
     opts = settings(ctx)
     # The command line is a GpuCluster document: every input is checked before anything is started.
@@ -85,11 +84,10 @@ def create(
         operator={"charts": charts, "nfd": nfd, "migStrategy": mig_strategy, "smokeImage": smoke_image,
                   "validate": validate},
         karpenter=karpenter, kueue=kueue, dra=dra, dra_alpha_sharing=dra_alpha_sharing)
-    spec = to_platform(*load_document(raw, flags))
+    spec = api.to_platform(*api.load_document(raw, flags))
     if export_spec:
         print(render_spec(spec), end="")
         return
-    from gpuctl import api  # the cluster machinery: not for --export-spec
 
     result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)

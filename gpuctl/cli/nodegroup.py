@@ -36,7 +36,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
     """Add a GPU node group (or converge an existing one to these values)."""
     from gpuctl import api
     from gpuctl.cli.documents import cluster_document
-    from gpuctl.model.specfile import load_document, node_group_spec
+    from gpuctl.model.specfile import node_group_spec
 
     # The same document and validators as `cluster create` and spec files; errors name these flags.
     raw, flags = cluster_document(
@@ -46,7 +46,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         provider={"region": region, "os_cloud": os_cloud, "profile": profile, "keypair": keypair,
                   "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
-    doc, [group] = load_document(raw, flags)
+    doc, [group] = api.load_document(raw, flags)
     spec, options = node_group_spec(group), doc.options
     change = api.add_node_group(cloud, cluster, spec, options)
     info(f"node group {name!r}: {change.value}")

@@ -45,7 +45,6 @@ class KubeApiError(ClusterError):
         made.context = what
         made.message = f"{what} failed: {self.detail}"
         made.args = (made.message,)
-        made.__traceback__ = None
         return made
 
 
@@ -88,4 +87,4 @@ def requesting(what: str) -> Iterator[None]:
     try:
         yield
     except KubeApiError as exc:
-        raise exc.in_context(what) from None
+        raise exc.in_context(what).with_traceback(exc.__traceback__) from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuctl.model.capabilities import CapabilitiesOf
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.model.dra import check_dra_kubernetes
 from gpuctl.util.errors import UsageError
@@ -250,8 +251,8 @@ def _tenant(value: Any, path: str) -> Tenant:
 # -- pass 2: defaults -----------------------------------------------------------------------
 
 
-def apply_defaults(doc: GpuClusterDoc) -> GpuClusterDoc:
-    """Fill what the file left out from the catalog (GPUs per node) and the cloud (chart source)."""
+def apply_defaults(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> GpuClusterDoc:
+    """Fill what the file left out from the catalog (GPUs per node) and the cloud's provider (chart source)."""
     groups = []
     for group in doc.node_groups:
         model = GPUS.get(group.gpu)
@@ -259,18 +260,20 @@ def apply_defaults(doc: GpuClusterDoc) -> GpuClusterDoc:
             model.default_gpus_per_node if model else None)
         groups.append(replace(group, gpus_per_node=per_node,
                               taints=group.taints if group.taints is not None else tuple(map(str, DEFAULT_GPU_TAINTS))))
-    charts = _given(doc.charts, "bundled" if doc.cloud == "sim" else "upstream")
+    charts = _given(doc.charts, capabilities(doc.cloud).default_charts if doc.cloud in CLOUDS else "upstream")
     return replace(doc, node_groups=tuple(groups), charts=charts)
 
 
 # -- pass 3: validation ---------------------------------------------------------------------
 
 
-def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
-    """Every value against the catalog, label syntax, taint effects and MIG geometry."""
+def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGroup]:
+    """Every value against the catalog, label syntax, taint effects, MIG geometry and what the cloud's
+    provider offers."""
     check_name(doc.name, "metadata.name")
     if doc.cloud not in CLOUDS:
         raise UsageError("spec.provider.cloud", f"unknown cloud {shown(doc.cloud)}", f"use one of: {', '.join(CLOUDS)}")
+    offers = capabilities(doc.cloud)
     unused = unused_options(doc.cloud, doc.options)
     for attr, value in vars(doc.options).items():
         key = OPTIONS[attr].key or attr
@@ -284,7 +287,7 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     chart_ref(NFD, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     if doc.nfd not in NFD_OWNERS:
         raise UsageError("spec.gpuOperator.nfd", f"unknown owner {shown(doc.nfd)}", f"use one of: {', '.join(NFD_OWNERS)}")
-    if doc.kueue and doc.cloud != "sim":  # the sim runs Kueue itself; clouds install its chart
+    if doc.kueue and not offers.runs_kueue:  # Kueue's chart, unless the provider runs Kueue itself (the sim)
         if _given(doc.charts, "upstream") == "bundled":
             raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
                              "use charts upstream, a directory holding kueue/, or an oci:// mirror")
@@ -295,10 +298,11 @@ def validate(doc: GpuClusterDoc) -> list[ValidGroup]:
     elif doc.dra_alpha_sharing:
         raise UsageError("spec.dra.alphaSharing", "only in DRA mode", "turn DRA mode on (--dra, spec.dra.enabled: true), "
                          "or drop it")
-    if doc.karpenter and doc.cloud != "eks":
-        raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud eks, not {doc.cloud}", "drop it")
+    if doc.karpenter and not offers.karpenter:
+        raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud {_offering(capabilities, 'karpenter')}"
+                         f", not {doc.cloud}", "drop it")
     seen: set[str] = set()
-    valid = [_validate_group(doc, g, f"spec.nodeGroups[{i}]", seen) for i, g in enumerate(doc.node_groups)]
+    valid = [_validate_group(doc, g, f"spec.nodeGroups[{i}]", seen, capabilities) for i, g in enumerate(doc.node_groups)]
     mig_strategy(doc, valid)
     names = [t.name for t in doc.tenants]
     for i, name in enumerate(names):
@@ -314,7 +318,9 @@ def mig_strategy(doc: GpuClusterDoc, groups: list[ValidGroup]) -> str:
         "spec.gpuOperator.migStrategy")
 
 
-def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: set[str]) -> ValidGroup:
+def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: set[str],
+                    capabilities: CapabilitiesOf) -> ValidGroup:
+    offers = capabilities(doc.cloud)
     check_name(group.name, f"{path}.name")
     if group.name in seen:
         raise UsageError(f"{path}.name", f"duplicate node group {group.name!r}", "give each node group its own name")
@@ -336,10 +342,12 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     for key, value in (("flavor", group.flavor), ("instanceType", group.instance_type)):
         if value is not None:
             check_text(value, f"{path}.{key}", maximum=255)
-    if group.flavor and doc.cloud != "openstack":
-        raise UsageError(f"{path}.flavor", f"only for cloud openstack, not {doc.cloud}", "use instanceType on eks")
-    if group.instance_type and doc.cloud != "eks":
-        raise UsageError(f"{path}.instanceType", f"only for cloud eks, not {doc.cloud}", "use flavor on openstack")
+    if group.flavor and not offers.flavor:
+        raise UsageError(f"{path}.flavor", f"only for cloud {_offering(capabilities, 'flavor')}, not {doc.cloud}",
+                         f"use instanceType on {_offering(capabilities, 'instance_type')}")
+    if group.instance_type and not offers.instance_type:
+        raise UsageError(f"{path}.instanceType", f"only for cloud {_offering(capabilities, 'instance_type')}, not "
+                         f"{doc.cloud}", f"use flavor on {_offering(capabilities, 'flavor')}")
     for key, value in group.labels.items():
         check_label_key(key, f"{path}.labels")
         check_label_value(value, f"{path}.labels.{key}")
@@ -357,17 +365,19 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     return ValidGroup(group, model, per_node, taints, mig)
 
 
-def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
-    """Read (bounded and strict), default and validate a GpuCluster file; every error names its field."""
-    return load_document(read_yaml(path, "-f", long_numbers=True))
+def load_spec(path: Path, capabilities: CapabilitiesOf) -> tuple[GpuClusterDoc, list[ValidGroup]]:
+    """Read (bounded and strict), default and validate a GpuCluster file; every error names its field.
+    `capabilities`: what each cloud's provider offers (gpuctl.api.load_spec passes the providers' own)."""
+    return load_document(read_yaml(path, "-f", long_numbers=True), capabilities)
 
 
-def load_document(raw: Any, flags: Mapping[str, str] | None = None) -> tuple[GpuClusterDoc, list[ValidGroup]]:
+def load_document(raw: Any, capabilities: CapabilitiesOf,
+                  flags: Mapping[str, str] | None = None) -> tuple[GpuClusterDoc, list[ValidGroup]]:
     """Parse, default and validate a GpuCluster document. A command line's document comes with
     `flags`, field path -> flag: an error in a field that came from a flag then names the flag."""
     try:
-        doc = apply_defaults(parse(raw))
-        return doc, validate(doc)
+        doc = apply_defaults(parse(raw), capabilities)
+        return doc, validate(doc, capabilities)
     except UsageError as err:
         raise as_flag_error(err, flags or {}) from None
 
@@ -390,6 +400,11 @@ def as_flag_error(err: UsageError, flags: Mapping[str, str]) -> UsageError:
 
 
 # -- to and from the internal model ---------------------------------------------------------
+
+
+def _offering(capabilities: CapabilitiesOf, what: str) -> str:
+    """The clouds whose providers offer `what` (a Capabilities field), for an error line."""
+    return " or ".join(c for c in CLOUDS if getattr(capabilities(c), what))
 
 
 def node_group_spec(group: ValidGroup) -> NodeGroupSpec:

@@ -10,6 +10,7 @@ from gpuctl.util.errors import UsageError
 from gpuctl.model.cloud_options import CloudOptions, check_options
 
 if TYPE_CHECKING:
+    from gpuctl.model.capabilities import Capabilities
     from gpuctl.providers.base import Provider
 
 # cloud name -> "module:class"; only clouds that work are listed.
@@ -25,6 +26,11 @@ def check_cloud(cloud: str, field: str = "--cloud") -> str:
     if cloud not in PROVIDERS:
         raise UsageError(field, f"unknown cloud {cloud!r}", f"use one of: {', '.join(PROVIDERS)}")
     return cloud
+
+
+def capabilities_of(cloud: str) -> Capabilities:
+    """What the provider of `cloud` offers, read from its package without loading the provider (or its SDK)."""
+    return import_module(PROVIDERS[check_cloud(cloud)].split(":")[0].rpartition(".")[0]).CAPABILITIES
 
 
 def get_provider(cloud: str, options: CloudOptions | None = None, field: str = "--cloud") -> Provider:

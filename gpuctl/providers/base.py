@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuctl.model.capabilities import Capabilities
 from gpuctl.model.change import Change, Step
 from gpuctl.model.spec import NodeGroupSpec
 
@@ -35,8 +36,7 @@ class Provider(Protocol):
     """Constructed with a CloudOptions; translates its SDK's exceptions to gpuctl errors at this boundary."""
 
     cloud: str
-    default_charts: str  # where NFD and GPU Operator charts come from: upstream | bundled
-    ships_driver: bool  # the node image has the NVIDIA driver and toolkit: the operator must not install them
+    capabilities: Capabilities  # what it offers, also declared without the class: providers.capabilities_of
 
     def check_node_group(self, spec: NodeGroupSpec) -> None:
         """Refuse (UsageError) a node group this cloud cannot build, without any API call."""

@@ -26,7 +26,7 @@ import yaml
 
 from gpuctl.util.errors import UsageError
 from gpuctl.ops.render import manifests
-from gpuctl.model.specfile import load_spec
+from gpuctl.api import load_spec
 from gpuctl.api import to_platform
 from gpuctl.stack.releases import operator_release
 from gpuctl.stack.values import nfd_values

@@ -74,7 +74,8 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     exported = tmp_path / "exported.yaml"
     exported.write_text(proc.stdout)
-    from gpuctl.model.specfile import export_spec, load_spec
+    from gpuctl.model.specfile import export_spec
+    from gpuctl.api import load_spec
     from gpuctl.api import to_platform
 
     assert export_spec(to_platform(*load_spec(exported))) == proc.stdout

@@ -19,7 +19,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def _sim_specs() -> list[Path]:
     """The spec files under tests/specs that target the sim (a deliberately invalid one is not applied)."""
-    from gpuctl.model.specfile import load_spec
+    from gpuctl.api import load_spec
     from gpuctl.util.errors import GpuctlError
 
     found = []

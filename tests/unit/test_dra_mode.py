@@ -97,7 +97,7 @@ def test_spec_file_keys_are_strict(tmp_path) -> None:  # noqa: ANN001
 
 def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path) -> None:  # noqa: ANN001
     from gpuctl.ops.render import helm_values, manifests
-    from gpuctl.model.specfile import load_spec
+    from gpuctl.api import load_spec
     from gpuctl.api import to_platform
 
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},

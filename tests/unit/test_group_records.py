@@ -7,7 +7,7 @@ import pytest
 from gpuctl.util.errors import UsageError
 from gpuctl.ops.group_records import intended_labels, node_drift, plan_of, record_of
 from gpuctl.ops.platform import with_cluster_groups
-from gpuctl.model.specfile import load_document
+from gpuctl.api import load_document
 from gpuctl.api import to_platform
 from gpuctl.ops.validation_record import spec_digest
 

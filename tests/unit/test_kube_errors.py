@@ -157,3 +157,45 @@ def test_a_timeout_is_a_request_timeout_and_kube_unavailable() -> None:
     error = KubeTimeout("the kube-apiserver at x did not answer", server="x", request="GET /api")
     assert error.server == "x" and error.request == "GET /api" and error.status is None
     assert error.in_context("listing nodes").message == "listing nodes failed: the kube-apiserver at x did not answer"
+
+
+@pytest.fixture
+def stalling_server() -> Iterator[str]:
+    """http://127.0.0.1:PORT of a server that sends the head of an answer and one byte of it, then nothing."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn = listener.accept()[0]
+            except OSError:
+                continue
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_an_answer_that_stops_midway_raises_kube_timeout(stalling_server: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCTL_REQUEST_TIMEOUT", "1")
+    v1 = _v1(stalling_server)
+    for read in (lambda: v1.read_namespace("x"), lambda: v1.read_namespace("x", _preload_content=False).data):
+        started = time.monotonic()
+        with pytest.raises(KubeTimeout) as caught:
+            read()
+        assert time.monotonic() - started < 5
+        assert caught.value.exit_code == ExitCode.TIMEOUT and stalling_server in caught.value.message

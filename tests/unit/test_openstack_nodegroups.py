@@ -91,7 +91,8 @@ def test_names_in_kubeconfig_and_selector() -> None:
     provider = MagnumProvider(CloudOptions())
     assert provider.context_name("os1") == "gpuctl-openstack-os1"
     assert provider.node_selector("gpu") == "magnum.openstack.org/nodegroup=gpu"
-    assert (provider.cloud, provider.default_charts, provider.ships_driver) == ("openstack", "upstream", True)
+    assert (provider.cloud, provider.capabilities.default_charts, provider.capabilities.ships_driver) == \
+        ("openstack", "upstream", True)
 
 
 def test_provider_imports_openstacksdk_only_when_it_connects() -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gpuctl.model.catalog import get_gpu
 from gpuctl.cli.documents import cluster_document
-from gpuctl.model.specfile import load_document
+from gpuctl.api import load_document
 from gpuctl.model.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
                             render_plugin_config)
 from gpuctl.model.charts import chart_ref

@@ -9,7 +9,9 @@ import yaml
 
 from gpuctl.util.errors import UsageError
 from gpuctl.model.sharing import Sharing
-from gpuctl.model.specfile import apply_defaults, load_spec, parse, validate
+from gpuctl.model.specfile import apply_defaults, parse, validate
+from gpuctl.providers import capabilities_of
+from gpuctl.api import load_spec
 
 GOOD = Path(__file__).resolve().parents[1] / "specs" / "good.yaml"
 
@@ -106,7 +108,7 @@ BROKEN = [
 @pytest.mark.parametrize("path,value,expected", BROKEN, ids=[f"{p}={v!r}"[:60] for p, v, _ in BROKEN])
 def test_broken_spec_fails_with_its_field_path(path: str, value: object, expected: str) -> None:
     with pytest.raises(UsageError) as err:
-        validate(apply_defaults(parse(edit(path, value))))
+        validate(apply_defaults(parse(edit(path, value)), capabilities_of), capabilities_of)
     assert err.value.one_line().startswith(expected), err.value.one_line()
 
 

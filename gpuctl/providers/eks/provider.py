@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.model import labels as L
 from gpuctl.util.errors import CloudError, NotFound, UsageError
 from gpuctl.util.output import info
@@ -44,8 +45,7 @@ def _managed(item: dict[str, Any]) -> bool:
 
 class EksProvider:
     cloud = "eks"
-    default_charts = "upstream"
-    ships_driver = True  # the NVIDIA AMI types (AL2023/Bottlerocket NVIDIA, AL2 GPU) ship driver and toolkit
+    capabilities = CAPABILITIES
 
     def __init__(self, options: CloudOptions) -> None:
         self.options = options

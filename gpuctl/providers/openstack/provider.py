@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.providers.openstack import CAPABILITIES
 from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
 from gpuctl.model.change import Change, Step
@@ -37,10 +38,7 @@ Json = dict[str, Any]
 
 class MagnumProvider:
     cloud = "openstack"
-    default_charts = "upstream"
-    # Clusters get nvidia_gpu_enabled=true (as at CERN), whose node images carry the NVIDIA driver
-    # and container toolkit: the GPU Operator must not install them again.
-    ships_driver = True
+    capabilities = CAPABILITIES
 
     def __init__(self, options: CloudOptions | None = None) -> None:
         self.options = options or CloudOptions()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpuctl.providers.sim import CAPABILITIES
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
@@ -86,8 +87,7 @@ def _release_node_leases(kwok: KwokCluster) -> None:
 
 class SimProvider:
     cloud = "sim"
-    default_charts = "bundled"  # the project's stand-in charts: nothing to pull, no real GPUs to drive
-    ships_driver = True
+    capabilities = CAPABILITIES
 
     def __init__(self, options: CloudOptions | None = None, apiserver_args: dict[str, str] | None = None,
                  ca: tuple[bytes, bytes] | None = None) -> None:
