@@ -13,7 +13,7 @@ from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import parse_count
 from gpuctl.util.errors import shown
 from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
-from gpuctl.model.sharing import STRATEGIES
+from gpuctl.model.sharing import SECTIONS, STRATEGIES
 from gpuctl.model.specfile import PROVIDER_KEYS
 
 Flags = dict[str, str]  # field path -> flag
@@ -41,7 +41,7 @@ def sharing_document(slices: int | None, strategy: str | None) -> dict[str, Any]
         return None
     if slices is None:
         raise UsageError("--slices", f"--sharing {chosen} needs the number of slices", "pass --slices N (N >= 2)")
-    return {"timeSlicing" if chosen == "time-slicing" else "mps": {"replicas": slices}}
+    return {SECTIONS[chosen]: {"replicas": slices}}
 
 
 def cluster_document(name: str, cloud: str, group: dict[str, Any], provider: dict[str, Any],

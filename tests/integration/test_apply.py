@@ -125,8 +125,9 @@ def test_plan_shows_exactly_the_edited_field_and_writes_nothing(applied: dict[st
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert report == {"code": 0, "writes": []}
     planned = json.loads(proc.stdout)
-    changes = [p for p in planned if p["action"] != "no change"]
+    changes = [p for p in planned if p["action"] not in ("no change", "check")]  # checks change nothing
     assert [p["step"] for p in changes] == ["ensure-tenant/team-a"]
+    assert {p["step"] for p in planned if p["action"] == "check"} == {"validate/inference", "validate/training"}
     assert "-    requests.nvidia.com/gpu: '4'\n+    requests.nvidia.com/gpu: '6'" in changes[0]["diff"]
 
 
