@@ -132,9 +132,8 @@ def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: C
     """Scale the node group, then give its nodes the group's recorded configuration (new nodes join without
     the sharing or MIG layout gpuctl set on their siblings), through `kubeconfig` and `context` (else the
     provider's context name)."""
-    from gpuctl.ops.platform import configure_recorded_group
-
     from gpuctl.kube.kubeconfig import check_kubeconfig
+    from gpuctl.ops.platform import configure_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
@@ -148,11 +147,10 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
                       kubeconfig: Path | None = None, context: str | None = None) -> Change:
     """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
     stack's settings), reached through `kubeconfig` and `context` where it can be."""
+    from gpuctl.kube.kubeconfig import check_kubeconfig
+    from gpuctl.ops.platform import forget_recorded_group
     from gpuctl.util.errors import GpuctlError
     from gpuctl.util.output import info
-    from gpuctl.ops.platform import forget_recorded_group
-
-    from gpuctl.kube.kubeconfig import check_kubeconfig
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
@@ -168,8 +166,8 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
 def _cluster_client(provider: Provider, cluster: str, kubeconfig: Path | None, context: str | None) -> ApiClient:
     """The cluster through the user's kubeconfig and context (else the provider's context name); where that
     file holds no such context, through the kubeconfig the provider gives for the cluster."""
-    from gpuctl.util.errors import GpuctlError
     from gpuctl.kube.client import api_client
+    from gpuctl.util.errors import GpuctlError
 
     try:
         return api_client(kubeconfig, context or provider.context_name(cluster))
@@ -236,7 +234,8 @@ def apply_mig(layout: str, nodegroup: str | None = None, selector: str | None = 
               context: str | None = None) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
     """Apply a MIG layout to the selected GPU nodes (every input judged before the kubeconfig is read);
     the steps run and each node's expected allocatable."""
-    from gpuctl.ops.mig_apply import apply_mig as apply, check_mig_inputs
+    from gpuctl.ops.mig_apply import apply_mig as apply
+    from gpuctl.ops.mig_apply import check_mig_inputs
     from gpuctl.stack.helm import HelmTarget
 
     check_mig_inputs(layout, nodegroup, selector, strategy, timeout)
@@ -249,7 +248,8 @@ def ensure_tenant(tenant: Tenant, kubeconfig: Path | None = None, context: str |
     """Create or update the tenant to exactly `tenant`; `warn` hears first of quotas above what the cluster's
     GPU nodes offer (allowed). Returns the change and the quota the cluster now holds."""
     from gpuctl.kube.dra import dra_mode
-    from gpuctl.ops.tenancy.tenants import ensure_tenant as ensure, over_allocatable, read_quota
+    from gpuctl.ops.tenancy.tenants import ensure_tenant as ensure
+    from gpuctl.ops.tenancy.tenants import over_allocatable, read_quota
 
     client = _client(kubeconfig, context)
     for warning in over_allocatable(client, tenant, dra_mode(client)):

@@ -8,9 +8,27 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
-from gpuctl.cli.options import (AmiType, Cloud, Flavor, Gpu, GpusPerNode, InstanceType, Keypair, MaxNodes, MinNodes,
-                                NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Template, Yes,
-                                cloud_options)
+from gpuctl.cli.options import (
+    AmiType,
+    Cloud,
+    Flavor,
+    Gpu,
+    GpusPerNode,
+    InstanceType,
+    Keypair,
+    MaxNodes,
+    MinNodes,
+    NodeRole,
+    Nodes,
+    OsCloud,
+    Profile,
+    Region,
+    Subnets,
+    Taints,
+    Template,
+    Yes,
+    cloud_options,
+)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count, seconds
 from gpuctl.util.output import emit, info
@@ -66,9 +84,9 @@ def create(
     timeout: Annotated[Optional[float], typer.Option("--timeout", parser=seconds, help="Seconds any one wait (capacity, MIG) may take; without it a wait gives up when nothing converges for 120 s.")] = None,
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
+    from gpuctl import api
     from gpuctl.cli.documents import cluster_document, sharing_document
     from gpuctl.model.change import Change
-    from gpuctl import api
     from gpuctl.model.specfile import export_spec as render_spec
 
     opts = settings(ctx)

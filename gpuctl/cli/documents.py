@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuctl.util.errors import UsageError
-from gpuctl.model.naming import parse_count
-from gpuctl.util.errors import shown
 from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
+from gpuctl.model.naming import parse_count
 from gpuctl.model.sharing import SECTIONS, STRATEGIES
 from gpuctl.model.specfile import PROVIDER_KEYS
+from gpuctl.util.errors import UsageError, shown
 
 Flags = dict[str, str]  # field path -> flag
 GROUP = "spec.nodeGroups[0]"

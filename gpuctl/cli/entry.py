@@ -95,7 +95,7 @@ def _read_helps(path: str, key: str) -> dict[str, str] | None:
         return None
     if parts[0] != key or len(parts) % 2 != 1:
         return None  # another key with the same crc, or a torn file: render again
-    return dict(zip(parts[1::2], parts[2::2]))
+    return dict(zip(parts[1::2], parts[2::2], strict=False))  # a trailing odd part is dropped
 
 
 def _writable(directory: str) -> bool:

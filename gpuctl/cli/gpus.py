@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 import typer
 
-from gpuctl.model.catalog import GPUS
 from gpuctl.cli.settings import settings
+from gpuctl.model.catalog import GPUS
 from gpuctl.util.output import emit
 
 COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_per_node",

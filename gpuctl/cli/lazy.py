@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def install_fast_coercion() -> None:
 
         descriptor: Any = None
         fast: Callable[[Any, Any, Any], Any] | None = None
-        slow: list[Any] | None = None  # the typer RuntimeParam, built on first need
+        slow: list[Any] = field(default_factory=list)  # holds the typer RuntimeParam, built on first need
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             result = self.fast(value, param, ctx) if self.fast else _MISS

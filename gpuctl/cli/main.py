@@ -62,7 +62,7 @@ def load_command(name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
         holder.add_typer(target, name=name)
     else:
         holder.command(name)(target)
-    return typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined,no-any-return]
+    return typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined]
 
 
 class _RootGroup(LazyGroup):

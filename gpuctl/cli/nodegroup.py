@@ -7,9 +7,27 @@ from typing import Annotated
 
 import typer
 
-from gpuctl.cli.options import (AmiType, Cloud, ClusterName, Flavor, Gpu, GpusPerNode, InstanceType, Keypair, MaxNodes,
-                                MinNodes, NodeRole, Nodes, OsCloud, Profile, Region, Subnets, Taints, Yes,
-                                cloud_options)
+from gpuctl.cli.options import (
+    AmiType,
+    Cloud,
+    ClusterName,
+    Flavor,
+    Gpu,
+    GpusPerNode,
+    InstanceType,
+    Keypair,
+    MaxNodes,
+    MinNodes,
+    NodeRole,
+    Nodes,
+    OsCloud,
+    Profile,
+    Region,
+    Subnets,
+    Taints,
+    Yes,
+    cloud_options,
+)
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.util.output import emit, info
 

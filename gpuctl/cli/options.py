@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from gpuctl.cli.types import count
+
+if TYPE_CHECKING:
+    from gpuctl.model.cloud_options import CloudOptions
 
 Cloud = Annotated[str, typer.Option("--cloud", help="Provider: sim (a local simulated GPU cluster), openstack (Magnum) or eks.")]
 ClusterName = Annotated[str, typer.Option("--cluster", help="Cluster name.")]
@@ -24,10 +27,10 @@ Profile = Annotated[Optional[str], typer.Option("--profile", help="AWS: named pr
 
 
 def cloud_options(region: str | None = None, os_cloud: str | None = None, profile: str | None = None,
-                  **more: object):  # noqa: ANN201 - gpuctl.model.cloud_options.CloudOptions
+                  **more: object) -> CloudOptions:
     """CloudOptions from flags; a flag the cloud does not use is refused when the provider is made."""
-    from gpuctl.model.naming import check_text
     from gpuctl.model.cloud_options import FLAGS, CloudOptions, is_given
+    from gpuctl.model.naming import check_text
 
     given = {k: v for k, v in dict(more, region=region, os_cloud=os_cloud, profile=profile).items() if is_given(v)}
     if "subnets" in given:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import typer
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import check_text
-from gpuctl.util.errors import shown
+from gpuctl.util.errors import UsageError, shown
 from gpuctl.util.output import FORMATS
 
 

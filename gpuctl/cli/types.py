@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import MAX_DURATION_S, check_duration, parse_count
-from gpuctl.util.errors import shown
+from gpuctl.util.errors import UsageError, shown
 
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 

@@ -22,10 +22,10 @@ def validate(
     """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test
     (in DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with
     its GPU from a ResourceClaim)."""
-    from gpuctl.util.errors import ValidationFailed
     from gpuctl import api
     from gpuctl.model.naming import check_name, check_text
     from gpuctl.model.spec import SMOKE_IMAGE
+    from gpuctl.util.errors import ValidationFailed
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")

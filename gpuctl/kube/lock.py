@@ -90,7 +90,9 @@ def clear_dead_holder(client: ApiClient) -> str | None:
     api = CoordinationV1Api(client)
     with requesting("reading the apply lease"):
         lease = get_or_none(api.read_namespaced_lease, LEASE, LEASE_NAMESPACE)
-    holder = (lease.spec.holder_identity or "") if lease is not None else ""
+    if lease is None:
+        return None
+    holder = lease.spec.holder_identity or ""
     if not holder or not holder_is_dead(holder):
         return None
     try:  # only that lease: a live apply that took it over meanwhile keeps its own

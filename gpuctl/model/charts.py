@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import check_text
-from gpuctl.util.errors import shown
+from gpuctl.util.errors import UsageError, shown
 from gpuctl.util.resources import data_dir
 
 GPU_OPERATOR = "gpu-operator"

@@ -15,10 +15,9 @@ from itertools import groupby
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, MigGeometry, MigProfile
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import ASCII_COUNT
 from gpuctl.model.stack_spec import MIG_STRATEGIES
-from gpuctl.util.errors import shown
+from gpuctl.util.errors import UsageError, shown
 
 NAMED = ("all-disabled", "all-enabled", "all-balanced")  # plus all-<profile> for each profile
 _LAYOUT = re.compile(r"[A-Za-z0-9.+-]{1,200}")  # ASCII only: whitespace, control characters and '٣' are refused
@@ -176,10 +175,10 @@ def _occupancy(placements: Sequence[Placement], slots: int) -> str:
         owner[p.start:p.start + p.width] = [n] * p.width
     runs: list[str] = []
     slot = 0
-    for n, run in groupby(owner):
+    for owned, run in groupby(owner):
         length = len(list(run))
         span = f"{slot}" if length == 1 else f"{slot}-{slot + length - 1}"
-        runs.append(f"{span}: {'free' if n is None else placements[n].profile}")
+        runs.append(f"{span}: {'free' if owned is None else placements[owned].profile}")
         slot += length
     return "slots " + ", ".join(runs)
 
@@ -205,7 +204,7 @@ def place(profiles: Sequence[str], model: GpuModel, field: str = "LAYOUT") -> tu
         raise UsageError(field, f"too many compute slices: {compute} > {geo.compute_slices}",
                          "use fewer or smaller instances, e.g. all-balanced")
     starts, found = _search(items, geo)
-    placed = [Placement(p.name, s, p.width, p.compute) for p, s in zip(items, starts)]
+    placed = [Placement(p.name, s, p.width, p.compute) for p, s in zip(items, starts, strict=False)]  # starts: those placed
     if not found:
         layout = _layout_text([p.name for p in items])
         why = _unplaceable(items[len(starts)], placed, geo.memory_slots)

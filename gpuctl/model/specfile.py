@@ -16,21 +16,18 @@ from typing import Any
 
 from gpuctl.model.capabilities import CapabilitiesOf
 from gpuctl.model.catalog import GPUS, GpuModel
-from gpuctl.model.dra import check_dra_kubernetes
-from gpuctl.util.errors import UsageError
+from gpuctl.model.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
+from gpuctl.model.cloud_options import CLOUDS, OPTIONS, SPEC_KEYS, CloudOptions, unused_options
+from gpuctl.model.dra import ALPHA_SHARING_GATES, check_dra_kubernetes
 from gpuctl.model.mig import MigLayout, parse_layout
 from gpuctl.model.naming import MAX_NODES, Huge, check_count, check_label_key, check_label_value, check_name, check_text
-from gpuctl.util.errors import SHOWN_PREFIX, shown
-from gpuctl.model.cloud_options import CLOUDS, OPTIONS, SPEC_KEYS, CloudOptions, unused_options
-from gpuctl.model.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
-from gpuctl.model.dra import ALPHA_SHARING_GATES
-from gpuctl.model.strict_yaml import read_yaml
 from gpuctl.model.sharing import MAX_REPLICAS, NO_SHARING, SECTIONS, STRATEGY_OF_SECTION, Sharing, check_sharing_fits
 from gpuctl.model.spec import MAX_GPUS_PER_NODE, SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
 from gpuctl.model.stack_spec import NFD_OWNERS, GroupSharing, StackSpec, choose_mig_strategy
+from gpuctl.model.strict_yaml import read_yaml
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taints
-from gpuctl.model.tenant import DEFAULT_COHORT
-from gpuctl.model.tenant import Tenant, make_tenant
+from gpuctl.model.tenant import DEFAULT_COHORT, Tenant, make_tenant
+from gpuctl.util.errors import SHOWN_PREFIX, UsageError, shown
 
 API_VERSION = "gpuctl.dev/v1alpha1"
 KIND = "GpuCluster"
@@ -187,7 +184,8 @@ def parse(doc: Any) -> GpuClusterDoc:
     if top["kind"] != KIND:
         raise UsageError("kind", f"unsupported {shown(top['kind'])}", f"use {KIND}")
     name = _typed(_mapping(top["metadata"], "metadata", ("name",), ("name",))["name"], "metadata.name", str, "demo")
-    spec = _mapping(top["spec"], "spec", ("provider", "nodeGroups", "gpuOperator", "karpenter", "kueue", "dra", "tenants"),
+    spec = _mapping(top["spec"], "spec",
+                    ("provider", "nodeGroups", "gpuOperator", "karpenter", "kueue", "dra", "tenants"),
                     ("provider", "nodeGroups"))
     provider = _mapping(spec["provider"], "spec.provider", tuple(PROVIDER_KEYS), ("cloud",))
     options: dict[str, Any] = {}
@@ -286,7 +284,8 @@ def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGrou
     chart_ref(GPU_OPERATOR, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     chart_ref(NFD, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     if doc.nfd not in NFD_OWNERS:
-        raise UsageError("spec.gpuOperator.nfd", f"unknown owner {shown(doc.nfd)}", f"use one of: {', '.join(NFD_OWNERS)}")
+        raise UsageError("spec.gpuOperator.nfd", f"unknown owner {shown(doc.nfd)}",
+                         f"use one of: {', '.join(NFD_OWNERS)}")
     if doc.kueue and not offers.runs_kueue:  # Kueue's chart, unless the provider runs Kueue itself (the sim)
         if _given(doc.charts, "upstream") == "bundled":
             raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
@@ -296,13 +295,15 @@ def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGrou
         chart_ref(DRA_DRIVER, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
         check_dra_kubernetes(doc.options.kubernetes_version, "spec.provider.kubernetesVersion")
     elif doc.dra_alpha_sharing:
-        raise UsageError("spec.dra.alphaSharing", "only in DRA mode", "turn DRA mode on (--dra, spec.dra.enabled: true), "
+        raise UsageError("spec.dra.alphaSharing", "only in DRA mode",
+                         "turn DRA mode on (--dra, spec.dra.enabled: true), "
                          "or drop it")
     if doc.karpenter and not offers.karpenter:
         raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud {_offering(capabilities, 'karpenter')}"
                          f", not {doc.cloud}", "drop it")
     seen: set[str] = set()
-    valid = [_validate_group(doc, g, f"spec.nodeGroups[{i}]", seen, capabilities) for i, g in enumerate(doc.node_groups)]
+    valid = [_validate_group(doc, g, f"spec.nodeGroups[{i}]", seen, capabilities)
+             for i, g in enumerate(doc.node_groups)]
     mig_strategy(doc, valid)
     names = [t.name for t in doc.tenants]
     for i, name in enumerate(names):

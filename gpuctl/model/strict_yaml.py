@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import MAX_DIGITS, Huge
+from gpuctl.util.errors import UsageError
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
@@ -94,7 +94,7 @@ def loads(text: str, source: str, field: str, long_numbers: bool = False) -> Any
     integer of more than MAX_DIGITS digits is a Huge (for a validator to refuse), else an error here."""
     loader = _LongNumbersLoader if long_numbers else _StrictLoader
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

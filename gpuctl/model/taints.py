@@ -6,9 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import check_label_key, check_label_value
-from gpuctl.util.errors import shown
+from gpuctl.util.errors import UsageError, shown
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 

@@ -9,8 +9,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
 from gpuctl.model.mig import resource_name
 from gpuctl.model.naming import check_count, check_name, check_text
-from gpuctl.util.errors import shown
-from gpuctl.util.errors import UsageError
+from gpuctl.util.errors import UsageError, shown
 
 DEFAULT_COHORT = "gpuctl"  # the Kueue cohort tenants share unless told otherwise
 TENANT_LABEL = "gpuctl.dev/tenant"

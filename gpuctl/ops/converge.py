@@ -144,6 +144,7 @@ def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpe
     from gpuctl.stack.existing import CLUSTER_POLICY
 
     name = operator.policy
+    assert name is not None  # check_single_owners refuses an operator without one
     wanted = cluster_policy_drift(read_cluster_policy(client, name), stack)
     if wanted is None:
         return Change.NO_CHANGE

@@ -145,7 +145,8 @@ def kueue(provider: Provider, client: ApiClient, helm: HelmTarget, charts: str) 
 
 
 def cluster_policy(client: ApiClient, stack_plan: StackPlan, stack: StackSpec) -> Observed:
-    name = stack_plan.operator.policy  # type: ignore[union-attr]
+    assert stack_plan.operator is not None and stack_plan.operator.policy is not None  # see check_single_owners
+    name = stack_plan.operator.policy
     current = read_cluster_policy(client, name)
     wanted = cluster_policy_drift(current, stack)
     note = stack_plan.operator_note()

@@ -15,16 +15,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model import labels as L
-from gpuctl.util.errors import WaitTimeout
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import ensure_namespace
+from gpuctl.model import labels as L
 from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
-from gpuctl.util.progress import waiting
-from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
-from gpuctl.model.taints import node_taint, tolerations as tolerations_of
+from gpuctl.model.spec import SMOKE_IMAGE
+from gpuctl.model.taints import node_taint
+from gpuctl.model.taints import tolerations as tolerations_of
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
+from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -178,7 +179,8 @@ def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | No
     namespace, name = rollout.name.split("/", 1)
     if (waiting_for := rollout.waiting_for()) is not None:
         return Check("device-plugin", False, f"{rollout.name}: {waiting_for}; "
-                     f"see 'kubectl rollout status -n {namespace} ds/{name}' and 'kubectl logs -n {namespace} ds/{name}'")
+                     f"see 'kubectl rollout status -n {namespace} ds/{name}' and "
+                     f"'kubectl logs -n {namespace} ds/{name}'")
     return Check("device-plugin", True, f"exactly one device-plugin DaemonSet: {rollout.name} "
                  f"({rollout.ready} pods ready, rolled out)")
 
@@ -187,6 +189,7 @@ def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
               tolerations: list[dict[str, str]], claim: str | None = None) -> dict[str, Any]:
     """The CUDA sample pod: one `resource` in its limits, or with `claim` its GPU from that ResourceClaim
     (DRA mode; `resource` then only names the device class in messages)."""
+    resources: dict[str, Any]
     if claim is None:
         present, resources, claims = {"nvidia.com/gpu.present": "true"}, {"limits": {resource: "1"}}, {}
     else:  # the GPU Operator's gpu.present label may be absent: the DRA driver installs without it
@@ -559,10 +562,11 @@ def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_la
                 return check
             if claims.allocation is None:
                 claims.follow()  # changes up to now that the last watch did not reach
-            wrong = check_allocation(claims.allocation, pod.spec.node_name, group)
-            if wrong is not None:
+            allocation = claims.allocation
+            wrong = check_allocation(allocation, pod.spec.node_name, group)
+            if wrong is not None or allocation is None:  # (no allocation is a wrong one)
                 return Check("smoke-test", False, f"pod {name} passed on {pod.spec.node_name}, but {wrong}")
-            devices = ", ".join(sorted(r["device"] for r in claims.allocation["devices"]["results"]))
+            devices = ", ".join(sorted(r["device"] for r in allocation["devices"]["results"]))
             return Check("smoke-test", True, f"{check.detail} (allocated by the scheduler: {devices} of "
                          f"{pod.spec.node_name})")
         finally:

@@ -15,7 +15,7 @@ TIMEOUT_S = 10
 
 
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:  # noqa: S310 - fixed https URLs
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
         return response.read()
 
 
@@ -31,21 +31,24 @@ def _expected_sha256(tool: Tool, filename: str) -> str:
 
 def download(tool: Tool, dest: Path) -> str | None:
     """Write the tool's binary to `dest`; return None on success, else why it could not."""
+    url = tool.url
+    if url is None:
+        return f"{tool.name} {tool.version} has no release download"
     try:
-        payload = _get(tool.url)
+        payload = _get(url)
         if tool.checksum_url:
-            expected = _expected_sha256(tool, tool.url.rsplit("/", 1)[1])
+            expected = _expected_sha256(tool, url.rsplit("/", 1)[1])
             if hashlib.sha256(payload).hexdigest() != expected:
-                return f"checksum mismatch for {tool.url}"
+                return f"checksum mismatch for {url}"
         if tool.member:
             with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as archive:
                 member = archive.extractfile(tool.member)
                 if member is None:
-                    return f"{tool.member} missing from {tool.url}"
+                    return f"{tool.member} missing from {url}"
                 payload = member.read()
     except (urllib.error.URLError, OSError, ValueError, tarfile.TarError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"download from {tool.url.split('/')[2]} failed ({reason})"
+        return f"download from {url.split('/')[2]} failed ({reason})"
     dest.write_bytes(payload)
     dest.chmod(0o755)
     return None

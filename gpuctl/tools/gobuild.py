@@ -13,12 +13,18 @@ import re
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
+from gpuctl.tools.pins import (
+    CONTROLLER_TOOLS_VERSION,
+    ETCD_VERSION,
+    HELM_VERSION,
+    KUBERNETES_VERSION,
+    KUEUE_VERSION,
+    Tool,
+)
 from gpuctl.util.errors import ToolError
-from gpuctl.tools.pins import (CONTROLLER_TOOLS_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION,
-                               Tool)
 
 MIN_GO = (1, 26)
 

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuctl.util.errors import ToolError
-from gpuctl.util.paths import cache_dir
 from gpuctl.tools import gobuild
 from gpuctl.tools.pins import TOOLS, Tool
+from gpuctl.util.errors import ToolError
+from gpuctl.util.paths import cache_dir
 
 log = logging.getLogger(__name__)
 

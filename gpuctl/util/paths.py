@@ -32,8 +32,7 @@ MAX_NAME_BYTES = 255  # NAME_MAX: one component
 def check_path_text(text: str, field: str) -> str:
     """A path as typed: not empty (an empty one is not the current directory), printable, within PATH_MAX
     and NAME_MAX. The one rule for every path flag (gpuctl.cli.types.path parses with it)."""
-    from gpuctl.util.errors import UsageError
-    from gpuctl.util.errors import shown
+    from gpuctl.util.errors import UsageError, shown
 
     hint = "pass a path of printable characters"
     if not text:

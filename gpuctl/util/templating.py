@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.resources import data_dir
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from jinja2 import Environment
 
 
-@lru_cache(maxsize=None)
+@cache
 def _environment(directory: str) -> Environment:
     from jinja2 import Environment, FileSystemLoader, StrictUndefined  # ~50 ms: only when a template renders
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.util.resources import data_dir
 

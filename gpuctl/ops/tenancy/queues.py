@@ -35,16 +35,15 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model import labels as L
-from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
-from gpuctl.model.dra import DEVICE_CLASSES, dra_resource
-from gpuctl.util.errors import UsageError
-from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
+from gpuctl.model.dra import DEVICE_CLASSES, GPU_CLASS, MIG_CLASS, dra_resource
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.taints import node_taint, tolerations
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node

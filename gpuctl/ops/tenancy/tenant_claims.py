@@ -19,14 +19,23 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model import labels as L
-from gpuctl.model.dra import (API_VERSION, GPU_CLASS, MIG_CLASS, current_slices, device_request, device_type,
-                              gpu_selector, mig_selector, quota_key)
-from gpuctl.util.errors import ClusterError
-from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
+from gpuctl.model.dra import (
+    API_VERSION,
+    GPU_CLASS,
+    MIG_CLASS,
+    current_slices,
+    device_request,
+    device_type,
+    gpu_selector,
+    mig_selector,
+    quota_key,
+)
+from gpuctl.util.errors import ClusterError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -137,7 +146,7 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
 def _delete(api: Any, namespace: str, name: str) -> None:
     try:
         api.delete_namespaced_resource_claim_template(name, namespace, _preload_content=False).drain_conn()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if not is_not_found(exc):
             raise
 

@@ -19,14 +19,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model import labels as L
-from gpuctl.util.errors import NotFound, UsageError
 from gpuctl.kube.client import api_error, is_not_found
 from gpuctl.kube.objects import APPLY_PATCH, contains  # contains: ops/ modules still import it from here
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
-from gpuctl.model.tenant import TENANT_LABEL, Tenant
-from gpuctl.model.tenant import DEFAULT_COHORT
+from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant
 from gpuctl.ops.tenancy.queues import Queues, check_queue_ownership, ensure_queues, queue_usage, remove_queues
+from gpuctl.util.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -44,7 +43,7 @@ def tenant_manifests(tenant: Tenant, dra: bool = False) -> list[tuple[str, dict[
     # An adopted namespace is the team's, not gpuctl's: it is marked, never labelled as made by gpuctl.
     namespace_meta = {"name": tenant.name, "labels": {TENANT_LABEL: tenant.name},
                       "annotations": {ADOPTED: "true"}} if tenant.adopt else {"name": tenant.name, "labels": labels}
-    objects = [
+    objects: list[tuple[str, dict[str, Any]]] = [
         ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": namespace_meta}),
         ("quota", {"apiVersion": "v1", "kind": "ResourceQuota",
                    "metadata": {"name": QUOTA, "namespace": tenant.name, "labels": labels},
@@ -111,8 +110,8 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     from gpuctl.kube.dra import dra_mode
-    from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
     from gpuctl.kube.gpu_nodes import gpu_nodes
+    from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
     from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
