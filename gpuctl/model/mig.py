@@ -204,7 +204,8 @@ def place(profiles: Sequence[str], model: GpuModel, field: str = "LAYOUT") -> tu
         raise UsageError(field, f"too many compute slices: {compute} > {geo.compute_slices}",
                          "use fewer or smaller instances, e.g. all-balanced")
     starts, found = _search(items, geo)
-    placed = [Placement(p.name, s, p.width, p.compute) for p, s in zip(items, starts, strict=False)]  # starts: those placed
+    # `starts` holds one start per item placed: all of them, or those before the first that did not fit
+    placed = [Placement(p.name, s, p.width, p.compute) for p, s in zip(items, starts, strict=False)]
     if not found:
         layout = _layout_text([p.name for p in items])
         why = _unplaceable(items[len(starts)], placed, geo.memory_slots)
