@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model import labels as L
 from gpuctl.kube.client import api_error, core
 from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_config_map_data
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.mig import mig_parted_config, parse_mig_parted_config
 from gpuctl.model.sharing import CONFIG_LABEL, Sharing, plugin_configs
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> PlatformSpec:
     """`spec` with the cluster's other recorded node groups: the operator tolerates their taints too, serves
     gpuctl's configs where any group shares, under one MIG strategy for all (refused when none fits)."""
-    from gpuctl.ops.group_records import others_of
     from gpuctl.model.stack_spec import GroupSharing, choose_mig_strategy
+    from gpuctl.ops.group_records import others_of
 
     others = others_of({g.spec.name for g in spec.groups}, recorded)
     if not others:

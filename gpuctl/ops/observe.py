@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.model import labels as L
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import read_config_map_data
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed
 from gpuctl.model.mig import MigLayout, config_name
 from gpuctl.model.sharing import CONFIG_LABEL

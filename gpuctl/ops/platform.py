@@ -12,14 +12,13 @@ from gpuctl.kube.client import core
 from gpuctl.model.change import Change
 from gpuctl.model.naming import check_duration, check_text
 from gpuctl.model.spec import PlatformSpec
-from gpuctl.ops.steps import Reporter, StepResult, run_step
-from gpuctl.ops.validate import Check
-from gpuctl.providers import get_provider
-
 # What other modules (render, `nodegroup scale`, the benches) take from here; they live in ops.converge.
 from gpuctl.ops.converge import (cluster_policy_drift, configure_nodes, ensure_cluster_policy,  # noqa: F401
                                  gpu_config_data, install_kueue, read_recorded_groups, with_cluster_groups,
                                  write_gpu_config)
+from gpuctl.ops.steps import Reporter, StepResult, run_step
+from gpuctl.ops.validate import Check
+from gpuctl.providers import get_provider
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -111,8 +110,8 @@ def configure_recorded_group(client: ApiClient, selector: str, name: str) -> Cha
 
 
 def forget_recorded_group(client: ApiClient, name: str) -> Change:
-    from gpuctl.ops.group_records import GROUPS_CONFIGMAP
     from gpuctl.kube.objects import remove_config_map_key
+    from gpuctl.ops.group_records import GROUPS_CONFIGMAP
     from gpuctl.stack.existing import config_namespace
 
     return remove_config_map_key(core(client), config_namespace(client), GROUPS_CONFIGMAP, name)

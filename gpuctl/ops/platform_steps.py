@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuctl.kube.client import core
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.mig import MigLayout, config_name
-from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec
+from gpuctl.model.tenant import Tenant
 from gpuctl.ops import observe
 from gpuctl.ops.converge import (configs_in_use, configure_nodes, ensure_cluster_policy, install_kueue,
                                  read_recorded_groups, restart_device_plugin, with_cluster_groups, write_gpu_config)
@@ -41,7 +43,7 @@ class Cluster:
     stack_plan: StackPlan
     dra_owner: str | None = None  # another's DRA driver, used as it is
     validated: bool = False  # this spec passed its smoke test here, and nothing was written since
-    client: ApiClient = None  # type: ignore[assignment]  # None where unreached: none of its steps then runs
+    client: ApiClient = None  # None where unreached: none of its steps then runs
     helm: HelmTarget = None  # type: ignore[assignment]
     absent: Observed | None = None  # not reached (plan only): what each change step says instead
 
@@ -114,24 +116,21 @@ def platform_steps(spec: PlatformSpec, provider: Provider, run: Run) -> Iterator
 
     yield Step("ensure-cluster", observe_cluster, lambda: provider.ensure_cluster(name))
     for group in spec.groups:
-        yield Step(f"ensure-nodegroup/{group.spec.name}",
-                   lambda g=group.spec: observe.node_group(provider, name, g, run.exists),
-                   lambda g=group.spec: provider.ensure_node_group(name, g))
-    yield Step("write-kubeconfig", lambda: observe.kubeconfig(run.kubeconfig, run.context or provider.context_name(name)),
+        yield _node_group_step(provider, name, group.spec, run)
+    yield Step("write-kubeconfig",
+               lambda: observe.kubeconfig(run.kubeconfig, run.context or provider.context_name(name)),
                lambda: _write_kubeconfig(provider, name, run))
     cluster = run.cluster = run.reach(spec)
     steps = cluster_steps(provider, cluster, run)
     if (absent := cluster.absent) is not None:  # listed from the spec alone, none observed: one rule for all
-        steps = [replace(s, observe=lambda c=s.check: Observed(Change.CHECK, absent.detail) if c else absent)
-                 for s in steps]
+        checking = Observed(Change.CHECK, absent.detail)
+        steps = [replace(s, observe=partial(_said, checking if s.check else absent)) for s in steps]
     run.begin(steps)
     yield from steps
 
 
 def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     """The steps that run through the kubeconfig, built without a request (their observe and act read)."""
-    from gpuctl.ops.capacity import wait_capacity
-    from gpuctl.ops.tenancy.tenants import ensure_tenant
     from gpuctl.stack.dra_driver import install_dra_driver
     from gpuctl.stack.releases import nfd_release, operator_release
 
@@ -139,11 +138,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     namespace, stack = stack_plan.namespace, spec.stack
     steps = list(provider.cluster_steps(spec.name, [g.spec for g in spec.groups], client))
     for group in spec.groups:
-        selector = cluster.selectors[group.spec.name]
-        steps.append(Step(f"configure-nodes/{group.spec.name}",
-                          lambda s=selector, g=group: observe.nodes(core(client), s, g),
-                          lambda s=selector, g=group: configure_nodes(core(client), s, g.sharing, g.spec.taints,
-                                                                      g.labels)))
+        steps.append(_nodes_step(client, cluster.selectors[group.spec.name], group))
     would: set[str] = set()  # the device-plugin configs write-gpu-config would change (observed)
     did: set[str] = set()  # ... changed (acted)
 
@@ -181,26 +176,53 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
                       lambda: restart_device_plugin(core(client), did & in_use, namespace)))
     for group in spec.groups:
         if group.mig is not None:
-            selector = cluster.selectors[group.spec.name]
-            steps.append(Step(f"apply-mig/{group.spec.name}",
-                              lambda s=selector, m=group.mig: observe.mig(core(client), s, m),
-                              lambda s=selector, m=group.mig: apply_mig_layout(core(client), s, m)))
+            steps.append(_mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig))
     for group in spec.groups:  # checks: they wait and count, and change nothing
-        selector = cluster.selectors[group.spec.name]
-        steps.append(Step(f"wait-capacity/{group.spec.name}",
-                          lambda s=selector: observe.capacity(client, s, stack.dra, run.changed),
-                          lambda s=selector: wait_capacity(client, s, run.checks, stack.dra), check=True))
+        steps.append(_capacity_step(client, cluster.selectors[group.spec.name], group.spec.name, stack.dra, run))
     if spec.kueue:  # before the tenants: their queues need Kueue's API
         steps.append(Step("install-kueue", lambda: observe.kueue(provider, client, helm, stack.charts),
                           lambda: install_kueue(provider, spec.name, helm, stack.charts)))
     for index, tenant in enumerate(spec.tenants):
-        steps.append(Step(f"ensure-tenant/{tenant.name}", lambda t=tenant: observe.tenant(client, t, stack.dra),
-                          lambda t=tenant, i=index: ensure_tenant(client, t, adopt_field=f"spec.tenants[{i}].adopt")))
+        steps.append(_tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra))
     if spec.validate:
         for group in spec.groups:
-            steps.append(Step(f"validate/{group.spec.name}", lambda g=group.spec.name: _observe_validation(g, cluster, run),
-                              lambda g=group.spec.name: _validate(g, cluster, run), check=True))
+            steps.append(Step(f"validate/{group.spec.name}",
+                              partial(_observe_validation, group.spec.name, cluster, run),
+                              partial(_validate, group.spec.name, cluster, run), check=True))
     return steps
+
+
+def _said(observed: Observed) -> Observed:
+    return observed
+
+
+def _node_group_step(provider: Provider, cluster: str, group: NodeGroupSpec, run: Run) -> Step:
+    return Step(f"ensure-nodegroup/{group.name}", lambda: observe.node_group(provider, cluster, group, run.exists),
+                lambda: provider.ensure_node_group(cluster, group))
+
+
+def _nodes_step(client: ApiClient, selector: str, group: GroupPlan) -> Step:
+    return Step(f"configure-nodes/{group.spec.name}", lambda: observe.nodes(core(client), selector, group),
+                lambda: configure_nodes(core(client), selector, group.sharing, group.spec.taints, group.labels))
+
+
+def _mig_step(client: ApiClient, selector: str, group: str, layout: MigLayout) -> Step:
+    return Step(f"apply-mig/{group}", lambda: observe.mig(core(client), selector, layout),
+                lambda: apply_mig_layout(core(client), selector, layout))
+
+
+def _capacity_step(client: ApiClient, selector: str, group: str, dra: bool, run: Run) -> Step:
+    from gpuctl.ops.capacity import wait_capacity
+
+    return Step(f"wait-capacity/{group}", lambda: observe.capacity(client, selector, dra, run.changed),
+                lambda: wait_capacity(client, selector, run.checks, dra), check=True)
+
+
+def _tenant_step(client: ApiClient, tenant: Tenant, adopt_field: str, dra: bool) -> Step:
+    from gpuctl.ops.tenancy.tenants import ensure_tenant
+
+    return Step(f"ensure-tenant/{tenant.name}", lambda: observe.tenant(client, tenant, dra),
+                lambda: ensure_tenant(client, tenant, adopt_field=adopt_field))
 
 
 def _noted(note: str, act: Callable[[], Change]) -> Change:

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.api import to_platform
+from gpuctl.api import load_document, load_spec, to_platform
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import PlatformSpec
-from gpuctl.api import load_document, load_spec
 from gpuctl.ops.platform_steps import Cluster, Run, platform_steps, unreached
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo

@@ -245,7 +245,9 @@ class EksProvider:
             from gpuctl.kube.client import KubeNotFound, requesting
             from gpuctl.providers.eks import karpenter
 
-            api, wanted, missing, differing = CustomObjectsApi(client), objects(), [], []
+            api, wanted = CustomObjectsApi(client), objects()
+            missing: list[str] = []
+            differing: list[str] = []
             for obj in wanted:
                 group, version = obj["apiVersion"].split("/")
                 kind, name = obj["kind"], obj["metadata"]["name"]
