@@ -7,10 +7,10 @@ Below apply (ops.platform), plan (ops.plan), their step list (ops.platform_steps
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpuctl.kube.client import api_error, core
-from gpuctl.kube.objects import ensure_config_map_keys, ensure_namespace, read_config_map_data
+from gpuctl.kube.objects import contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.mig import mig_parted_config, parse_mig_parted_config
@@ -18,14 +18,19 @@ from gpuctl.model.sharing import CONFIG_LABEL, Sharing, plugin_configs
 from gpuctl.model.spec import GroupPlan, PlatformSpec, all_taints
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import Taint
-from gpuctl.ops.tenancy.tenants import contains
-from gpuctl.stack.values import (DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP,
-                                 cluster_policy_fields, stack_record)
+from gpuctl.stack.values import (
+    DEVICE_PLUGIN_CONFIGMAP,
+    MIG_CONFIGMAP,
+    NAMESPACE,
+    STACK_CONFIGMAP,
+    cluster_policy_fields,
+    stack_record,
+)
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from gpuctl.providers.base import Provider
+    from gpuctl.providers.base import Provider, RunsKueue
     from gpuctl.stack.existing import Operator
     from gpuctl.stack.helm import HelmTarget
 
@@ -158,16 +163,11 @@ def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpe
     return Change.UPDATED
 
 
-def runs_kueue_itself(provider: Provider) -> bool:
-    """The sim runs Kueue's CRDs and controller itself (no chart): only it has ensure_kueue."""
-    return getattr(provider, "ensure_kueue", None) is not None
-
-
 def install_kueue(provider: Provider, cluster: str, helm: HelmTarget, charts: str) -> Change:
     """Kueue's chart through Helm; the sim instead runs Kueue's CRDs and controller itself."""
     from gpuctl.stack.helm import ensure_release
     from gpuctl.stack.kueue import kueue_release
 
-    if runs_kueue_itself(provider):
-        return provider.ensure_kueue(cluster)  # type: ignore[attr-defined]
+    if provider.capabilities.runs_kueue:
+        return cast("RunsKueue", provider).ensure_kueue(cluster)
     return ensure_release(helm, kueue_release(charts))

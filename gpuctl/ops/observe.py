@@ -21,7 +21,7 @@ from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.tenant import Tenant
-from gpuctl.ops.converge import cluster_policy_drift, read_cluster_policy, runs_kueue_itself, wanted_gpu_config
+from gpuctl.ops.converge import cluster_policy_drift, read_cluster_policy, wanted_gpu_config
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP
 from gpuctl.util.errors import GpuctlError
 
@@ -137,7 +137,7 @@ def kueue(provider: Provider, client: ApiClient, helm: HelmTarget, charts: str) 
     from gpuctl.ops.tenancy.queues import Queues
     from gpuctl.stack.kueue import kueue_release
 
-    if runs_kueue_itself(provider):
+    if provider.capabilities.runs_kueue:
         served = Queues(client).installed()
         return Observed(Change.NO_CHANGE if served else Change.CREATED,
                         "" if served else "Kueue's CRDs and controller, run by the sim")

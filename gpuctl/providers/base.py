@@ -81,3 +81,9 @@ class Provider(Protocol):
     def kubeconfig(self, cluster: str) -> dict[str, Any]:
         """A self-contained kubeconfig document for the cluster (credentials embedded)."""
         ...
+
+
+class RunsKueue(Protocol):
+    """A provider whose capabilities say runs_kueue: it runs Kueue's CRDs and controller itself (no chart)."""
+
+    def ensure_kueue(self, cluster: str) -> Change: ...

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH, contains  # contains: ops/ modules still import it from here
+from gpuctl.kube.objects import APPLY_PATCH, contains
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant

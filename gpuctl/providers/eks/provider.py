@@ -55,7 +55,6 @@ class EksProvider:
             raise UsageError("--node-role", f"{options.node_role!r} is not an IAM role ARN",
                              "pass arn:aws:iam::<account>:role/<name>")
         self._session: AwsSession | None = None
-        self._groups: dict[str, NodeGroupSpec] = {}  # node groups ensured by this run: the Karpenter step's input
 
     # -- AWS plumbing ---------------------------------------------------------------------
 
@@ -304,7 +303,6 @@ class EksProvider:
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
         instance_type = ng.choose_instance_type(spec)
         scaling = ng.scaling_config(spec)
-        self._groups[spec.name] = spec
         current = self._describe_nodegroup(cluster, spec.name)
         if current is None:
             self._create_nodegroup(cluster, spec, instance_type, scaling)
