@@ -9,29 +9,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import GpuModel
-from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
-from gpuctl.kube.dra import dra_mode
-from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed
-from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.client import core
+from gpuctl.kube.dra import dra_mode
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.nodes import patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
-from gpuctl.model.mig import (MigLayout, advertised_resources, check_layout_text, config_name, mig_parted_config, parse_layout,
-                        parse_mig_parted_config)
-from gpuctl.model.naming import check_duration, check_name, check_selector
-from gpuctl.util.errors import shown
-from gpuctl.util.progress import waiting
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GpuModel
 from gpuctl.model.change import Change
-from gpuctl.stack.existing import Operator, configured_operator
-from gpuctl.stack.helm import HelmTarget, ensure_release
-from gpuctl.stack.releases import operator_release
+from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
+from gpuctl.model.mig import (
+    MigLayout,
+    advertised_resources,
+    check_layout_text,
+    config_name,
+    mig_parted_config,
+    parse_layout,
+    parse_mig_parted_config,
+)
+from gpuctl.model.naming import check_duration, check_name, check_selector
 from gpuctl.model.sharing import CONFIG_LABEL
-from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack_from_record, stack_record
 from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.ops.status import NodeDevices, device_type, read_node_devices
 from gpuctl.ops.steps import Reporter, StepResult, run_step
+from gpuctl.stack.existing import Operator, configured_operator
+from gpuctl.stack.helm import HelmTarget, ensure_release
+from gpuctl.stack.releases import operator_release
+from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack_from_record, stack_record
+from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed, shown
+from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
@@ -57,7 +63,8 @@ def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarge
             raise UsageError("LAYOUT", f"node {node.metadata.name} has an unknown GPU "
                              f"({(node.metadata.labels or {}).get(L.GPU_PRODUCT, '?')})", "target known GPU nodes")
         layout = parse_layout(text, model)
-        gpus = int((node.metadata.labels or {}).get(L.GPUS_PER_NODE) or (node.metadata.labels or {}).get(L.GPU_COUNT, "1"))
+        labels = node.metadata.labels or {}
+        gpus = int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT, "1"))
         advertised_resources(layout, gpus, strategy)  # single strategy needs one profile: fail now
         targets.append(MigTarget(node.metadata.name, model, gpus, layout))
     names = {config_name(t.layout) for t in targets}
@@ -85,12 +92,14 @@ def check_mig_inputs(text: str, nodegroup: str | None, selector: str | None, str
 
 
 def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | None, selector: str | None,
-              strategy: str | None, timeout: float, report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
+              strategy: str | None, timeout: float,
+              report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
     check_mig_inputs(text, nodegroup, selector, strategy, timeout)
     v1 = core(client)
     nodes = gpu_nodes(v1, nodegroup, selector)
     if not nodes:
-        raise UsageError("--selector", f"no GPU nodes match {shown(selector)}", "check the selector with 'gpuctl status'")
+        raise UsageError("--selector", f"no GPU nodes match {shown(selector)}",
+                         "check the selector with 'gpuctl status'")
     # Another's GPU Operator keeps gpuctl's ConfigMaps in its own namespace and takes settings through its
     # ClusterPolicy (see stack/owners.py); gpuctl's own reads them from gpu-operator and takes Helm values.
     operator = configured_operator(client)
@@ -161,14 +170,16 @@ def _write_config(v1, layout: MigLayout, namespace: str) -> Change:  # noqa: ANN
     except ValueError as exc:
         raise ClusterError(f"ConfigMap {namespace}/{MIG_CONFIGMAP} is not a mig-parted config: {exc}",
                            "fix or delete it") from None
-    return ensure_config_map_keys(v1, namespace, MIG_CONFIGMAP, {"config.yaml": mig_parted_config([layout], existing)})[0]
+    config = {"config.yaml": mig_parted_config([layout], existing)}
+    return ensure_config_map_keys(v1, namespace, MIG_CONFIGMAP, config)[0]
 
 
 def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN001
     """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
     patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
     moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
-    return Change.UPDATED if patch_nodes(v1, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched else Change.NO_CHANGE
+    patched = patch_nodes(v1, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched
+    return Change.UPDATED if patched else Change.NO_CHANGE
 
 
 def wait_for_mig_state(v1, names: list[str], config: str, timeout: float | None) -> Change:  # noqa: ANN001

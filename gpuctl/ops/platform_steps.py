@@ -19,8 +19,16 @@ from gpuctl.model.mig import MigLayout, config_name
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.tenant import Tenant
 from gpuctl.ops import observe
-from gpuctl.ops.converge import (configs_in_use, configure_nodes, ensure_cluster_policy, install_kueue,
-                                 read_recorded_groups, restart_device_plugin, with_cluster_groups, write_gpu_config)
+from gpuctl.ops.converge import (
+    configs_in_use,
+    configure_nodes,
+    ensure_cluster_policy,
+    install_kueue,
+    read_recorded_groups,
+    restart_device_plugin,
+    with_cluster_groups,
+    write_gpu_config,
+)
 from gpuctl.util.output import info
 
 if TYPE_CHECKING:

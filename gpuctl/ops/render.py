@@ -14,11 +14,11 @@ import yaml
 from gpuctl.kube.objects import MANAGED
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.platform import gpu_config_data
+from gpuctl.ops.tenancy.tenant_claims import claim_templates
+from gpuctl.ops.tenancy.tenants import tenant_manifests
 from gpuctl.stack.dra_driver import dra_release
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
-from gpuctl.ops.tenancy.tenant_claims import claim_templates
-from gpuctl.ops.tenancy.tenants import tenant_manifests
 
 
 class _Dumper(yaml.SafeDumper):
