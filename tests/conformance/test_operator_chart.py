@@ -24,14 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.util.errors import UsageError
+from gpuctl.api import load_spec, to_platform
+from gpuctl.model.taints import Taint
 from gpuctl.ops.render import manifests
-from gpuctl.api import load_spec
-from gpuctl.api import to_platform
 from gpuctl.stack.releases import operator_release
 from gpuctl.stack.values import nfd_values
-from gpuctl.model.taints import Taint
 from gpuctl.tools.installer import ensure_tools, find_tool
+from gpuctl.util.errors import UsageError
 
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"
 OPERATOR_CHART = UPSTREAM / "gpu-operator-v26.7.0" / "gpu-operator"
@@ -92,7 +91,7 @@ def spec_text(node_groups: str, gpu_operator: str = "{}") -> str:
     return head + textwrap.indent(textwrap.dedent(node_groups).strip() + "\n", "    ")
 
 
-def load(tmp: Path, node_groups: str, gpu_operator: str = "{}"):  # noqa: ANN201 - (PlatformSpec, [ValidGroup])
+def load(tmp: Path, node_groups: str, gpu_operator: str = "{}"):
     path = tmp / "spec.yaml"
     path.write_text(spec_text(node_groups, gpu_operator))
     doc, groups = load_spec(path)
@@ -147,7 +146,7 @@ def tolerates(tolerations: list[dict[str, Any]] | None, taint: Taint) -> bool:
     return False
 
 
-def untolerated(tolerations: list[dict[str, Any]] | None, groups: list) -> list[str]:  # noqa: ANN001
+def untolerated(tolerations: list[dict[str, Any]] | None, groups: list) -> list[str]:
     return [f"{g.doc.name}: {t}" for g in groups for t in g.taints if not tolerates(tolerations, t)]
 
 

@@ -13,8 +13,8 @@ import yaml
 
 from gpuctl.model.charts import GPU_OPERATOR, chart_ref
 from gpuctl.model.stack_spec import StackSpec
-from gpuctl.stack.values import operator_values
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.stack.values import operator_values
 from gpuctl.tools.installer import ensure_tools
 
 UPSTREAM_CHART = Path(__file__).resolve().parents[2].parent / "shared/upstream/gpu-operator-v26.7.0/gpu-operator"

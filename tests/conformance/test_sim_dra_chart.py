@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from gpuctl.model.charts import DRA_DRIVER, chart_ref
-from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_values
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_values
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION
 

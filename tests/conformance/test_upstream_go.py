@@ -6,8 +6,8 @@ v0.15.0, which the proxy does not serve; their differences are listed in README.
 from __future__ import annotations
 
 import json
-from collections import Counter
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest

@@ -25,7 +25,7 @@ class SimCluster:
     kubeconfig: Path
     env: dict[str, str]
 
-    def core(self):  # noqa: ANN201 - kubernetes.client.CoreV1Api
+    def core(self):
         from kubernetes import client, config
 
         return client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
@@ -87,7 +87,7 @@ BED_PASSWORD = "bed-demo-password"
 
 
 @pytest.fixture(scope="session")
-def openstack_bed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - OpenStackBed
+def openstack_bed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
     """Real Keystone + Magnum (tests/beds/openstack) whose clusters are sim clusters under sim_env's state dir;
     user `demo` (password BED_PASSWORD) in project `demo`, cluster template `gpu-template`. The first run
     builds the bed's venv (~/.cache/gpuctl/tools/openstack-bed-<sha>); the services' logs stay in the

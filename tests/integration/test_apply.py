@@ -74,9 +74,8 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     exported = tmp_path / "exported.yaml"
     exported.write_text(proc.stdout)
+    from gpuctl.api import load_spec, to_platform
     from gpuctl.model.specfile import export_spec
-    from gpuctl.api import load_spec
-    from gpuctl.api import to_platform
 
     assert export_spec(to_platform(*load_spec(exported))) == proc.stdout
 
@@ -84,8 +83,8 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
 def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, str], tmp_path: Path) -> None:
     import subprocess
 
-    from gpuctl.simulator.kwok import KwokCluster
     from gpuctl.providers.sim.provider import SimProvider
+    from gpuctl.simulator.kwok import KwokCluster
     from gpuctl.tools.installer import find_tool
 
     proc = run_gpuctl("render", "-f", str(SPEC), "--out", str(tmp_path / "out"), env=sim_env)

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.model.catalog import get_gpu
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.util.resources import data_dir
+from gpuctl.model.catalog import get_gpu
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.sim.provider import SimProvider
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.installer import ensure_tools
+from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
 from tests.integration.test_dra_agent_real_chart import CHART, CUDA_SAMPLE, RELEASE, TOLERATE_GPU, until
 
@@ -88,7 +88,7 @@ def test_device_plugin_off_takes_its_resources_off_the_node(cluster: Cluster) ->
         try:
             cluster.custom.create_cluster_custom_object(*POLICY, body)
             break
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if getattr(exc, "status", None) != 404 or attempt == 49:
                 raise
             time.sleep(0.2)

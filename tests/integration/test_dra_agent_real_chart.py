@@ -20,17 +20,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import get_gpu
-from gpuctl.model.dra import PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
 from gpuctl.model.change import Change
+from gpuctl.model.dra import PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.sim.provider import SimProvider
 from gpuctl.simulator import dra
 from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.tools.installer import ensure_tools
 from tests.conftest import run_gpuctl
 

@@ -37,12 +37,12 @@ class Eks:
     first: dict[str, Any]
     outputs: list[str]  # every stdout and stderr gpuctl printed, checked for secrets at the end
 
-    def gpuctl(self, *args: str, env: dict[str, str] | None = None):  # noqa: ANN201 - CompletedProcess
+    def gpuctl(self, *args: str, env: dict[str, str] | None = None):
         proc = run_gpuctl(*args, env=env or self.env)
         self.outputs += [proc.stdout, proc.stderr]
         return proc
 
-    def api(self):  # noqa: ANN201 - kubernetes ApiClient through gpuctl's kubeconfig (EKS token auth)
+    def api(self):
         from kubernetes import config
 
         return config.new_client_from_config(self.env["KUBECONFIG"])

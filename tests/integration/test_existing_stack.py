@@ -40,10 +40,10 @@ EKSCTL_PLUGIN = {
 def bare(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A sim cluster with two T4 nodes and no GPU stack, as a cloud hands one over (nodes made by the
     provider, as `nodegroup add` does; no gpuctl apply yet)."""
-    from gpuctl.model.catalog import get_gpu
     from gpuctl.kube.kubeconfig import write_kubeconfig
-    from gpuctl.providers.sim.provider import SimProvider
+    from gpuctl.model.catalog import get_gpu
     from gpuctl.model.spec import NodeGroupSpec
+    from gpuctl.providers.sim.provider import SimProvider
 
     kubeconfig = tmp_path_factory.mktemp("existing") / "kubeconfig"
     env = dict(sim_env, KUBECONFIG=str(kubeconfig))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.util.errors import ExitCode
 from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.util.errors import ExitCode
 from gpuctl.util.timeouts import CONNECT_S, READ_S
 from tests.conftest import run_gpuctl
 
@@ -115,10 +115,10 @@ def test_frozen_apiserver_ends_each_command_with_exit_7(frozen_target: tuple[str
         print({label: f"{took:.1f}s" for label, (_, took, _) in results.items()})
 
         # Helm (in this process, as apply runs it): its reads are bounded too, and no helm is left behind.
-        from gpuctl.util.errors import RequestTimeout
+        from gpuctl.model.stack_spec import StackSpec
         from gpuctl.stack.helm import HelmTarget, plan_release
         from gpuctl.stack.releases import operator_release
-        from gpuctl.model.stack_spec import StackSpec
+        from gpuctl.util.errors import RequestTimeout
 
         release = operator_release(StackSpec(charts="bundled"))
         with pytest.MonkeyPatch.context() as patch:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.util.resources import data_dir
 from gpuctl.stack.owners import is_device_plugin
+from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def stack(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     assert run_gpuctl("cluster", "delete", "--name", "stack", "--yes", env=env).returncode == 0
 
 
-def core(env: dict[str, str]):  # noqa: ANN201
+def core(env: dict[str, str]):
     from kubernetes import client, config
 
     return client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))

@@ -25,11 +25,11 @@ import pytest
 import yaml
 
 from gpuctl.model.catalog import get_gpu
-from gpuctl.util.errors import ToolError
 from gpuctl.simulator.kueue import _procs, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.gobuild import patch_kueue_main
 from gpuctl.tools.installer import ensure_tools
+from gpuctl.util.errors import ToolError
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration
@@ -161,8 +161,8 @@ def kueue(sim_env: dict[str, str]) -> Iterator[Kueue]:
     """A sim cluster of its own (one node of 8 A100s) with Kueue's CRDs and its manager running."""
     from kubernetes import config
 
-    from gpuctl.providers.sim.provider import SimProvider
     from gpuctl.model.spec import NodeGroupSpec
+    from gpuctl.providers.sim.provider import SimProvider
 
     crds = kueue_crds_dir()  # builds the tool first when absent (minutes)
     provider = SimProvider()

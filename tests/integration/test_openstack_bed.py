@@ -31,7 +31,7 @@ NODEGROUP_LABEL = "magnum.openstack.org/nodegroup"
 STEP_TIMEOUT_S = 120.0
 
 
-def _magnum(bed, tmp_path: Path) -> adapter.Adapter:  # noqa: ANN001 - OpenStackBed
+def _magnum(bed, tmp_path: Path) -> adapter.Adapter:
     """Magnum through the catalog, as the `openstack` CLI gets it: clouds.yaml -> keystoneauth session."""
     clouds = bed.write_clouds_yaml(tmp_path / "clouds.yaml", {"bed": BED_PASSWORD})
     region = os_config.OpenStackConfig(config_files=[str(clouds)]).get_one("bed")
@@ -40,7 +40,7 @@ def _magnum(bed, tmp_path: Path) -> adapter.Adapter:  # noqa: ANN001 - OpenStack
                            region_name=bed.region, additional_headers=MICROVERSION)
 
 
-def _wait(what: str, probe: Callable[[], Any], bed, timings: dict[str, float]) -> Any:  # noqa: ANN001
+def _wait(what: str, probe: Callable[[], Any], bed, timings: dict[str, float]) -> Any:
     started = time.monotonic()
     while True:
         value = probe()

@@ -52,7 +52,7 @@ def os1(os_env: dict[str, str], openstack_bed: OpenStackBed) -> Iterator[dict[st
         run_gpuctl("cluster", "delete", *CLOUD, "--name", "os1", "--yes", env=os_env)
 
 
-def core(env: dict[str, str]):  # noqa: ANN201 - kubernetes.client.CoreV1Api
+def core(env: dict[str, str]):
     from kubernetes import client, config
 
     return client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 A100 = GPUS["a100-40gb"]
 
 
-def _ready(node) -> bool:  # noqa: ANN001
+def _ready(node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 

@@ -23,8 +23,8 @@ import pytest
 
 from gpuctl.simulator.kwok import COMPONENTS, KwokCluster, workdir
 from gpuctl.simulator.procs import operator_stamp
-from gpuctl.util.resources import data_dir
 from gpuctl.tools.installer import find_tool
+from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.util.errors import ExitCode
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.supervisor import SUPERVISED, component_pid
+from gpuctl.util.errors import ExitCode
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ class Faults:
         path.write_text(SPEC.format(name=self.name, nodes=nodes))
         return path
 
-    def core(self):  # noqa: ANN201 - kubernetes.client.CoreV1Api
+    def core(self):
         from kubernetes import client, config
 
         return client.CoreV1Api(config.new_client_from_config(str(self.cluster.kubeconfig_path)))
@@ -73,7 +73,7 @@ def faults(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
         assert proc.returncode == 0, proc.stderr
 
 
-def _wait_for(condition, timeout: float, what: str) -> float:  # noqa: ANN001
+def _wait_for(condition, timeout: float, what: str) -> float:
     started = time.monotonic()
     while not condition():
         assert time.monotonic() - started < timeout, f"{what}: not after {timeout:.0f}s"

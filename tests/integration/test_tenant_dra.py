@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import get_gpu
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.sim.provider import SimProvider
 from gpuctl.simulator import dra
 from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.model.spec import NodeGroupSpec
 from tests.conftest import run_gpuctl
 from tests.integration.test_sim_dra import render_device_classes
 

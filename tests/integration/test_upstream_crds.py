@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from gpuctl.model.catalog import get_gpu
-from gpuctl.providers.eks.karpenter import AMI_ALIASES, render_ec2nodeclass, render_nodepool
-from gpuctl.util.resources import data_dir
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.providers.eks.karpenter import AMI_ALIASES, render_ec2nodeclass, render_nodepool
 from gpuctl.tools.installer import ensure_tools
+from gpuctl.util.resources import data_dir
 from tests.conformance.test_operator_chart import CASES, OPERATOR_CHART, UPSTREAM, helm_template, only, spec_text
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster

@@ -73,11 +73,11 @@ def test_global_options_are_accepted_anywhere() -> None:
     assert hoist_global_options(["x", "--", "-o", "json"]) == ["x", "--", "-o", "json"]
 
 
-def test_an_unexpected_error_is_one_line_without_traceback(monkeypatch) -> None:  # noqa: ANN001
+def test_an_unexpected_error_is_one_line_without_traceback(monkeypatch) -> None:
     import gpuctl.cli.gpus as gpus_cli
     from gpuctl.cli.main import run
 
-    def boom(ctx) -> None:  # noqa: ANN001
+    def boom(ctx) -> None:
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(gpus_cli, "emit", lambda *a, **k: boom(None))

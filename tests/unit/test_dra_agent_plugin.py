@@ -7,17 +7,28 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from kubernetes.client import (CoreV1ResourceClaim, V1Container, V1ContainerExtendedResourceRequest, V1Node,
-                               V1NodeStatus, V1ObjectMeta, V1Pod, V1PodExtendedResourceClaimStatus, V1PodResourceClaim,
-                               V1PodResourceClaimStatus, V1PodSpec, V1PodStatus,
-                               V1ResourceRequirements)
+from kubernetes.client import (
+    CoreV1ResourceClaim,
+    V1Container,
+    V1ContainerExtendedResourceRequest,
+    V1Node,
+    V1NodeStatus,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodExtendedResourceClaimStatus,
+    V1PodResourceClaim,
+    V1PodResourceClaimStatus,
+    V1PodSpec,
+    V1PodStatus,
+    V1ResourceRequirements,
+)
 
 from gpuctl.model.catalog import get_gpu
+from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.simulator.dra import running_plugins
 from gpuctl.simulator.nodes import render_node
 from gpuctl.simulator.operands import Policy
 from gpuctl.simulator.operator import SimOperator, pod_claim_names
-from gpuctl.model.spec import NodeGroupSpec
 
 
 def plugin_pod(node: str | None, uid: str, phase: str = "Running", deleting: bool = False) -> V1Pod:

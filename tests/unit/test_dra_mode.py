@@ -7,11 +7,11 @@ import pytest
 import yaml
 
 from gpuctl.model.dra import check_dra_kubernetes
-from gpuctl.util.errors import UsageError
-from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_release, dra_values
 from gpuctl.model.stack_spec import StackSpec
-from gpuctl.stack.values import cluster_policy_fields, operator_values
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_release, dra_values
+from gpuctl.stack.values import cluster_policy_fields, operator_values
+from gpuctl.util.errors import UsageError
 from tests.conftest import run_gpuctl
 
 
@@ -85,7 +85,7 @@ def test_alpha_sharing_without_dra_and_old_kubernetes_are_refused() -> None:
         check_dra_kubernetes("v1.30.4", "f")
 
 
-def test_spec_file_keys_are_strict(tmp_path) -> None:  # noqa: ANN001
+def test_spec_file_keys_are_strict(tmp_path) -> None:
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},
            "spec": {"provider": {"cloud": "sim"}, "nodeGroups": [{"name": "g", "gpu": "t4", "nodes": 1}],
                     "dra": {"enabled": True, "alphaSharin": True}}}
@@ -95,10 +95,9 @@ def test_spec_file_keys_are_strict(tmp_path) -> None:  # noqa: ANN001
     assert proc.returncode == 2 and "spec.dra.alphaSharin: unknown key; did you mean alphaSharing?" in proc.stderr
 
 
-def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path) -> None:  # noqa: ANN001
+def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path) -> None:
+    from gpuctl.api import load_spec, to_platform
     from gpuctl.ops.render import helm_values, manifests
-    from gpuctl.api import load_spec
-    from gpuctl.api import to_platform
 
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},
            "spec": {"provider": {"cloud": "sim"}, "dra": {"enabled": True},

@@ -10,13 +10,13 @@ import pytest
 from kubernetes.client import V1Node, V1NodeStatus, V1ObjectMeta
 
 from gpuctl.model import labels as L
-from gpuctl.ops import validate
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.ops import validate
+from gpuctl.ops.status import NodeDevices
 from gpuctl.simulator import dra
 from gpuctl.simulator.nodes import node_labels
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.ops.status import NodeDevices
 
 
 def node(name: str, gpu: str = "a100-40gb", gpus: int = 8, allocatable: dict[str, str] | None = None,

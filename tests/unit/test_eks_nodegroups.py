@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuctl.model.catalog import get_gpu
-from gpuctl.util.errors import UsageError
-from gpuctl.providers.eks.nodegroups import check_ami_type, choose_instance_type, eks_taint, scaling_config
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import Taint
+from gpuctl.providers.eks.nodegroups import check_ami_type, choose_instance_type, eks_taint, scaling_config
+from gpuctl.util.errors import UsageError
 
 
 def _spec(gpu: str, per_node: int, instance_type: str | None = None) -> NodeGroupSpec:

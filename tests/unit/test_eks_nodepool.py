@@ -9,9 +9,9 @@ import jinja2
 import pytest
 
 from gpuctl.model.catalog import GPUS, get_gpu
-from gpuctl.providers.eks.karpenter import is_subset, render_ec2nodeclass, render_nodepool
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.providers.eks.karpenter import is_subset, render_ec2nodeclass, render_nodepool
 from gpuctl.util.templating import render_template
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, UsageError
+from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.providers.eks.aws import MAX_ATTEMPTS, AwsSession, translated
 from gpuctl.providers.eks.provider import EksProvider
-from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, UsageError
 
 
 def _client_error(code: str, message: str = "msg") -> Exception:
@@ -21,7 +21,7 @@ def _client_error(code: str, message: str = "msg") -> Exception:
 
 
 @pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     for name in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -134,7 +134,7 @@ def test_a_5xx_with_a_json_body_exits_4(aws_env: None, monkeypatch: pytest.Monke
             self.end_headers()
             self.wfile.write(body)
 
-        do_GET = do_POST = _fail  # noqa: N815
+        do_GET = do_POST = _fail
 
         def log_message(self, *_args: object) -> None:
             pass

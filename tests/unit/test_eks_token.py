@@ -18,7 +18,7 @@ KEY, SECRET = "AKIAUNITTEST00000000", "unit-test-secret-value"
 
 
 @pytest.fixture
-def sts(monkeypatch: pytest.MonkeyPatch, tmp_path):  # noqa: ANN001, ANN201 - a botocore STS client
+def sts(monkeypatch: pytest.MonkeyPatch, tmp_path):
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_STS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -34,14 +34,14 @@ def _url(token: str) -> str:
     return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
 
 
-def test_token_is_prefixed_urlsafe_base64_without_padding(sts) -> None:  # noqa: ANN001
+def test_token_is_prefixed_urlsafe_base64_without_padding(sts) -> None:
     token = get_token(sts, "prod")
     assert token.startswith("k8s-aws-v1.")
     assert "=" not in token and "+" not in token and "/" not in token
     assert _url(token).startswith("https://sts.eu-west-1.amazonaws.com/?")
 
 
-def test_presigned_url_is_a_60s_get_caller_identity_with_the_cluster_id_signed(sts) -> None:  # noqa: ANN001
+def test_presigned_url_is_a_60s_get_caller_identity_with_the_cluster_id_signed(sts) -> None:
     query = parse_qs(urlsplit(_url(get_token(sts, "prod"))).query)
     assert query["Action"] == ["GetCallerIdentity"]
     assert query["X-Amz-Expires"] == ["60"]
@@ -50,7 +50,7 @@ def test_presigned_url_is_a_60s_get_caller_identity_with_the_cluster_id_signed(s
     assert "x-k8s-aws-id" not in query  # a signed header, not a parameter
 
 
-def test_token_verifies_for_its_cluster_only(sts) -> None:  # noqa: ANN001
+def test_token_verifies_for_its_cluster_only(sts) -> None:
     url = _url(get_token(sts, "prod"))
     now = datetime.now(timezone.utc)
     assert check_signature(url, "prod", {KEY: SECRET}, now) == (KEY, "eu-west-1")
@@ -67,7 +67,7 @@ def test_exec_credential_expires_before_eks_stops_accepting_the_token() -> None:
                           "status": {"expirationTimestamp": "2026-01-02T03:18:05Z", "token": "k8s-aws-v1.abc"}}
 
 
-def test_exec_plugin_prints_a_credential_or_exits_3(tmp_path) -> None:  # noqa: ANN001
+def test_exec_plugin_prints_a_credential_or_exits_3(tmp_path) -> None:
     base = {"PATH": "/usr/bin:/bin", "AWS_CONFIG_FILE": str(tmp_path / "none"),
             "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}
     command = [sys.executable, "-m", "gpuctl.providers.eks.token", "--cluster", "prod", "--region", "us-east-1"]

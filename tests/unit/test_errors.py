@@ -1,5 +1,14 @@
-from gpuctl.util.errors import (ClusterError, CloudError, CredentialsError, ExitCode, GpuctlError, NotFound,
-                           UsageError, ValidationFailed, WaitTimeout)
+from gpuctl.util.errors import (
+    CloudError,
+    ClusterError,
+    CredentialsError,
+    ExitCode,
+    GpuctlError,
+    NotFound,
+    UsageError,
+    ValidationFailed,
+    WaitTimeout,
+)
 
 
 def test_exit_codes_are_stable() -> None:

@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
-from gpuctl.util.errors import ExitCode
-from gpuctl.ops.platform import cluster_policy_drift
 from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
-from gpuctl.stack.existing import (ExistingStack, HelmRelease, can_run_on, decode_release, find_stack,
-                                   release_of_secret)
-from gpuctl.stack.owners import ExistingStackError, check_single_owners
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.ops.platform import cluster_policy_drift
+from gpuctl.stack.existing import ExistingStack, HelmRelease, can_run_on, decode_release, find_stack, release_of_secret
+from gpuctl.stack.owners import ExistingStackError, check_single_owners
+from gpuctl.util.errors import ExitCode
 
 STACK = StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS, shares_gpus=True)
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

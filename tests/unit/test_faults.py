@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gpuctl.util import redact
-from gpuctl.util.errors import ClusterError, CloudError, ExitCode, RequestTimeout, UsageError
+from gpuctl.util.errors import CloudError, ClusterError, ExitCode, RequestTimeout, UsageError
 from gpuctl.util.timeouts import Deadlines, request_deadlines
 from tests.conftest import run_gpuctl
 
@@ -414,8 +414,8 @@ def test_api_wait_names_the_server_and_stops_on_a_frozen_one(silent_server: str,
 
 
 def test_api_wait_on_a_refused_port_times_out_naming_it(closed_port: str, tmp_path: Path) -> None:
-    from gpuctl.util.errors import WaitTimeout
     from gpuctl.kube.client import api_client, wait_for_api
+    from gpuctl.util.errors import WaitTimeout
 
     with pytest.raises(WaitTimeout, match=f"the kube-apiserver at {closed_port} not ready after 1s"):
         wait_for_api(api_client(kubeconfig(tmp_path, closed_port)), 1)

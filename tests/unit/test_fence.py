@@ -3,8 +3,8 @@ tests/integration/test_tenant_fence.py)."""
 
 from __future__ import annotations
 
-from gpuctl.ops.tenancy.fence import NAME, fence_manifests
 from gpuctl.model.tenant import TENANT_LABEL
+from gpuctl.ops.tenancy.fence import NAME, fence_manifests
 
 
 def test_the_binding_enforces_the_policy_in_tenant_namespaces_only() -> None:

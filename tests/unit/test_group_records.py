@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuctl.util.errors import UsageError
+from gpuctl.api import load_document, to_platform
 from gpuctl.ops.group_records import intended_labels, node_drift, plan_of, record_of
 from gpuctl.ops.platform import with_cluster_groups
-from gpuctl.api import load_document
-from gpuctl.api import to_platform
 from gpuctl.ops.validation_record import spec_digest
+from gpuctl.util.errors import UsageError
 
 
-def platform(*groups: dict, strategy: str | None = None):  # noqa: ANN201
+def platform(*groups: dict, strategy: str | None = None):
     operator = {"migStrategy": strategy} if strategy else {}
     doc, valid = load_document({"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "p"},
                                 "spec": {"provider": {"cloud": "sim"}, "nodeGroups": list(groups),

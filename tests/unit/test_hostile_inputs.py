@@ -16,7 +16,7 @@ MAX_LINE = 400  # an error quotes a short prefix of a value, never the value
 BIG = "a" * 100_000  # argv allows 128 KiB per argument
 
 
-def assert_refused(proc, expected: str, isolated_env: dict[str, str], started: float) -> None:  # noqa: ANN001
+def assert_refused(proc, expected: str, isolated_env: dict[str, str], started: float) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr[-2000:]

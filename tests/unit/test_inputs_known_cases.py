@@ -44,7 +44,7 @@ def processes_under(root: Path) -> list[int]:
     return found
 
 
-def refused(proc, expected: str) -> str:  # noqa: ANN001
+def refused(proc, expected: str) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import Huge, check_count, check_selector, parse_count
-from gpuctl.util.paths import check_file_path, check_target
 from gpuctl.model.strict_yaml import loads
+from gpuctl.util.errors import UsageError
+from gpuctl.util.paths import check_file_path, check_target
 
 
 def test_a_number_of_any_length_is_read_and_refused_by_its_bound() -> None:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.util.errors import ToolError
 from gpuctl.tools.installer import cached_path, ensure_tools, find_tool, reports_version
 from gpuctl.tools.pins import TOOLS
+from gpuctl.util.errors import ToolError
 
 
 def fake_tool(bindir: Path, name: str, output: str) -> Path:
@@ -35,7 +35,7 @@ def test_version_matching_is_exact() -> None:
     assert reports_version_of("etcd Version: 3.6.16\nGit SHA: x", etcd)
 
 
-def reports_version_of(output: str, tool) -> bool:  # noqa: ANN001
+def reports_version_of(output: str, tool) -> bool:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuctl.util.errors import UsageError
 from gpuctl.stack.kueue import kueue_release, manager_config
+from gpuctl.util.errors import UsageError
 from tests.conftest import run_gpuctl
 
 
@@ -19,7 +19,7 @@ def test_upstream_is_kueues_oci_chart_at_the_pinned_version() -> None:
     assert (mirror.ref, mirror.version) == ("oci://mirror.example/charts/kueue", "0.19.2")
 
 
-def test_a_directory_without_kueue_is_refused_naming_the_field(tmp_path) -> None:  # noqa: ANN001
+def test_a_directory_without_kueue_is_refused_naming_the_field(tmp_path) -> None:
     with pytest.raises(UsageError) as refused:
         kueue_release(str(tmp_path), "spec.gpuOperator.charts")
     assert refused.value.field == "spec.gpuOperator.charts" and "kueue/Chart.yaml" in refused.value.message

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from gpuctl.model.catalog import GPUS, GpuModel
-from gpuctl.util.errors import UsageError
 from gpuctl.model.mig import (
     NAMED,
     MigLayout,
@@ -24,6 +23,7 @@ from gpuctl.model.mig import (
     plan_rows,
     render_plan,
 )
+from gpuctl.util.errors import UsageError
 
 A100 = GPUS["a100-40gb"]
 A30 = GPUS["a30"]

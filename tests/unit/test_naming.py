@@ -1,7 +1,7 @@
 import pytest
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.naming import MAX_NAME_LENGTH, check_count, check_name
+from gpuctl.util.errors import UsageError
 
 
 @pytest.mark.parametrize("name", ["demo", "a", "gpu-1", "1gpu", "a" * MAX_NAME_LENGTH])

@@ -11,8 +11,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from gpuctl.providers.openstack.certificates import (CertificateCache, ClientCredentials, client_credentials,
-                                                     new_key_and_csr, render_kubeconfig, usable)
+from gpuctl.providers.openstack.certificates import (
+    CertificateCache,
+    ClientCredentials,
+    client_credentials,
+    new_key_and_csr,
+    render_kubeconfig,
+    usable,
+)
 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, NotFound, UsageError, WaitTimeout
 from gpuctl.providers.openstack import waits
 from gpuctl.providers.openstack.magnum import http_error, negotiate
 from gpuctl.providers.openstack.waits import wait_for_status
+from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, NotFound, UsageError, WaitTimeout
 
 
 def magnum_body(status: int, detail: str) -> str:
@@ -167,7 +167,7 @@ def test_an_operation_that_never_starts_times_out(monkeypatch: pytest.MonkeyPatc
         wait_for_status(Statuses(before), "x", ("UPDATE_COMPLETE",), 3600, "c", before=before)
 
 
-def test_an_accepted_create_is_remembered_until_seen_or_too_old(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_an_accepted_create_is_remembered_until_seen_or_too_old(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.providers.openstack.pending import PendingCreates
 
     path = tmp_path / "openstack" / "pending.json"

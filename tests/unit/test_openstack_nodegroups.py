@@ -9,11 +9,20 @@ from pathlib import Path
 import pytest
 
 from gpuctl.model.catalog import get_gpu
-from gpuctl.providers.openstack.nodegroups import (bounds_of, cluster_body, gpu_for_flavor, is_default, is_managed,
-                                                   node_attr_changes, nodegroup_body, nodegroup_info, widened)
-from gpuctl.providers.openstack.provider import MagnumProvider
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.openstack.nodegroups import (
+    bounds_of,
+    cluster_body,
+    gpu_for_flavor,
+    is_default,
+    is_managed,
+    node_attr_changes,
+    nodegroup_body,
+    nodegroup_info,
+    widened,
+)
+from gpuctl.providers.openstack.provider import MagnumProvider
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
-from gpuctl.ops.tenancy.queues import flavors_of, queue_manifests, resource_groups
 from gpuctl.model.tenant import make_tenant
+from gpuctl.ops.tenancy.queues import flavors_of, queue_manifests, resource_groups
 
 
 def node(name: str, labels: dict[str, str], allocatable: dict[str, str], taints: list[V1Taint] | None = None) -> V1Node:

@@ -1,19 +1,26 @@
+from dataclasses import replace
+
 import pytest
 import yaml
 
-from gpuctl.util.errors import UsageError
-from gpuctl.kube.nodes import node_patch
-from dataclasses import replace
-
-from gpuctl.model.catalog import get_gpu
-from gpuctl.cli.documents import cluster_document
 from gpuctl.api import load_document
-from gpuctl.model.sharing import (NO_SHARING, Sharing, check_sharing_fits, max_replicas, parse_plugin_config, plugin_configs,
-                            render_plugin_config)
+from gpuctl.cli.documents import cluster_document
+from gpuctl.kube.nodes import node_patch
+from gpuctl.model.catalog import get_gpu
 from gpuctl.model.charts import chart_ref
+from gpuctl.model.sharing import (
+    NO_SHARING,
+    Sharing,
+    check_sharing_fits,
+    max_replicas,
+    parse_plugin_config,
+    plugin_configs,
+    render_plugin_config,
+)
 from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
-from gpuctl.stack.values import operator_values, stack_from_record, stack_record
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taint
+from gpuctl.stack.values import operator_values, stack_from_record, stack_record
+from gpuctl.util.errors import UsageError
 
 
 def test_slices_mean_time_slicing_with_a_slice_n_key() -> None:

@@ -9,9 +9,9 @@ import pytest
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, NVML_NAMES, get_gpu
 from gpuctl.model.mig import config_name, parse_layout
+from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.simulator import dra
 from gpuctl.simulator.nodes import render_node, render_system_node
-from gpuctl.model.spec import NodeGroupSpec
 
 GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

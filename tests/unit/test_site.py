@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from gpuctl.model.catalog import GPUS
-from gpuctl.util.errors import UsageError
 from gpuctl.model.site import _load, openstack_flavor
+from gpuctl.util.errors import UsageError
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl.util.errors import UsageError
+from gpuctl.api import load_spec
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.specfile import apply_defaults, parse, validate
 from gpuctl.providers import capabilities_of
-from gpuctl.api import load_spec
+from gpuctl.util.errors import UsageError
 
 GOOD = Path(__file__).resolve().parents[1] / "specs" / "good.yaml"
 

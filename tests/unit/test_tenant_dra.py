@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
-from gpuctl.ops.tenancy.queues import DRA_FLAVOR, dra_flavor, flavor_manifest, queue_manifests
 from gpuctl.model.dra import device_class_mappings
-from gpuctl.stack.kueue import manager_config
-from gpuctl.ops.tenancy.tenant_claims import claim_templates, models_of
 from gpuctl.model.tenant import make_tenant
+from gpuctl.ops.tenancy.queues import DRA_FLAVOR, dra_flavor, flavor_manifest, queue_manifests
+from gpuctl.ops.tenancy.tenant_claims import claim_templates, models_of
 from gpuctl.ops.tenancy.tenants import tenant_manifests
+from gpuctl.stack.kueue import manager_config
 
 GPU_DEVICES = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
 MIG_DEVICES = "mig.nvidia.com.deviceclass.resource.k8s.io/devices"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.util.errors import ToolError
 from gpuctl.tools import gobuild
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import SIM_TOOLS, TOOLS
+from gpuctl.util.errors import ToolError
 
 SOURCE = gobuild.UPSTREAMCHECK_SOURCE
 

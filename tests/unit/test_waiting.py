@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gpuctl.ops import capacity
-from gpuctl.util.errors import ClusterError, ExitCode, WaitTimeout
 from gpuctl.ops.validate import Check, Rollout
+from gpuctl.util.errors import ClusterError, ExitCode, WaitTimeout
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_limit, wait_until
 
 

@@ -115,7 +115,7 @@ class OpenStackBed:
         return self
 
     def stop(self, keep_logs: bool = True) -> None:
-        for name, proc in reversed(list(self.procs.items())):
+        for proc in reversed(list(self.procs.values())):
             if proc.poll() is None:
                 proc.terminate()
                 try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from tests.emulators.openstack.dataplane import FLAVORS, MAGNUM_NODEGROUP, MAGNUM_ROLE
 
 
-def _core(sim: str):  # noqa: ANN202 - kubernetes.client.CoreV1Api
+def _core(sim: str):
     from gpuctl.kube.client import api_client, core
     from gpuctl.simulator.kwok import KwokCluster
 
@@ -39,9 +39,9 @@ def _label(sim: str, node: str, nodegroup: str, labels: dict[str, str] | None = 
 
 def create_cluster(sim: str, ca_cert: Path, ca_key: Path) -> dict[str, object]:
     """The sim cluster on Magnum's CA, its system node labelled as default-worker."""
+    from gpuctl.providers.sim.provider import SimProvider
     from gpuctl.simulator.kwok import KwokCluster
     from gpuctl.simulator.nodes import SYSTEM_NODE
-    from gpuctl.providers.sim.provider import SimProvider
     from gpuctl.tools.pins import KUBERNETES_VERSION
 
     SimProvider(ca=(ca_cert.read_bytes(), ca_key.read_bytes())).ensure_cluster(sim)
@@ -56,9 +56,9 @@ def ensure_nodes(sim: str, nodegroup: str, flavor_name: str, count: int, node_la
     lacks (a taint dropped from the group stays on nodes that have it, as kubelet's registration taints do)."""
     from gpuctl.kube.objects import MERGE_PATCH
     from gpuctl.model.labels import NODEGROUP
-    from gpuctl.providers.sim.provider import SimProvider
     from gpuctl.model.spec import NodeGroupSpec
     from gpuctl.model.taints import Taint
+    from gpuctl.providers.sim.provider import SimProvider
 
     flavor = FLAVORS.get(flavor_name)
     if flavor is None:

@@ -27,14 +27,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oslo_log import log as logging
-
+from magnum import objects
 from magnum.common import exception
 from magnum.common.x509 import operations as x509_operations
 from magnum.conductor.handlers.common import cert_manager
 from magnum.drivers.common import driver
-from magnum import objects
 from magnum.objects import fields
+from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 
@@ -63,12 +62,12 @@ _MISSING: dict[str, float] = {}  # records in progress with no operation: since 
 LOST_AFTER_S = 120.0  # the conductor saves a status before it calls the driver: allow for that
 
 
-def sim_name(cluster) -> str:  # noqa: ANN001 - magnum.objects.Cluster
+def sim_name(cluster) -> str:
     base = re.sub(r"[^a-z0-9-]+", "-", (cluster.name or "cluster").lower()).strip("-")[:40] or "cluster"
     return f"{base}-{cluster.uuid[:8]}"
 
 
-def _node_attrs(nodegroup) -> tuple[str, ...]:  # noqa: ANN001 - magnum.objects.NodeGroup
+def _node_attrs(nodegroup) -> tuple[str, ...]:
     """Microversion 1.14's node_labels / node_taints, which Magnum's Kubernetes drivers put on every node
     of the group (the Cluster API driver through its MachineDeployment's node template), for the data plane."""
     return ("--node-labels", json.dumps(nodegroup.node_labels or {}),
@@ -87,14 +86,14 @@ def _dataplane(*args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _start(key: str, kind: str, work) -> None:  # noqa: ANN001 - a callable returning a dict
+def _start(key: str, kind: str, work) -> None:
     op = Op(kind)
 
     def run() -> None:
         time.sleep(DELAY_S)
         try:
             op.result = work() or {}
-        except Exception as exc:  # noqa: BLE001 - becomes the status_reason
+        except Exception as exc:
             LOG.exception("%s %s failed", kind, key)
             op.error = f"{kind} failed: {exc}"
         LOG.info("%s %s finished in %.1fs%s", kind, key, time.monotonic() - op.started,
@@ -129,7 +128,7 @@ def _forget(key: str) -> None:
         _OPS.pop(key, None)
 
 
-def _ca_files(context, cluster, workdir: Path) -> tuple[Path, Path]:  # noqa: ANN001
+def _ca_files(context, cluster, workdir: Path) -> tuple[Path, Path]:
     """Magnum's cluster CA (certificate, decrypted key) as files for the data plane."""
     ca = cert_manager.get_cluster_ca_certificate(cluster, context=context)
     key = x509_operations.decrypt_key(ca.get_private_key(), ca.get_private_key_passphrase())
@@ -146,12 +145,12 @@ class SimDriver(driver.Driver):
     """Kubernetes on gpuctl's sim (server_type vm, os_distro gpuctl-sim)."""
 
     @property
-    def provides(self):  # noqa: ANN201
+    def provides(self):
         return [{"server_type": "vm", "os": OS_DISTRO, "coe": "kubernetes"}]
 
     # -- clusters ---------------------------------------------------------------------------
 
-    def create_cluster(self, context, cluster, cluster_create_timeout):  # noqa: ANN001, ANN201
+    def create_cluster(self, context, cluster, cluster_create_timeout):
         sim = sim_name(cluster)
         cluster.stack_id = sim  # saved by the conductor, which copies it to the node groups
         workdir = Path(tempfile.mkdtemp(prefix=f"ca-{sim}-"))
@@ -171,15 +170,15 @@ class SimDriver(driver.Driver):
 
         _start(cluster.uuid, "create", work)
 
-    def update_cluster(self, context, cluster, scale_manager=None, rollback=False):  # noqa: ANN001, ANN201
+    def update_cluster(self, context, cluster, scale_manager=None, rollback=False):
         """Magnum's PATCH node_count: the default worker node group, already saved with its new count."""
         self._resize(cluster, cluster.default_ng_worker)
 
-    def resize_cluster(self, context, cluster, resize_manager, node_count, nodes_to_remove,  # noqa: ANN001, ANN201
+    def resize_cluster(self, context, cluster, resize_manager, node_count, nodes_to_remove,
                        nodegroup=None):
         self._resize(cluster, nodegroup or cluster.default_ng_worker)
 
-    def _resize(self, cluster, nodegroup) -> None:  # noqa: ANN001
+    def _resize(self, cluster, nodegroup) -> None:
         nodegroup.status = STATUS.UPDATE_IN_PROGRESS
         nodegroup.status_reason = None
         nodegroup.save()
@@ -187,37 +186,37 @@ class SimDriver(driver.Driver):
         attrs = _node_attrs(nodegroup)
         _start(nodegroup.uuid, "resize", lambda: _dataplane("nodes", sim, name, flavor, str(count), *attrs))
 
-    def delete_cluster(self, context, cluster):  # noqa: ANN001, ANN201
+    def delete_cluster(self, context, cluster):
         sim = cluster.stack_id or sim_name(cluster)
         _start(cluster.uuid, "delete", lambda: _dataplane("delete-cluster", sim))
 
-    def upgrade_cluster(self, context, cluster, cluster_template, max_batch_size, nodegroup,  # noqa: ANN001, ANN201
+    def upgrade_cluster(self, context, cluster, cluster_template, max_batch_size, nodegroup,
                         scale_manager=None, rollback=False):
         raise exception.NotSupported(operation="Upgrading a cluster of the gpuctl sim driver")
 
     # -- node groups ------------------------------------------------------------------------
 
-    def create_nodegroup(self, context, cluster, nodegroup):  # noqa: ANN001, ANN201
+    def create_nodegroup(self, context, cluster, nodegroup):
         nodegroup.stack_id = cluster.stack_id  # saved by the conductor
         sim, name, flavor, count = cluster.stack_id, nodegroup.name, nodegroup.flavor_id, nodegroup.node_count
         attrs = _node_attrs(nodegroup)
         _start(nodegroup.uuid, "create", lambda: _dataplane("nodes", sim, name, flavor, str(count), *attrs))
 
-    def update_nodegroup(self, context, cluster, nodegroup):  # noqa: ANN001, ANN201
+    def update_nodegroup(self, context, cluster, nodegroup):
         """PATCH: min/max_node_count (nothing to do in the sim) and node_labels/node_taints, which reach the
         group's nodes (node_count changes through resize)."""
         sim, name, flavor, count = cluster.stack_id, nodegroup.name, nodegroup.flavor_id, nodegroup.node_count
         attrs = _node_attrs(nodegroup)
         _start(nodegroup.uuid, "update", lambda: _dataplane("nodes", sim, name, flavor, str(count), *attrs))
 
-    def delete_nodegroup(self, context, cluster, nodegroup):  # noqa: ANN001, ANN201
+    def delete_nodegroup(self, context, cluster, nodegroup):
         nodegroup.save()  # the conductor set DELETE_IN_PROGRESS and saves nothing after us
         sim, name = cluster.stack_id, nodegroup.name
         _start(nodegroup.uuid, "delete", lambda: _dataplane("delete-nodes", sim, name))
 
     # -- status -----------------------------------------------------------------------------
 
-    def update_cluster_status(self, context, cluster, use_admin_ctx=False):  # noqa: ANN001, ANN201
+    def update_cluster_status(self, context, cluster, use_admin_ctx=False):
         """Called by the conductor's periodic sync for clusters *_IN_PROGRESS: finish what is done."""
         busy = False
         failed: list[str] = []
@@ -269,11 +268,11 @@ class SimDriver(driver.Driver):
 
     # -- not offered ------------------------------------------------------------------------
 
-    def create_federation(self, context, federation):  # noqa: ANN001, ANN201
+    def create_federation(self, context, federation):
         raise NotImplementedError("federations are not offered by the gpuctl sim driver")
 
-    def update_federation(self, context, federation):  # noqa: ANN001, ANN201
+    def update_federation(self, context, federation):
         raise NotImplementedError("federations are not offered by the gpuctl sim driver")
 
-    def delete_federation(self, context, federation):  # noqa: ANN001, ANN201
+    def delete_federation(self, context, federation):
         raise NotImplementedError("federations are not offered by the gpuctl sim driver")

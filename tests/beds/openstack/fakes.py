@@ -110,7 +110,7 @@ def _handler(fakes: Fakes) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             parts = urlsplit(self.path)
             status, body = fakes.answer(parts.path, parse_qs(parts.query))
             data = json.dumps(body).encode()

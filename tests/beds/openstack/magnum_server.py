@@ -25,16 +25,15 @@ import threading
 def main() -> None:
     conf_file = sys.argv[1]
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` prints every thread's stack
-    import magnum  # noqa: F401 - selects oslo.service's threading backend
+    import magnum
     from magnum.common import service as magnum_service
 
     magnum_service.prepare_service([sys.argv[0], "--config-file", conf_file])
 
     import magnum.conf
+    from magnum.db.sqlalchemy import models
     from oslo_db.sqlalchemy import enginefacade
     from oslo_log import log as logging
-
-    from magnum.db.sqlalchemy import models
 
     conf = magnum.conf.CONF
     log = logging.getLogger("magnum.bed")
@@ -47,14 +46,19 @@ def main() -> None:
     with contextlib.closing(sqlite3.connect(engine.url.database)) as db:
         db.execute("PRAGMA journal_mode=WAL")
 
-    from werkzeug.serving import make_server
-
     from magnum.api import app as api_app
     from magnum.common import rpc_service, short_id
-    from magnum.conductor.handlers import (ca_conductor, cluster_conductor, conductor_listener,
-                                           credential_conductor, federation_conductor, indirection_api,
-                                           nodegroup_conductor)
+    from magnum.conductor.handlers import (
+        ca_conductor,
+        cluster_conductor,
+        conductor_listener,
+        credential_conductor,
+        federation_conductor,
+        indirection_api,
+        nodegroup_conductor,
+    )
     from magnum.drivers.common import driver as driver_module
+    from werkzeug.serving import make_server
 
     drivers = [ep.name for ep, _ in driver_module.Driver.load_entry_points()]
     log.info("loaded drivers: %s", drivers)

@@ -30,7 +30,7 @@ def bed_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def ensure_bed_venv(progress=print) -> Path:  # noqa: ANN001 - a print-like callable
+def ensure_bed_venv(progress=print) -> Path:
     """The bed's virtualenv, made on first use: `python -m venv` + `pip install -r requirements.txt`
     in a temp dir beside it, renamed into place once complete (an interrupted install is never reused;
     two sessions racing both build, the first rename wins)."""

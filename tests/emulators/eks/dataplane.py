@@ -23,15 +23,15 @@ from unittest import mock
 import yaml
 from moto.eks.models import Cluster, EKSBackend, Nodegroup
 
-from gpuctl.model import labels as L
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.nodes import node_patch
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.providers.eks.nodegroups import EKS_EFFECTS, catalog_instance
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.providers.sim.provider import SimProvider
+from gpuctl.model import labels as L
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import Taint
+from gpuctl.providers.eks.nodegroups import EKS_EFFECTS, catalog_instance
+from gpuctl.providers.sim.provider import SimProvider
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.emulators.eks.crds import install_karpenter_crds
 from tests.emulators.eks.webhook import TokenWebhook

@@ -127,7 +127,7 @@ class TokenWebhook:
         webhook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 cluster = urlsplit(self.path).path.rsplit("/", 1)[-1]  # client-go adds ?timeout=
                 review = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 status = webhook.review(cluster, review.get("spec", {}).get("token", ""))

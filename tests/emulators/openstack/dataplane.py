@@ -11,18 +11,18 @@ import warnings
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.objects import MERGE_PATCH
+from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.model.labels import NODEGROUP
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.sim.provider import SimProvider
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import SYSTEM_NODE
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.model.spec import NodeGroupSpec
 
 MAGNUM_NODEGROUP = "magnum.openstack.org/nodegroup"
 MAGNUM_ROLE = "magnum.openstack.org/role"
