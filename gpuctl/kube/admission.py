@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.util.errors import WaitTimeout
 from gpuctl.kube.client import KubeApiError
+from gpuctl.util.errors import WaitTimeout
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -19,11 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound, KubeTimeout, KubeUnauthorized
-from gpuctl.kube.errors import KubeUnavailable, requesting
+from gpuctl.kube.errors import (
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    KubeTimeout,
+    KubeUnauthorized,
+    KubeUnavailable,
+    requesting,
+)
 from gpuctl.util import redact
-from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, WaitTimeout
-from gpuctl.util.errors import shown
+from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, WaitTimeout, shown
 from gpuctl.util.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:
@@ -91,7 +97,7 @@ def _retries() -> Any:
 
     class NoRetryOnTimeout(Retry):
         def increment(self, method: Any = None, url: Any = None, response: Any = None, error: Any = None,
-                      _pool: Any = None, _stacktrace: Any = None) -> Retry:
+                      _pool: Any = None, _stacktrace: Any = None) -> Any:  # (a Retry: urllib3 types it Self)
             timed_out = isinstance(error, (ReadTimeoutError, ConnectTimeoutError))
             if timed_out and not isinstance(error, NewConnectionError):  # (a subclass, for a refusal)
                 raise MaxRetryError(_pool, url, error) from error

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.client import requesting
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.util.errors import UsageError
-from gpuctl.kube.client import requesting
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api, V1Node

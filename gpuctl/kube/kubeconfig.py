@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
+from gpuctl.model.strict_yaml import read_yaml
 from gpuctl.util.errors import UsageError
 from gpuctl.util.files import write_atomic
-from gpuctl.model.strict_yaml import read_yaml
 
 _SECTIONS = ("clusters", "users", "contexts")
 MAX_BYTES = 8 << 20  # embedded certificates of many clusters fit; a runaway file does not
@@ -95,7 +95,7 @@ def write_kubeconfig(entry: dict[str, Any], path: Path | None) -> tuple[Path, bo
     """
     target = path or default_path()
     before = _load(target) if target.exists() else None
-    doc = dict(before) if before else {"apiVersion": "v1", "kind": "Config", "preferences": {}}
+    doc: dict[str, Any] = dict(before) if before else {"apiVersion": "v1", "kind": "Config", "preferences": {}}
     for section in _SECTIONS:
         names = {item["name"] for item in entry[section]}
         kept = [item for item in doc.get(section) or [] if item.get("name") not in names]

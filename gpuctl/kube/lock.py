@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.util.errors import WaitTimeout
 from gpuctl.kube.client import KubeApiError, KubeConflict, KubeNotFound, get_or_none, requesting
+from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _start_ticks(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None if it is gone:
     with the pid it names one process, never a later one that reused the pid."""
     try:
-        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - one read of a proc file
+        stat = open(f"/proc/{pid}/stat").read()
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]  # fields after the command name, which may hold spaces

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuctl.model import labels as L
 from gpuctl.kube.client import get_or_none, requesting
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def contains(current: Any, wanted: Any) -> bool:
         return isinstance(current, dict) and all(contains(current.get(k), v) for k, v in wanted.items())
     if isinstance(wanted, list):
         return isinstance(current, list) and len(current) == len(wanted) and all(
-            contains(c, w) for c, w in zip(current, wanted))
+            contains(c, w) for c, w in zip(current, wanted, strict=True))
     return current == wanted
 
 

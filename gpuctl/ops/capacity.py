@@ -18,8 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import core
 from gpuctl.model.change import Change
-from gpuctl.ops.validate import (Check, check_capacity, check_device_plugins, device_plugin_rollouts,
-                             expected_resources, read_configs)
+from gpuctl.ops.validate import (
+    Check,
+    check_capacity,
+    check_device_plugins,
+    device_plugin_rollouts,
+    expected_resources,
+    read_configs,
+)
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
 
 if TYPE_CHECKING:

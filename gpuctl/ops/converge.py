@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from gpuctl.kube.client import api_error, core
-from gpuctl.kube.objects import contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
+from gpuctl.kube.client import core, requesting
+from gpuctl.kube.objects import apply, contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.mig import mig_parted_config, parse_mig_parted_config
@@ -112,10 +112,8 @@ def restart_device_plugin(v1, changed_in_use: set[str], namespace: str = NAMESPA
     """The device plugin does not reload an edited config: restart its pods when one in use changed."""
     if not changed_in_use:
         return Change.NO_CHANGE
-    try:
+    with requesting("restarting the device-plugin pods"):
         v1.delete_collection_namespaced_pod(namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}")
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "restarting the device-plugin pods") from None
     return Change.UPDATED
 
 
@@ -134,10 +132,8 @@ def read_cluster_policy(client: ApiClient, name: str) -> dict[str, Any]:
 
     from gpuctl.stack.existing import CLUSTER_POLICY
 
-    try:
+    with requesting(f"reading ClusterPolicy {name}"):
         return CustomObjectsApi(client).get_cluster_custom_object(*CLUSTER_POLICY, name).get("spec") or {}
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"reading ClusterPolicy {name}") from None
 
 
 def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpec) -> Change:
@@ -145,7 +141,6 @@ def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpe
     sets (field manager gpuctl), so the owner's other settings stay as they are."""
     from kubernetes.client import CustomObjectsApi
 
-    from gpuctl.kube.objects import APPLY_PATCH
     from gpuctl.stack.existing import CLUSTER_POLICY
 
     name = operator.policy
@@ -155,11 +150,8 @@ def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpe
         return Change.NO_CHANGE
     body = {"apiVersion": "/".join(CLUSTER_POLICY[:2]), "kind": "ClusterPolicy", "metadata": {"name": name},
             "spec": wanted}
-    try:
-        CustomObjectsApi(client).patch_cluster_custom_object(*CLUSTER_POLICY, name, body, field_manager=L.MANAGER,
-                                                             force=True, _content_type=APPLY_PATCH)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"configuring ClusterPolicy {name}") from None
+    with requesting(f"configuring ClusterPolicy {name}"):
+        apply(CustomObjectsApi(client).patch_cluster_custom_object, *CLUSTER_POLICY, name, body)
     return Change.UPDATED
 
 

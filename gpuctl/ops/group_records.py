@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
-from gpuctl.util.errors import UsageError
 from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.model.sharing import CONFIG_LABEL, Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import parse_taints
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api

@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.client import requesting
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
 from gpuctl.model import labels as L
 from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, slice_devices
 from gpuctl.model.taints import node_taint
-from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
-from gpuctl.kube.client import requesting
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import KubeApiError, KubeNotFound, get_or_none, requesting
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.model import labels as L
 from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
@@ -121,11 +121,9 @@ def daemon_set_rollout(client: ApiClient, daemon_set: Any) -> Rollout:
     meta, spec, status = daemon_set.metadata, daemon_set.spec, daemon_set.status
     selector = ",".join(f"{k}={v}" for k, v in sorted(((spec.selector.match_labels if spec and spec.selector
                                                          else None) or {}).items()))
-    try:
+    with requesting(f"listing the pods of DaemonSet {meta.namespace}/{meta.name}"):
         pods = json.loads(CoreV1Api(client).list_namespaced_pod(meta.namespace, label_selector=selector,
                                                                 _preload_content=False).data)["items"]
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"listing the pods of DaemonSet {meta.namespace}/{meta.name}") from None
     ready_on = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")
                 and any(c.get("type") == "Ready" and c.get("status") == "True"
                         for c in (p.get("status") or {}).get("conditions") or [])}
@@ -228,11 +226,9 @@ def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: di
     ensure_namespace(v1, SMOKE_NAMESPACE)
     _await_default_service_account(v1)
     name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
-    try:
+    with requesting("creating the smoke-test pod"):
         v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, resource, node_labels, tolerations),
                                  field_manager=L.MANAGER)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "creating the smoke-test pod") from None
     try:
         check, _ = _await_smoke_test(v1, name, f"1 x {resource}", timeout)
         return check
@@ -242,10 +238,10 @@ def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: di
 
 def _delete_smoke_pod(v1: Any, name: str) -> None:
     try:
-        v1.delete_namespaced_pod(name, SMOKE_NAMESPACE, grace_period_seconds=0)
-    except Exception as exc:  # noqa: BLE001
-        if not is_not_found(exc):
-            raise api_error(exc, "deleting the smoke-test pod") from None
+        with requesting("deleting the smoke-test pod"):
+            v1.delete_namespaced_pod(name, SMOKE_NAMESPACE, grace_period_seconds=0)
+    except KubeNotFound:
+        pass  # gone already
 
 
 def _await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
@@ -253,12 +249,9 @@ def _await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
     until then the ServiceAccount admission plugin refuses every pod in it."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            v1.read_namespaced_service_account("default", SMOKE_NAMESPACE)
-            return
-        except Exception as exc:  # noqa: BLE001
-            if not is_not_found(exc):
-                raise api_error(exc, f"reading {SMOKE_NAMESPACE}/default") from None
+        with requesting(f"reading {SMOKE_NAMESPACE}/default"):
+            if get_or_none(v1.read_namespaced_service_account, "default", SMOKE_NAMESPACE) is not None:
+                return
         if time.monotonic() > deadline:
             raise WaitTimeout(f"namespace {SMOKE_NAMESPACE} got no default ServiceAccount in {timeout:g}s",
                               "check that kube-controller-manager runs")
@@ -283,8 +276,8 @@ def _await_smoke_test(v1: Any, name: str, gpu: str, timeout: float, pause: Calla
         return Check("smoke-test", False, f"pod {name} still {phase} {where} after {timeout:.0f}s; {why}"), pod
     try:
         logs = v1.read_namespaced_pod_log(name, SMOKE_NAMESPACE)
-    except Exception as exc:  # noqa: BLE001
-        logs = f"(no log: {getattr(exc, 'reason', exc)})"
+    except KubeApiError as exc:  # no "Test PASSED" then: the check fails, saying why there is no log
+        logs = f"(no log: {exc.detail})"
     if phase == "Succeeded" and "Test PASSED" in logs:
         return Check("smoke-test", True, f"CUDA vectoradd passed {where} with {gpu}"), pod
     last = (logs.strip().splitlines() or ["(empty log)"])[-1]
@@ -483,12 +476,10 @@ class ClaimWatch:
 
     def follow(self, seconds: int = 1) -> None:
         """Take the claim's changes for up to `seconds` (the server ends the watch then)."""
-        try:
+        with requesting(f"watching ResourceClaim {SMOKE_NAMESPACE}/{self.name}"):
             response = self.api.list_namespaced_resource_claim(
                 SMOKE_NAMESPACE, field_selector=f"metadata.name={self.name}", resource_version=self.resource_version,
                 watch=True, timeout_seconds=seconds, _preload_content=False)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"watching ResourceClaim {SMOKE_NAMESPACE}/{self.name}") from None
         try:
             buffer = b""
             for chunk in response.stream(amt=None, decode_content=True):
@@ -505,11 +496,9 @@ class ClaimWatch:
             response.release_conn()
 
     def read(self) -> None:
-        try:
+        with requesting(f"reading ResourceClaim {SMOKE_NAMESPACE}/{self.name}"):
             self._seen(json.loads(self.api.read_namespaced_resource_claim(
                 self.name, SMOKE_NAMESPACE, _preload_content=False).data))
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"reading ResourceClaim {SMOKE_NAMESPACE}/{self.name}") from None
 
 
 def check_allocation(allocation: dict[str, Any] | None, node: str | None, group: set[str]) -> str | None:
@@ -542,18 +531,14 @@ def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_la
     ensure_namespace(v1, SMOKE_NAMESPACE)
     _await_default_service_account(v1)
     name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
-    try:
+    with requesting("creating the smoke test's ResourceClaim"):
         created = json.loads(ResourceV1Api(client).create_namespaced_resource_claim(
             SMOKE_NAMESPACE, smoke_claim(name, device_class), field_manager=L.MANAGER, _preload_content=False).data)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "creating the smoke test's ResourceClaim") from None
     claims = ClaimWatch(client, name, created["metadata"]["resourceVersion"])
     try:
-        try:
+        with requesting("creating the smoke-test pod"):
             v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, device_class, node_labels, tolerations,
                                                                 claim=name), field_manager=L.MANAGER)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, "creating the smoke-test pod") from None
         try:
             check, pod = _await_smoke_test(v1, name, f"1 {device_class} device from ResourceClaim {name}", timeout,
                                            pause=claims.follow,
@@ -573,10 +558,10 @@ def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_la
             _delete_smoke_pod(v1, name)
     finally:
         try:
-            ResourceV1Api(client).delete_namespaced_resource_claim(name, SMOKE_NAMESPACE, _preload_content=False)
-        except Exception as exc:  # noqa: BLE001
-            if not is_not_found(exc):
-                raise api_error(exc, "deleting the smoke test's ResourceClaim") from None
+            with requesting("deleting the smoke test's ResourceClaim"):
+                ResourceV1Api(client).delete_namespaced_resource_claim(name, SMOKE_NAMESPACE, _preload_content=False)
+        except KubeNotFound:
+            pass  # gone already
 
 
 def _unallocatable(client: ApiClient, v1: Any, pod: Any, device_class: str, group: set[str]) -> str:

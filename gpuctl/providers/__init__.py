@@ -5,9 +5,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from gpuctl.util.errors import UsageError
-
 from gpuctl.model.cloud_options import CloudOptions, check_options
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuctl.model.capabilities import Capabilities

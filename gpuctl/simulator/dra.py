@@ -39,15 +39,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import GpuModel, nvml_name
-from gpuctl.model.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
-from gpuctl.util.errors import ClusterError
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.objects import apply as server_side_apply
-from gpuctl.model.mig import MigLayout, layout_of_config_name, place
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GpuModel, nvml_name
 from gpuctl.model.change import Change
+from gpuctl.model.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
+from gpuctl.model.mig import MigLayout, layout_of_config_name, place
 from gpuctl.simulator.nodes import CUDA_VERSION, DRIVER_VERSION
+from gpuctl.util.errors import ClusterError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -187,7 +187,8 @@ def render_gpu_device(node: str, model: GpuModel, index: int) -> dict[str, Any]:
 
 
 def render_mig_devices(node: str, model: GpuModel, index: int, layout: MigLayout) -> list[dict[str, Any]]:
-    """The MIG devices of `layout` on GPU `index`, placed as gpuctl.model.mig.place puts them (deviceinfo.go:209-232)."""
+    """The MIG devices of `layout` on GPU `index`, placed as gpuctl.model.mig.place puts them
+    (deviceinfo.go:209-232)."""
     devices = []
     for placement in place(layout.profiles, model):
         info = gi_profile(model, placement.profile)
@@ -288,7 +289,7 @@ def _covers(observed: Any, desired: Any) -> bool:
         return isinstance(observed, dict) and all(k in observed and _covers(observed[k], v) for k, v in desired.items())
     if isinstance(desired, list):
         return isinstance(observed, list) and len(observed) == len(desired) and all(
-            _covers(o, d) for o, d in zip(observed, desired))
+            _covers(o, d) for o, d in zip(observed, desired, strict=True))
     return bool(observed == desired)
 
 

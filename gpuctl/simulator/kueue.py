@@ -38,13 +38,13 @@ from pathlib import Path
 
 import yaml
 
-from gpuctl.util.errors import ClusterError, WaitTimeout
-from gpuctl.util.files import write_atomic
-from gpuctl.util.output import info
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait, read_argv
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
 from gpuctl.tools.installer import ensure_tools
+from gpuctl.util.errors import ClusterError, WaitTimeout
+from gpuctl.util.files import write_atomic
+from gpuctl.util.output import info
 
 log = logging.getLogger(__name__)
 

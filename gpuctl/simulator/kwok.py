@@ -36,16 +36,27 @@ from pathlib import Path
 import yaml
 
 from gpuctl import __version__
+from gpuctl.simulator.procs import (
+    OPERATOR_MODULE,
+    Proc,
+    all_procs,
+    cluster_procs,
+    flag,
+    is_component,
+    is_operator,
+    kill_and_wait,
+    kill_cluster_procs,
+    operator_stamp,
+    read_argv,
+)
+from gpuctl.tools.installer import ensure_tools
+from gpuctl.tools.pins import KUBERNETES_VERSION, SIM_TOOLS
 from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
 from gpuctl.util.paths import state_dir
-from gpuctl.simulator.procs import (OPERATOR_MODULE, Proc, all_procs, cluster_procs, flag, is_component, is_operator,
-                                        kill_and_wait, kill_cluster_procs, operator_stamp, read_argv)
 from gpuctl.util.resources import data_dir
 from gpuctl.util.templating import render_template
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.tools.pins import KUBERNETES_VERSION, SIM_TOOLS
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,10 @@ DaemonSets ("operands") it creates, as NVIDIA/gpu-operator v26.7.0 does it:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.model import labels as L
@@ -37,20 +38,22 @@ class Operand:
     field: str | None  # ClusterPolicy spec field whose `enabled` turns it on; None: always
     deploy: str  # nvidia.com/gpu.deploy.<deploy>=true selects its nodes
     default_on: bool = True
-    labels: dict[str, str] = field(default_factory=dict)  # beyond app=<name>
-    selector: dict[str, str] = field(default_factory=dict)  # beyond the deploy label
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)  # beyond app=<name>
+    selector: dict[str, str] = dataclasses.field(default_factory=dict)  # beyond the deploy label
 
 
 OPERANDS = (
     Operand("nvidia-driver-daemonset", "driver", "driver", labels={"app.kubernetes.io/component": "nvidia-driver"}),
     Operand("nvidia-container-toolkit-daemonset", "toolkit", "container-toolkit"),
-    Operand("nvidia-operator-validator", None, "operator-validator", labels={"app.kubernetes.io/part-of": "gpu-operator"}),
+    Operand("nvidia-operator-validator", None, "operator-validator",
+            labels={"app.kubernetes.io/part-of": "gpu-operator"}),
     Operand(L.DEVICE_PLUGIN_APP, "devicePlugin", "device-plugin"),
     Operand("nvidia-device-plugin-mps-control-daemon", "devicePlugin", "device-plugin",
             selector={L.MPS_CAPABLE: "true"}),
     Operand("nvidia-dcgm", "dcgm", "dcgm"),
     Operand("nvidia-dcgm-exporter", "dcgmExporter", "dcgm-exporter"),
-    Operand("gpu-feature-discovery", "gfd", "gpu-feature-discovery", labels={"app.kubernetes.io/part-of": "nvidia-gpu"}),
+    Operand("gpu-feature-discovery", "gfd", "gpu-feature-discovery",
+            labels={"app.kubernetes.io/part-of": "nvidia-gpu"}),
     Operand("nvidia-mig-manager", "migManager", "mig-manager"),
     Operand("nvidia-node-status-exporter", "nodeStatusExporter", "node-status-exporter", default_on=False),
 )
@@ -117,8 +120,8 @@ def _container(operand: Operand, policy: Policy) -> dict[str, Any]:
         env = [{"name": "MIG_STRATEGY", "value": policy.mig_strategy}]
         name, default = policy.plugin_config
         if name:
-            env += [{"name": "CONFIG_FILE", "value": "/config/config.yaml"}, {"name": "DEFAULT_CONFIG", "value": default},
-                    {"name": "FALLBACK_STRATEGIES", "value": "empty"}]
+            env += [{"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+                    {"name": "DEFAULT_CONFIG", "value": default}, {"name": "FALLBACK_STRATEGIES", "value": "empty"}]
         container["env"] = env
     return container
 

@@ -43,24 +43,31 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuctl.kube.client import KubeConflict, KubeNotFound, api_client, core, get_or_none
+from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
 from gpuctl.model.dra import DRIVER
-from gpuctl.util.errors import UsageError
-from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.client import KubeConflict, KubeNotFound, api_client, core, get_or_none
-from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
+from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
 from gpuctl.simulator.nodes import CUDA_VERSION
-from gpuctl.simulator.operands import (CLUSTER_POLICY, HASH_ANNOTATION, OPERANDS, Policy, is_gpu_node, node_labels,
-                                           render_daemon_set)
+from gpuctl.simulator.operands import (
+    CLUSTER_POLICY,
+    HASH_ANNOTATION,
+    OPERANDS,
+    Policy,
+    is_gpu_node,
+    node_labels,
+    render_daemon_set,
+)
 from gpuctl.simulator.supervisor import Supervisor
-from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.stack.existing import OPERATOR_SELECTOR
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.tools.installer import find_tool
+from gpuctl.util.errors import UsageError
 
 log = logging.getLogger("gpuctl.sim.operator")
 
@@ -120,7 +127,7 @@ class SimOperator:
     def _guarded(part: str, run: Callable[[], Any]) -> Any:
         try:
             return run()
-        except Exception:  # noqa: BLE001 - keep simulating; the API server may be restarting
+        except Exception:
             log.exception("reconcile failed: %s", part)
             return None
 
@@ -141,7 +148,8 @@ class SimOperator:
         except ValueError:
             mig_configs = {}
         plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
-            self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items if p.spec.node_name and p.status.phase == "Running"}
+            self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items
+            if p.spec.node_name and p.status.phase == "Running"}
         for node in nodes:
             self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
                                  plugin_pods.get(node.metadata.name))
@@ -152,7 +160,8 @@ class SimOperator:
         for operand in OPERANDS:
             current = existing.get(operand.name)
             if not policy.enabled(operand):
-                owned = current is not None and any(r.uid == policy.uid for r in current.metadata.owner_references or [])
+                owners = (current.metadata.owner_references or []) if current is not None else []
+                owned = any(r.uid == policy.uid for r in owners)
                 if owned:
                     self.apps.delete_namespaced_daemon_set(operand.name, self.namespace)
                 continue
@@ -184,12 +193,14 @@ class SimOperator:
         want_labels: dict[str, str | None] = dict(node_labels(policy, labels, model.mig is not None))
         want_annotations: dict[str, str | None] = {}
         applied = annotations.get(MIG_APPLIED)
-        mig_enabled = bool(applied and applied in mig_configs and layout_from_counts(applied, mig_configs[applied]).enabled)
+        mig_enabled = bool(applied and applied in mig_configs
+                           and layout_from_counts(applied, mig_configs[applied]).enabled)
 
         # Device plugin: load the node's config when its pod (re)starts, the label or the MIG strategy
         # changes, or (a crash loop) while the last load failed.
         key = labels.get(CONFIG_LABEL, "")
-        inputs = hashlib.sha256(json.dumps([key, policy.mig_strategy, policy.plugin_config, mig_enabled]).encode()).hexdigest()[:12]
+        state = json.dumps([key, policy.mig_strategy, policy.plugin_config, mig_enabled])
+        inputs = hashlib.sha256(state.encode()).hexdigest()[:12]
         loaded = json.loads(annotations.get(LOADED, "null"))
         pod_uid = plugin_pod.metadata.uid if plugin_pod is not None else None
         if pod_uid is not None and (loaded is None or loaded["pod"] != pod_uid or loaded["inputs"] != inputs
@@ -399,7 +410,7 @@ def main() -> None:
         started = time.monotonic()
         try:
             operator.reconcile()
-        except Exception:  # noqa: BLE001 - keep simulating; the API server may be restarting
+        except Exception:
             log.exception("reconcile failed")
         time.sleep(max(0.0, POLL_S - (time.monotonic() - started)))
 

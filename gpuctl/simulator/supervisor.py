@@ -104,7 +104,8 @@ def release_node_leases(client: Any) -> int:
     released = 0
     for lease in api.list_namespaced_lease(NODE_LEASE_NAMESPACE, _request_timeout=LEASE_REQUEST_TIMEOUT).items:
         try:
-            api.delete_namespaced_lease(lease.metadata.name, NODE_LEASE_NAMESPACE, _request_timeout=LEASE_REQUEST_TIMEOUT)
+            api.delete_namespaced_lease(lease.metadata.name, NODE_LEASE_NAMESPACE,
+                                        _request_timeout=LEASE_REQUEST_TIMEOUT)
             released += 1
         except KubeNotFound:
             pass
@@ -216,7 +217,7 @@ class Supervisor:
         while not stop.wait(CHECK_S):
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - keep supervising
+            except Exception:
                 log.exception("supervising the control plane failed")
 
     def start(self) -> threading.Event:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.model.dra import API_VERSION, GPU_CLASS
-from gpuctl.util.errors import UsageError
 from gpuctl.model.change import Change
 from gpuctl.model.charts import DRA_DRIVER, chart_ref
-from gpuctl.model.dra import ALPHA_SHARING_GATES
-from gpuctl.stack.helm import HelmTarget, Release
+from gpuctl.model.dra import ALPHA_SHARING_GATES, API_VERSION, GPU_CLASS
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import tolerations
+from gpuctl.stack.helm import HelmTarget, Release
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -63,7 +62,9 @@ def dra_driver_owner(client: ApiClient) -> str | None:
         return None
     annotations = device_class.metadata.annotations or {}
     release = annotations.get("meta.helm.sh/release-name")
-    return f"release {release} in namespace {annotations.get('meta.helm.sh/release-namespace')}" if release else "someone"
+    if not release:
+        return "someone"
+    return f"release {release} in namespace {annotations.get('meta.helm.sh/release-namespace')}"
 
 
 def ours(owner: str | None) -> bool:

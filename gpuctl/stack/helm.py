@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuctl.util.errors import ClusterError, GpuctlError, RequestTimeout
-from gpuctl.util.output import info
 from gpuctl.model.change import Change
 from gpuctl.model.charts import ChartRef
 from gpuctl.stack.crds import apply_crds
+from gpuctl.util.errors import ClusterError, GpuctlError, RequestTimeout
+from gpuctl.util.output import info
 from gpuctl.util.timeouts import ENV, HELM_CHART_S, HELM_MARGIN_S, HELM_QUERY_S, scaled
 
 TIMEOUT = "5m"  # helm's own deadline for its waits (--wait, --atomic)

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from gpuctl.model.dra import device_class_mappings
 from gpuctl.model.charts import KUEUE, chart_ref
+from gpuctl.model.dra import device_class_mappings
 from gpuctl.stack.helm import Release
 
 NAMESPACE = "kueue-system"

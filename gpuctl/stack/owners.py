@@ -17,12 +17,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.util.errors import ExitCode, GpuctlError
 from gpuctl.kube.client import requesting
-from gpuctl.stack.existing import (NOT_DEVICE_PLUGINS, OURS, RELEASE_ANNOTATION, ExistingStack, Operator, Workload,
-                                   is_device_plugin, tolerates)
-from gpuctl.stack.values import NAMESPACE
 from gpuctl.model.stack_spec import StackSpec
+from gpuctl.stack.existing import (
+    NOT_DEVICE_PLUGINS,
+    OURS,
+    RELEASE_ANNOTATION,
+    ExistingStack,
+    Operator,
+    Workload,
+    is_device_plugin,
+    tolerates,
+)
+from gpuctl.stack.values import NAMESPACE
+from gpuctl.util.errors import ExitCode, GpuctlError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuctl.model.charts import GPU_OPERATOR, NFD, chart_ref
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.stack.helm import Release
 from gpuctl.stack.values import NAMESPACE, nfd_values, operator_values
-from gpuctl.model.stack_spec import StackSpec
 
 
 def nfd_release(stack: StackSpec) -> Release:

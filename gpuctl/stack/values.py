@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from gpuctl.util.errors import UsageError
 from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
 from gpuctl.model.stack_spec import StackSpec
-from gpuctl.model.taints import tolerations
-from gpuctl.model.taints import Taint
+from gpuctl.model.taints import Taint, tolerations
 
 NAMESPACE = "gpu-operator"
 DEVICE_PLUGIN_CONFIGMAP = "gpuctl-device-plugin-config"

@@ -13,8 +13,20 @@ from typing import Any
 
 import pytest
 
-from gpuctl.kube.client import (KubeApiError, KubeConflict, KubeNotFound, KubeTimeout, KubeUnauthorized,
-                                KubeUnavailable, api_client, api_error, core, get_or_none, is_not_found, requesting)
+from gpuctl.kube.client import (
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    KubeTimeout,
+    KubeUnauthorized,
+    KubeUnavailable,
+    api_client,
+    api_error,
+    core,
+    get_or_none,
+    is_not_found,
+    requesting,
+)
 from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout
 
 # path -> (HTTP status, the Status message the server gives)

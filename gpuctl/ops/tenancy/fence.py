@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
+from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
+from gpuctl.kube.objects import apply, contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.util.resources import data_dir
@@ -45,12 +45,9 @@ def _calls(client: ApiClient) -> dict[str, tuple[Any, Any, Any]]:
 
 
 def _read(read: Any, name: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(read(name, _preload_content=False).data)
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return None
-        raise api_error(exc, f"reading {name}") from None
+    with requesting(f"reading {name}"):
+        found = get_or_none(read, name, _preload_content=False)
+        return None if found is None else json.loads(found.data)
 
 
 def probe_pods() -> list[dict[str, Any]]:
@@ -85,14 +82,12 @@ def ensure_fence(client: ApiClient) -> Change:
     calls = _calls(client)
     created = updated = False
     for doc in fence_manifests():  # the policy before the binding that names it
-        read, apply, _ = calls[doc["kind"]]
+        read, patch, _ = calls[doc["kind"]]
         current = _read(read, NAME)
         if current is not None and contains(current, doc):
             continue
-        try:
-            apply(NAME, doc, field_manager=L.MANAGER, force=True, _content_type=APPLY_PATCH)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"applying the GPU fence ({doc['kind']} {NAME})") from None
+        with requesting(f"applying the GPU fence ({doc['kind']} {NAME})"):
+            apply(patch, NAME, doc)
         created, updated = created or current is None, updated or current is not None
     return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
 
@@ -107,9 +102,9 @@ def remove_fence(client: ApiClient) -> Change:
         if not is_managed(current):
             continue
         try:
-            delete(NAME)
-        except Exception as exc:  # noqa: BLE001
-            if not is_not_found(exc):
-                raise api_error(exc, f"deleting the GPU fence ({doc['kind']} {NAME})") from None
+            with requesting(f"deleting the GPU fence ({doc['kind']} {NAME})"):
+                delete(NAME)
+        except KubeNotFound:
+            pass  # gone already
         outcome = Change.DELETED
     return outcome

@@ -35,9 +35,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
 from gpuctl.kube.gpu_nodes import gpu_resources
-from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
+from gpuctl.kube.objects import apply, contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.dra import DEVICE_CLASSES, GPU_CLASS, MIG_CLASS, dra_resource
@@ -180,57 +180,43 @@ class Queues:
         self.api = CustomObjectsApi(client)
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        try:
+        with requesting(f"reading Kueue {kind} {name}"):
             if namespace:
-                return self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
-            return self.api.get_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):
-                return None
-            raise api_error(exc, f"reading Kueue {kind} {name}") from None
+                return get_or_none(self.api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind],
+                                   name)
+            return get_or_none(self.api.get_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name)
 
     def apply(self, doc: dict[str, Any]) -> None:
         """Server-side apply; strict: a field Kueue's CRD does not know is an error, not dropped."""
         kind, meta = doc["kind"], doc["metadata"]
-        try:
+        with requesting(f"applying Kueue {kind} {meta['name']}"):
             if meta.get("namespace"):
-                self.api.patch_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURALS[kind], meta["name"],
-                                                        doc, field_manager=L.MANAGER, force=True,
-                                                        field_validation="Strict", _content_type=APPLY_PATCH)
+                apply(self.api.patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], PLURALS[kind],
+                      meta["name"], doc, field_validation="Strict")
             else:
-                self.api.patch_cluster_custom_object(GROUP, VERSION, PLURALS[kind], meta["name"], doc,
-                                                     field_manager=L.MANAGER, force=True, field_validation="Strict",
-                                                     _content_type=APPLY_PATCH)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"applying Kueue {kind} {meta['name']}") from None
+                apply(self.api.patch_cluster_custom_object, GROUP, VERSION, PLURALS[kind], meta["name"], doc,
+                      field_validation="Strict")
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
         try:
-            if namespace:
-                self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
-            else:
-                self.api.delete_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
-        except Exception as exc:  # noqa: BLE001
-            if not is_not_found(exc):
-                raise api_error(exc, f"deleting Kueue {kind} {name}") from None
+            with requesting(f"deleting Kueue {kind} {name}"):
+                if namespace:
+                    self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
+                else:
+                    self.api.delete_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
+        except KubeNotFound:
+            pass  # gone already
 
     def installed(self) -> bool:
         """Whether Kueue's API is served here (its CRDs exist)."""
-        try:
-            self.api.list_cluster_custom_object(GROUP, VERSION, PLURALS["ClusterQueue"], limit=1)
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):
-                return False
-            raise api_error(exc, "looking for Kueue") from None
-        return True
+        with requesting("looking for Kueue"):
+            return get_or_none(self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS["ClusterQueue"],
+                               limit=1) is not None
 
     def list(self, kind: str) -> list[dict[str, Any]]:
-        try:
-            return self.api.list_cluster_custom_object(GROUP, VERSION, PLURALS[kind])["items"]
-        except Exception as exc:  # noqa: BLE001
-            if is_not_found(exc):
-                return []
-            raise api_error(exc, f"listing Kueue {kind}s") from None
+        with requesting(f"listing Kueue {kind}s"):
+            found = get_or_none(self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind])
+        return [] if found is None else found["items"]
 
 
 def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import api_error, is_not_found
+from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
 from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.objects import APPLY_PATCH, contains, is_managed
+from gpuctl.kube.objects import apply, contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.dra import (
@@ -90,13 +90,11 @@ def claim_templates(tenant: Tenant, models: list[GpuModel]) -> list[dict[str, An
 
 def _list(api: Any, namespace: str) -> dict[str, dict[str, Any]] | None:
     """Templates of `namespace` by name (as JSON); None where resource.k8s.io/v1 is not served."""
-    try:
-        response = api.list_namespaced_resource_claim_template(namespace, _preload_content=False)
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
+    with requesting(f"listing the ResourceClaimTemplates of {namespace}"):
+        response = get_or_none(api.list_namespaced_resource_claim_template, namespace, _preload_content=False)
+        if response is None:
             return None
-        raise api_error(exc, f"listing the ResourceClaimTemplates of {namespace}") from None
-    return {t["metadata"]["name"]: t for t in json.loads(response.data)["items"]}
+        return {t["metadata"]["name"]: t for t in json.loads(response.data)["items"]}
 
 
 def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[str, Any]]) -> Change:
@@ -127,15 +125,12 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
         if current is not None and not contains(current["spec"], template["spec"]):
             deletes.append(name)  # the spec is immutable
         applies.append(template)
-    try:
+    with requesting(f"applying the ResourceClaimTemplates of {namespace}"):
         for name in deletes:
             _delete(api, namespace, name)
         for template in applies:
-            api.patch_namespaced_resource_claim_template(
-                template["metadata"]["name"], namespace, template, field_manager=L.MANAGER, force=True,
-                field_validation="Strict", _content_type=APPLY_PATCH, _preload_content=False).drain_conn()
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"applying the ResourceClaimTemplates of {namespace}") from None
+            apply(api.patch_namespaced_resource_claim_template, template["metadata"]["name"], namespace, template,
+                  field_validation="Strict", _preload_content=False).drain_conn()
     if not applies and not deletes:
         return Change.NO_CHANGE
     if not deletes and all(t["metadata"]["name"] not in existing for t in applies):
@@ -146,9 +141,8 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
 def _delete(api: Any, namespace: str, name: str) -> None:
     try:
         api.delete_namespaced_resource_claim_template(name, namespace, _preload_content=False).drain_conn()
-    except Exception as exc:
-        if not is_not_found(exc):
-            raise
+    except KubeNotFound:
+        pass  # gone already
 
 
 def remove_claim_templates(client: ApiClient, namespace: str) -> None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import api_error, is_not_found
-from gpuctl.kube.objects import APPLY_PATCH, contains
+from gpuctl.kube.client import get_or_none, requesting
+from gpuctl.kube.objects import apply, contains
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant
@@ -120,19 +120,15 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     fence = ensure_fence(client)  # in force before the namespace is a tenant's
     calls = {
         "namespace": (lambda: v1.read_namespace(tenant.name),
-                      lambda body: v1.patch_namespace(tenant.name, body, field_manager=L.MANAGER, force=True,
-                                                      _content_type=APPLY_PATCH)),
+                      lambda body: apply(v1.patch_namespace, tenant.name, body)),
         "quota": (lambda: v1.read_namespaced_resource_quota(QUOTA, tenant.name),
-                  lambda body: v1.patch_namespaced_resource_quota(QUOTA, tenant.name, body, field_manager=L.MANAGER,
-                                                                  force=True, _content_type=APPLY_PATCH)),
+                  lambda body: apply(v1.patch_namespaced_resource_quota, QUOTA, tenant.name, body)),
         "binding": (lambda: rbac.read_namespaced_role_binding(BINDING, tenant.name),
-                    lambda body: rbac.patch_namespaced_role_binding(BINDING, tenant.name, body,
-                                                                    field_manager=L.MANAGER, force=True,
-                                                                    _content_type=APPLY_PATCH)),
+                    lambda body: apply(rbac.patch_namespaced_role_binding, BINDING, tenant.name, body)),
     }
     created = updated = False
     for kind, body in tenant_manifests(tenant, dra):
-        read, apply = calls[kind]
+        read, write = calls[kind]
         current = read_or_none(read, kind, tenant.name)
         if current is None:
             created = True
@@ -140,10 +136,8 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
             continue
         else:
             updated = True
-        try:
-            apply(body)
-        except Exception as exc:  # noqa: BLE001
-            raise api_error(exc, f"applying the {kind} of tenant {tenant.name}") from None
+        with requesting(f"applying the {kind} of tenant {tenant.name}"):
+            write(body)
     if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
         waited = wait_fence_in_force(client, tenant.name)
         _report(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
@@ -174,12 +168,8 @@ def _warn_no_kueue(tenant: Tenant) -> None:
 
 
 def read_or_none(read: Any, kind: str, name: str) -> Any:
-    try:
-        return read()
-    except Exception as exc:  # noqa: BLE001
-        if is_not_found(exc):
-            return None
-        raise api_error(exc, f"reading the {kind} of tenant {name}") from None
+    with requesting(f"reading the {kind} of tenant {name}"):
+        return get_or_none(read)
 
 
 def holds(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -206,7 +196,7 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
     queues = Queues(client)
     kueue = queues.installed()
     rows = []
-    try:
+    with requesting("listing tenants"):
         namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
         for ns in namespaces:
             quotas = v1.list_namespaced_resource_quota(ns.metadata.name, field_selector=f"metadata.name={QUOTA}").items
@@ -225,8 +215,6 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
                 row["cohort"] = queue["spec"].get("cohortName")
                 row["queue"] = queue_usage(queue)
             rows.append(row)
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, "listing tenants") from None
     return rows
 
 
@@ -249,7 +237,7 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
         from gpuctl.ops.tenancy.tenant_claims import remove_claim_templates
 
         remove_claim_templates(client, name)
-    try:
+    with requesting(f"removing tenant {name}"):
         if owner == "created":
             v1.delete_namespace(name)
         else:
@@ -262,8 +250,6 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
         # a deleted namespace keeps its label while it terminates: it is no tenant any more
         others = [ns for ns in v1.list_namespace(label_selector=TENANT_LABEL).items
                   if ns.metadata.name != name and ns.metadata.deletion_timestamp is None]
-    except Exception as exc:  # noqa: BLE001
-        raise api_error(exc, f"removing tenant {name}") from None
     if not others:
         remove_fence(client)
     return Change.DELETED

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.model import labels as L
-from gpuctl.util.errors import ClusterError
 from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
 from gpuctl.kube.objects import MANAGED, apply
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
-from gpuctl.providers.eks.aws import MANAGED_TAGS
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import Taint
+from gpuctl.providers.eks.aws import MANAGED_TAGS
+from gpuctl.util.errors import ClusterError
 from gpuctl.util.templating import render_template
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ def render_nodepool(group: NodeGroupSpec, taints: tuple[Taint, ...], max_nodes: 
     name = nodepool_name(group.name)
     node_labels = {L.NODEGROUP: name, L.GPU_MODEL: group.gpu.name, L.GPUS_PER_NODE: str(group.gpus_per_node)}
     return yaml.safe_load(render_template(
-        "gpu-nodepool.yaml.j2", directory="nodepools", resource_name=name, managed_labels=MANAGED, node_labels=node_labels,
+        "gpu-nodepool.yaml.j2", directory="nodepools", resource_name=name, managed_labels=MANAGED,
+        node_labels=node_labels,
         node_class=NODE_CLASS, gpu_name=group.gpu.karpenter_name,
         gpu_memory_mib=group.gpu.karpenter_memory_mib, gpus_per_node=group.gpus_per_node,
         capacity_types=list(CAPACITY_TYPES), taints=[t.as_dict() for t in taints], expire_after=EXPIRE_AFTER,

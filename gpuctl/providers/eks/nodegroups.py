@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuctl.model.catalog import GPUS, GpuModel, InstanceType
-from gpuctl.util.errors import UsageError
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import Taint
+from gpuctl.util.errors import UsageError
 
 # GPU AMI types: AL2023 NVIDIA (current), Bottlerocket NVIDIA, AL2 GPU (legacy). Each ships the
 # NVIDIA driver and container toolkit, so the GPU Operator must not install them.
@@ -16,7 +16,8 @@ EKS_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHED
 
 def check_ami_type(value: str) -> str:
     if value not in AMI_TYPES:
-        raise UsageError("--ami-type", f"{value!r} is not an NVIDIA GPU AMI type", f"use one of: {', '.join(AMI_TYPES)}")
+        raise UsageError("--ami-type", f"{value!r} is not an NVIDIA GPU AMI type",
+                         f"use one of: {', '.join(AMI_TYPES)}")
     return value
 
 

@@ -11,20 +11,25 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.model import labels as L
-from gpuctl.util.errors import CloudError, NotFound, UsageError
-from gpuctl.util.output import info
 from gpuctl.model.change import Change, Observed, Step
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
-from gpuctl.providers.eks import nodegroups as ng
-from gpuctl.providers.eks.aws import (GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated,
-                                      wait_for)
-from gpuctl.providers.eks.roles import (CLUSTER_POLICIES, NODE_POLICIES, cluster_role_name, delete_role,
-                                        ensure_role, node_role_name)
-from gpuctl.providers.eks.token import EXEC_API_VERSION
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
+from gpuctl.providers.eks import CAPABILITIES
+from gpuctl.providers.eks import nodegroups as ng
+from gpuctl.providers.eks.aws import GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated, wait_for
+from gpuctl.providers.eks.roles import (
+    CLUSTER_POLICIES,
+    NODE_POLICIES,
+    cluster_role_name,
+    delete_role,
+    ensure_role,
+    node_role_name,
+)
+from gpuctl.providers.eks.token import EXEC_API_VERSION
+from gpuctl.util.errors import CloudError, NotFound, UsageError
+from gpuctl.util.output import info
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -206,8 +211,8 @@ class EksProvider:
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": found["endpoint"],
-                                                    "certificate-authority-data": found["certificateAuthority"]["data"]}}],
+            "clusters": [{"name": name, "cluster": {
+                "server": found["endpoint"], "certificate-authority-data": found["certificateAuthority"]["data"]}}],
             "users": [{"name": name, "user": {"exec": self._exec_plugin(cluster)}}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
             "current-context": name,

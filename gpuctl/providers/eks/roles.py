@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from gpuctl.util.output import info
 from gpuctl.providers.eks.aws import MANAGED_TAGS, get_or_none, tag_list, translated
+from gpuctl.util.output import info
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient

@@ -75,8 +75,8 @@ def exec_credential(token: str, now: datetime | None = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """The exec plugin: the credential on stdout for kubectl/helm/gpuctl, one-line errors on stderr."""
-    from gpuctl.util.errors import GpuctlError
     from gpuctl.providers.eks.aws import AwsSession, translated
+    from gpuctl.util.errors import GpuctlError
 
     parser = argparse.ArgumentParser(prog="python -m gpuctl.providers.eks.token",
                                      description="Print an EKS ExecCredential (kubeconfig exec plugin).")

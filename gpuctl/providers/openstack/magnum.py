@@ -96,8 +96,9 @@ def connect(os_cloud: str | None, region: str | None) -> Connection:
     from openstack import exceptions as sdk
 
     try:
+        where: dict[str, Any] = {"region_name": region} if region else {}
         conn = openstack.connect(cloud=os_cloud, api_timeout=request_deadlines().read,
-                                 connect_retries=CLOUD_ATTEMPTS - 1, **({"region_name": region} if region else {}))
+                                 connect_retries=CLOUD_ATTEMPTS - 1, **where)
     except (sdk.ConfigException, ka.ClientException) as exc:
         raise CredentialsError(f"OpenStack configuration of {describe_cloud(os_cloud)} is unusable: "
                                f"{redact.redact(str(exc))}", CREDENTIALS_HINT) from None

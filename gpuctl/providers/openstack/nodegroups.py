@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpuctl.model.catalog import GPUS, GpuModel
-from gpuctl.providers.base import NodeGroupInfo
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.site import openstack_flavor, openstack_labels
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.base import NodeGroupInfo
 
 # Magnum labels are free-form strings handed to the driver; these mark what gpuctl made (only
 # that is deleted) and record the GPU when a --flavor override hides it from the flavor name.

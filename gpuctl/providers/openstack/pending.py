@@ -13,9 +13,9 @@ import json
 import time
 from pathlib import Path
 
+from gpuctl.providers.openstack.waits import ACCEPT_TIMEOUT_S
 from gpuctl.util.files import write_atomic
 from gpuctl.util.paths import state_dir
-from gpuctl.providers.openstack.waits import ACCEPT_TIMEOUT_S
 
 
 class PendingCreates:

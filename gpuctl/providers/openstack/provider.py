@@ -11,21 +11,30 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.providers.openstack import CAPABILITIES
-from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
-from gpuctl.util.output import info
 from gpuctl.model.change import Change, Step
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
-from gpuctl.providers.openstack import certificates
-from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
-from gpuctl.providers.openstack.nodegroups import (NODE_LABEL, bounds_of, cluster_body, gpu_for_flavor, is_default,
-                                                   is_managed, node_attr_changes, nodegroup_body, nodegroup_info,
-                                                   wanted_bounds, widened)
-from gpuctl.providers.openstack.pending import PendingCreates
-from gpuctl.providers.openstack.waits import wait_for_status, wait_until_visible
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.site import openstack_flavor
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
+from gpuctl.providers.openstack import CAPABILITIES, certificates
+from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
+from gpuctl.providers.openstack.nodegroups import (
+    NODE_LABEL,
+    bounds_of,
+    cluster_body,
+    gpu_for_flavor,
+    is_default,
+    is_managed,
+    node_attr_changes,
+    nodegroup_body,
+    nodegroup_info,
+    wanted_bounds,
+    widened,
+)
+from gpuctl.providers.openstack.pending import PendingCreates
+from gpuctl.providers.openstack.waits import wait_for_status, wait_until_visible
+from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
+from gpuctl.util.output import info
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -286,7 +295,8 @@ class MagnumProvider:
     def _set_bounds(self, cluster: Json, ng: Json, target: tuple[int, int | None]) -> Json:
         """PATCH only the bounds that differ; a maximum cleared is removed, not set to null."""
         current = bounds_of(ng)
-        changes = {key: want for key, have, want in zip(("min_node_count", "max_node_count"), current, target)
+        changes = {key: want for key, have, want in zip(("min_node_count", "max_node_count"), current, target,
+                                                          strict=True)
                    if have != want}
         if not changes:
             return ng

@@ -10,27 +10,29 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.providers.sim import CAPABILITIES
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import get_gpu
-from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
 from gpuctl.kube.client import KubeTimeout, api_client, core, get_or_none, requesting, wait_for_api
 from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.util.output import info
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
 from gpuctl.model.change import Change, Step
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.model.cloud_options import CloudOptions
-from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
+from gpuctl.providers.sim import CAPABILITIES
+from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
+from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
+from gpuctl.util.output import info
 
 if TYPE_CHECKING:
-    from gpuctl.simulator.kwok import KwokCluster
     from kubernetes.client import ApiClient, CoreV1Api, V1Node
+
+    from gpuctl.simulator.kwok import KwokCluster
 
 log = logging.getLogger(__name__)
 
@@ -287,13 +289,13 @@ class SimProvider:
         for name, body in desired.items():
             node = existing.get(name)
             if node is None:
-                writes.append(lambda b=body: v1.create_node(b, field_manager=L.MANAGER))
+                writes.append(partial(v1.create_node, body, field_manager=L.MANAGER))
                 continue
             identity = {k: body["metadata"]["labels"][k] for k in IDENTITY_LABELS}
             if any((node.metadata.labels or {}).get(k) != v for k, v in identity.items()):
-                writes.append(lambda n=name, i=identity: v1.patch_node(
-                    n, {"metadata": {"labels": i}}, field_manager=L.MANAGER, _content_type=MERGE_PATCH))
-        writes += [lambda n=name: v1.delete_node(n) for name in sorted(set(existing) - set(desired))]
+                writes.append(partial(v1.patch_node, name, {"metadata": {"labels": identity}},
+                                      field_manager=L.MANAGER, _content_type=MERGE_PATCH))
+        writes += [partial(v1.delete_node, name) for name in sorted(set(existing) - set(desired))]
         from concurrent.futures import ThreadPoolExecutor
 
         from gpuctl.kube.nodes import WORKERS
