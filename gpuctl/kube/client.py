@@ -345,35 +345,6 @@ def core(client: ApiClient) -> CoreV1Api:
     return CoreV1Api(client)
 
 
-def is_not_found(exc: BaseException) -> bool:
-    """Deprecated: catch KubeNotFound (kept for the call sites not converted yet)."""
-    return isinstance(exc, KubeNotFound) or getattr(exc, "status", None) == 404
-
-
-def api_error(exc: Exception, doing: str) -> GpuctlError:
-    """Deprecated: let the typed error propagate, with `requesting(doing)` (kept for the call sites not
-    converted yet). A one-line gpuctl error saying `doing` failed, from a typed error, a kubernetes
-    ApiException (a client not made by `api_client`), a transport error, or anything else a call raised."""
-    if isinstance(exc, KubeApiError):
-        return exc.in_context(doing)
-    if isinstance(exc, GpuctlError):
-        made = type(exc).__new__(type(exc))
-        made.__dict__.update(exc.__dict__)
-        made.message = f"{doing} failed: {exc.message}"
-        made.args = (made.message,)
-        return made
-    from urllib3.exceptions import HTTPError
-
-    if isinstance(exc, HTTPError):
-        return transport_error(exc, None).in_context(doing)
-    status = getattr(exc, "status", None)
-    if isinstance(status, int) and status:
-        return http_error(status, getattr(exc, "reason", None), getattr(exc, "body", None),
-                          getattr(exc, "headers", None)).in_context(doing)
-    reason = getattr(exc, "reason", None) or type(exc).__name__
-    return ClusterError(f"{doing} failed: {reason}")
-
-
 def wait_for_api(client: ApiClient, timeout: float) -> None:
     """Block until the API serves reads and the controller-manager has made the default
     ServiceAccount (pods cannot be created before it exists).

@@ -12,18 +12,7 @@ from gpuctl.kube.client import core
 from gpuctl.model.change import Change
 from gpuctl.model.naming import check_duration, check_text
 from gpuctl.model.spec import PlatformSpec
-
-# What other modules (render, `nodegroup scale`, the benches) take from here; they live in ops.converge.
-from gpuctl.ops.converge import (  # noqa: F401
-    cluster_policy_drift,
-    configure_nodes,
-    ensure_cluster_policy,
-    gpu_config_data,
-    install_kueue,
-    read_recorded_groups,
-    with_cluster_groups,
-    write_gpu_config,
-)
+from gpuctl.ops.converge import configure_nodes, read_recorded_groups
 from gpuctl.ops.steps import Reporter, StepResult, run_step
 from gpuctl.ops.validate import Check
 from gpuctl.providers import get_provider

@@ -13,7 +13,7 @@ import yaml
 
 from gpuctl.kube.objects import MANAGED
 from gpuctl.model.spec import PlatformSpec
-from gpuctl.ops.platform import gpu_config_data
+from gpuctl.ops.converge import gpu_config_data
 from gpuctl.ops.tenancy.tenant_claims import claim_templates
 from gpuctl.ops.tenancy.tenants import tenant_manifests
 from gpuctl.stack.dra_driver import dra_release

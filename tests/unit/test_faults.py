@@ -148,7 +148,7 @@ def test_a_watch_may_be_silent_for_its_timeout_seconds() -> None:
 
 def test_kube_request_to_a_silent_server_raises_request_timeout(silent_server: str, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl.kube.client import api_client, api_error, core
+    from gpuctl.kube.client import api_client, core
 
     monkeypatch.setenv("GPUCTL_REQUEST_TIMEOUT", SHORT)
     v1 = core(api_client(kubeconfig(tmp_path, silent_server)))
@@ -157,7 +157,7 @@ def test_kube_request_to_a_silent_server_raises_request_timeout(silent_server: s
         v1.list_node()
     assert time.monotonic() - started < 3  # one attempt of 1 s: a request that timed out is not repeated
     assert caught.value.exit_code == ExitCode.TIMEOUT and silent_server in caught.value.message
-    wrapped = api_error(caught.value, "listing nodes")
+    wrapped = caught.value.in_context("listing nodes")  # as `requesting("listing nodes")` words it
     assert isinstance(wrapped, RequestTimeout) and wrapped.message.startswith("listing nodes failed: ")
 
 

@@ -21,10 +21,8 @@ from gpuctl.kube.client import (
     KubeUnauthorized,
     KubeUnavailable,
     api_client,
-    api_error,
     core,
     get_or_none,
-    is_not_found,
     requesting,
 )
 from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout
@@ -102,7 +100,7 @@ def test_a_404_raises_kube_not_found(server: str) -> None:
     with pytest.raises(KubeNotFound) as caught:
         _v1(server).read_namespace("missing")
     error = caught.value
-    assert error.exit_code == ExitCode.CLUSTER and error.status == 404 and is_not_found(error)
+    assert error.exit_code == ExitCode.CLUSTER and error.status == 404
     assert error.detail == 'namespaces "missing" not found'
     assert error.message == 'GET /api/v1/namespaces/missing failed (HTTP 404): namespaces "missing" not found'
 
@@ -152,15 +150,6 @@ def test_requesting_names_what_failed_keeping_the_type(server: str) -> None:
     with pytest.raises(KubeNotFound) as nested, requesting("applying the platform"), requesting("reading it"):
         _v1(server).read_namespace("missing")
     assert nested.value.message.startswith("reading it failed: ")  # the innermost context: the most precise
-
-
-def test_api_error_of_a_typed_error_words_it_as_before(server: str) -> None:
-    try:
-        _v1(server).read_namespace("missing")
-    except KubeApiError as exc:
-        made = api_error(exc, "reading namespace missing")
-    assert isinstance(made, KubeNotFound) and made.message == ('reading namespace missing failed: '
-                                                               'namespaces "missing" not found')
 
 
 def test_a_timeout_is_a_request_timeout_and_kube_unavailable() -> None:
