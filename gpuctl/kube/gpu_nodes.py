@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import requesting
+from gpuctl.kube.objects import count
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.util.errors import UsageError
@@ -38,7 +39,8 @@ def gpu_nodes(v1: CoreV1Api, nodegroup: str | None = None, selector: str | None 
 def gpu_resources(node: V1Node, kind: str = "allocatable") -> dict[str, int]:
     """nvidia.com/gpu and nvidia.com/mig-* quantities of a node, non-zero only."""
     values: dict[str, Any] = getattr(node.status, kind) or {}
-    return {k: int(v) for k, v in sorted(values.items()) if k.startswith("nvidia.com/") and int(v) > 0}
+    counts = {k: count(v) for k, v in sorted(values.items()) if k.startswith("nvidia.com/")}
+    return {k: n for k, n in counts.items() if n > 0}
 
 
 def model_of(labels: dict[str, str]) -> GpuModel | None:

@@ -87,3 +87,11 @@ def _apply_config_map(v1: CoreV1Api, namespace: str, name: str, data: dict[str, 
             "metadata": {"name": name, "namespace": namespace, "labels": MANAGED}, "data": dict(sorted(data.items()))}
     with requesting(f"writing ConfigMap {namespace}/{name}"):
         apply(v1.patch_namespaced_config_map, name, namespace, body)
+
+
+def count(quantity: str | int) -> int:
+    """A whole-number resource quantity as the API server writes it: it shortens 1000 to "1k" (canonical
+    form, k8s.io/apimachinery resource.Quantity), so int() is not enough for quotas or allocatable."""
+    from kubernetes.utils import parse_quantity
+
+    return int(parse_quantity(quantity))

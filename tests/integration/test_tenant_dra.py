@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gpuctl.kube.client import api_client, core
+from gpuctl.kube.errors import KubeApiError, KubeNotFound
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
@@ -117,13 +118,11 @@ def wait(what: str, probe: Any) -> Any:
 
 def service_account(c: Cluster, namespace: str) -> None:
     """Pods are admitted once the namespace's default ServiceAccount exists (the controller-manager makes it)."""
-    from kubernetes.client.exceptions import ApiException
-
     def exists() -> bool:
         try:
             core(c.client).read_namespaced_service_account("default", namespace)
             return True
-        except ApiException:
+        except KubeNotFound:
             return False
 
     wait(f"ServiceAccount {namespace}/default", exists)
@@ -148,9 +147,7 @@ def pod_spec(template: str | None = None, gpus: int = 0) -> dict[str, Any]:
 
 def refused(create: Any) -> str:
     """The API server's message for a create it refuses with 403 Forbidden."""
-    from kubernetes.client.exceptions import ApiException
-
-    with pytest.raises(ApiException) as error:
+    with pytest.raises(KubeApiError) as error:
         create()
     assert error.value.status == 403, error.value.body
     return str(json.loads(error.value.body)["message"])
@@ -198,13 +195,11 @@ def test_the_api_server_refuses_claims_beyond_the_quota(cluster: Cluster) -> Non
     message = refused(lambda: core(cluster.client).create_namespaced_pod("team-q", pod))
     assert "requests.nvidia.com/gpu=1" in message and "used: requests.nvidia.com/gpu=2" in message, message
     cluster.resource.delete_namespaced_resource_claim("pair", "team-q")
-    from kubernetes.client.exceptions import ApiException
-
     def room_again() -> bool:  # once the quota controller has counted the claim out
         try:
             create("team-q", claim("one", "gpu.nvidia.com", 1))
             return True
-        except ApiException as exc:
+        except KubeApiError as exc:
             assert exc.status == 403, exc.body
             return False
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import get_or_none, requesting
-from gpuctl.kube.objects import apply, contains
+from gpuctl.kube.objects import apply, contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant
@@ -207,8 +207,8 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
             row = {
                 "tenant": ns.metadata.name,
                 "group": ",".join(bindings) or None,
-                "quota": {k.removeprefix("requests."): int(v) for k, v in sorted(hard.items())},
-                "used": {k.removeprefix("requests."): int(used.get(k, 0)) for k in sorted(hard)},
+                "quota": {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())},
+                "used": {k.removeprefix("requests."): count(used.get(k, 0)) for k in sorted(hard)},
             }
             queue = queues.get("ClusterQueue", ns.metadata.name) if kueue else None
             if queue is not None:
@@ -267,13 +267,13 @@ def over_allocatable(client: ApiClient, tenant: Tenant, dra: bool | None = None)
         dra = dra_mode(client)
     totals: dict[str, int] = {}
     for node in gpu_nodes(CoreV1Api(client)):
-        for resource, count in gpu_resources(node).items():
-            totals[resource] = totals.get(resource, 0) + count
+        for resource, amount in gpu_resources(node).items():
+            totals[resource] = totals.get(resource, 0) + amount
     if dra:
         from gpuctl.ops.tenancy.tenant_claims import published_devices
 
-        for resource, count in published_devices(client).items():
-            totals[resource] = totals.get(resource, 0) + count
+        for resource, amount in published_devices(client).items():
+            totals[resource] = totals.get(resource, 0) + amount
     warnings = []
     for key, value in tenant.hard(dra).items():
         resource = key.removeprefix("requests.")
