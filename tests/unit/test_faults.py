@@ -25,6 +25,7 @@ from gpuctl.util import redact
 from gpuctl.util.errors import CloudError, ClusterError, ExitCode, RequestTimeout, UsageError
 from gpuctl.util.timeouts import Deadlines, request_deadlines
 from tests.conftest import run_gpuctl
+from tests.unit.hanging_server import hanging_server
 
 SHORT = "1"  # GPUCTL_REQUEST_TIMEOUT in these tests: one second to connect and to answer
 TOKEN = "gpuctl-test-bearer-0123456789abcdef"
@@ -40,28 +41,8 @@ def _no_secrets_between_tests() -> Iterator[None]:
 @pytest.fixture
 def silent_server() -> Iterator[str]:
     """http://127.0.0.1:PORT of a server that accepts every connection and never sends a byte."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
+    with hanging_server() as url:
+        yield url
 
 
 @pytest.fixture

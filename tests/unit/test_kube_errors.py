@@ -26,6 +26,7 @@ from gpuctl.kube.client import (
     requesting,
 )
 from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout
+from tests.unit.hanging_server import hanging_server
 
 # path -> (HTTP status, the Status message the server gives)
 ANSWERS = {
@@ -163,31 +164,8 @@ def test_a_timeout_is_a_request_timeout_and_kube_unavailable() -> None:
 @pytest.fixture
 def stalling_server() -> Iterator[str]:
     """http://127.0.0.1:PORT of a server that sends the head of an answer and one byte of it, then nothing."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.settimeout(0.2)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn = listener.accept()[0]
-            except OSError:
-                continue
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-            held.append(conn)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
+    with hanging_server(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{") as url:
+        yield url
 
 
 def test_an_answer_that_stops_midway_raises_kube_timeout(stalling_server: str,

@@ -1,0 +1,42 @@
+"""A local server that answers too little: the faults a Kubernetes or cloud client must turn into deadlines."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def hanging_server(first_bytes: bytes = b"") -> Iterator[str]:
+    """http://127.0.0.1:PORT of a server that accepts every connection and then hangs: silent, or (with
+    `first_bytes`) after reading the request and sending those bytes of an answer."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn = listener.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            if first_bytes:
+                conn.recv(65536)
+                conn.sendall(first_bytes)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
