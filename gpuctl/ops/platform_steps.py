@@ -144,7 +144,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
 
     spec, client, helm, stack_plan = cluster.spec, cluster.client, cluster.helm, cluster.stack_plan
     namespace, stack = stack_plan.namespace, spec.stack
-    steps = list(provider.cluster_steps(spec.name, [g.spec for g in spec.groups], client))
+    steps = list(provider.cluster_steps(spec.name, list(spec.groups), client))
     for group in spec.groups:
         steps.append(_nodes_step(client, cluster.selectors[group.spec.name], group))
     would: set[str] = set()  # the device-plugin configs write-gpu-config would change (observed)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuctl.model.capabilities import Capabilities
 from gpuctl.model.change import Change, Step
-from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -46,7 +46,7 @@ class Provider(Protocol):
         """Raise CredentialsError (exit 3) with the fix when credentials are missing or wrong."""
         ...
 
-    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
+    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
         """Provider-specific steps run once the kubeconfig works, for the node groups of this run (EKS:
         Karpenter NodePools). Built without a request: plan lists them before the cluster exists (with no
         client: none of them is observed or run then)."""

@@ -20,9 +20,12 @@ import pytest
 import yaml
 
 from gpuctl.model.catalog import get_gpu
-from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.mig import parse_layout
+from gpuctl.model.sharing import Sharing
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.providers.eks.karpenter import AMI_ALIASES, render_ec2nodeclass, render_nodepool
+from gpuctl.providers.eks.provider import NODEGROUP_LABEL
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.resources import data_dir
 from tests.conformance.test_operator_chart import CASES, OPERATOR_CHART, UPSTREAM, helm_template, only, spec_text
@@ -150,7 +153,11 @@ def test_real_crd_refuses_a_null_device_plugin_default(kubectl: Kubectl, rendere
 def test_nodepool_and_ec2nodeclass_apply(gpu: str, kubectl: Kubectl, tmp_path: Path) -> None:
     model = get_gpu(gpu)
     taints = (*DEFAULT_GPU_TAINTS, Taint("dedicated", "training", "NoExecute"), Taint("spot", "", "NoSchedule"))
-    pool = render_nodepool(NodeGroupSpec(gpu, model, 2, model.default_gpus_per_node), taints, max_nodes=4)
+    group = NodeGroupSpec(gpu, model, 2, model.default_gpus_per_node, taints=taints)
+    # sharing or a MIG layout: the pool's template carries its config label, which the CRD must accept
+    plan = GroupPlan(group, Sharing("time-slicing", 4)) if gpu == "t4" else \
+        GroupPlan(group, mig=parse_layout("3g.20gb-2x2g.10gb", model))
+    pool = render_nodepool(plan, 4, NODEGROUP_LABEL)
     node_class = render_ec2nodeclass("itest", "gpuctl-itest-node", "AL2023_x86_64_NVIDIA")
     proc = kubectl.dry_run(write(tmp_path / "karpenter.yaml", node_class, pool), "gpuctl")
     assert proc.returncode == 0, proc.stderr
@@ -165,7 +172,7 @@ def test_ec2nodeclass_of_every_ami_type_applies(ami_type: str, kubectl: Kubectl,
 
 def test_real_nodepool_crd_refuses_a_bad_consolidation_policy(kubectl: Kubectl, tmp_path: Path) -> None:
     """The negative control for Karpenter: its CRD is not a permissive stand-in."""
-    pool = render_nodepool(NodeGroupSpec("t4", get_gpu("t4"), 1, 1), DEFAULT_GPU_TAINTS, max_nodes=1)
+    pool = render_nodepool(GroupPlan(NodeGroupSpec("t4", get_gpu("t4"), 1, 1)), 1, NODEGROUP_LABEL)
     pool["spec"]["disruption"]["consolidationPolicy"] = "Sometimes"
     proc = kubectl.dry_run(write(tmp_path / "pool.yaml", pool), "gpuctl")
     assert proc.returncode != 0

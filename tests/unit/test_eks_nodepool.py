@@ -9,19 +9,22 @@ import jinja2
 import pytest
 
 from gpuctl.model.catalog import GPUS, get_gpu
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
+from gpuctl.model.mig import parse_layout
+from gpuctl.model.sharing import Sharing
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.taints import Taint
 from gpuctl.providers.eks.karpenter import is_subset, render_ec2nodeclass, render_nodepool
+from gpuctl.providers.eks.provider import NODEGROUP_LABEL
 from gpuctl.util.templating import render_template
 
 
 def test_nodepool_for_a100_nodes() -> None:
-    pool = render_nodepool(NodeGroupSpec("train", get_gpu("a100-40gb"), 2, 8), DEFAULT_GPU_TAINTS, max_nodes=3)
+    pool = render_nodepool(GroupPlan(NodeGroupSpec("train", get_gpu("a100-40gb"), 2, 8)), 3, NODEGROUP_LABEL)
     assert (pool["apiVersion"], pool["kind"], pool["metadata"]["name"]) == ("karpenter.sh/v1", "NodePool", "gpuctl-train")
     assert pool["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl"}
     template = pool["spec"]["template"]
-    assert template["metadata"]["labels"] == {"gpuctl.dev/nodegroup": "gpuctl-train", "gpuctl.dev/gpu": "a100-40gb",
-                                              "gpuctl.dev/gpus-per-node": "8"}
+    assert template["metadata"]["labels"] == {"eks.amazonaws.com/nodegroup": "train", "gpuctl.dev/nodegroup": "train",
+                                              "gpuctl.dev/gpu": "a100-40gb", "gpuctl.dev/gpus-per-node": "8"}
     assert template["spec"]["requirements"] == [
         {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["a100"]},
         {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "In", "values": ["40960"]},
@@ -52,7 +55,7 @@ def test_nodepool_admits_only_instance_types_of_its_gpu(gpu: str) -> None:
     model = get_gpu(gpu)
     upstream = json.loads(UPSTREAM_TYPES.read_text())
     for per_node in sorted({t.gpus for t in model.instance_types}):
-        pool = render_nodepool(NodeGroupSpec("g", model, 1, per_node), DEFAULT_GPU_TAINTS, 1)
+        pool = render_nodepool(GroupPlan(NodeGroupSpec("g", model, 1, per_node)), 1, NODEGROUP_LABEL)
         requirements = pool["spec"]["template"]["spec"]["requirements"]
         admitted = {name for name, labels in upstream.items() if _admits(requirements, labels)}
         ours = {t.name for t in model.instance_types if t.gpus == per_node}
@@ -62,8 +65,25 @@ def test_nodepool_admits_only_instance_types_of_its_gpu(gpu: str) -> None:
         assert len(gpu_of) == 1, (gpu, per_node, sorted(admitted))
 
 
+def test_launched_nodes_join_as_the_groups_with_its_sharing() -> None:
+    """A node Karpenter launches carries what gpuctl gives the group's nodes: the label status and validate
+    select on, the group's own labels, and the device-plugin or MIG config the operator serves it by."""
+    sliced = GroupPlan(NodeGroupSpec("infer", get_gpu("t4"), 0, 1, max_nodes=3), Sharing("time-slicing", 4),
+                       labels={"team": "ml"})
+    labels = render_nodepool(sliced, 3, NODEGROUP_LABEL)["spec"]["template"]["metadata"]["labels"]
+    assert labels["eks.amazonaws.com/nodegroup"] == "infer" and labels["team"] == "ml"
+    assert labels["nvidia.com/device-plugin.config"] == sliced.sharing.config_key
+    assert "nvidia.com/mig.config" not in labels
+    a100 = get_gpu("a100-40gb")
+    mig = GroupPlan(NodeGroupSpec("mig", a100, 1, 8), mig=parse_layout("3g.20gb-2x2g.10gb", a100))
+    labels = render_nodepool(mig, 1, NODEGROUP_LABEL)["spec"]["template"]["metadata"]["labels"]
+    assert labels["nvidia.com/mig.config"] == "custom-3g.20gb-2x2g.10gb"
+    assert "nvidia.com/device-plugin.config" not in labels
+
+
 def test_taint_without_value_is_rendered_without_one() -> None:
-    pool = render_nodepool(NodeGroupSpec("g", get_gpu("t4"), 1, 1), (Taint("dedicated", "", "NoExecute"),), 1)
+    group = NodeGroupSpec("g", get_gpu("t4"), 1, 1, taints=(Taint("dedicated", "", "NoExecute"),))
+    pool = render_nodepool(GroupPlan(group), 1, NODEGROUP_LABEL)
     assert pool["spec"]["template"]["spec"]["taints"] == [{"key": "dedicated", "effect": "NoExecute"}]
 
 

@@ -14,8 +14,9 @@ from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
 from gpuctl.kube.objects import MANAGED, apply
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.model.taints import Taint
+from gpuctl.model.mig import config_name
+from gpuctl.model.sharing import CONFIG_LABEL
+from gpuctl.model.spec import GroupPlan
 from gpuctl.providers.eks.aws import MANAGED_TAGS
 from gpuctl.util.errors import ClusterError
 from gpuctl.util.templating import render_template
@@ -44,10 +45,18 @@ def render_ec2nodeclass(cluster: str, role: str, ami_type: str) -> dict[str, Any
                                  ami_alias=AMI_ALIASES[ami_type], instance_tags=MANAGED_TAGS))
 
 
-def render_nodepool(group: NodeGroupSpec, taints: tuple[Taint, ...], max_nodes: int) -> dict[str, Any]:
-    """The NodePool for `group`'s GPU, limited to `max_nodes` nodes' worth of GPUs."""
+def render_nodepool(plan: GroupPlan, max_nodes: int, group_label: str) -> dict[str, Any]:
+    """The NodePool for the node group's GPU, limited to `max_nodes` nodes' worth of GPUs. The nodes it launches
+    join as the group's: its `group_label` (what status and validate select on), taints and labels, and its
+    device-plugin or MIG config label, so the plugin serves the group's sharing as soon as a node registers."""
+    group, taints = plan.spec, plan.spec.taints
     name = nodepool_name(group.name)
-    node_labels = {L.NODEGROUP: name, L.GPU_MODEL: group.gpu.name, L.GPUS_PER_NODE: str(group.gpus_per_node)}
+    node_labels = {**plan.labels, group_label: group.name, L.NODEGROUP: group.name, L.GPU_MODEL: group.gpu.name,
+                   L.GPUS_PER_NODE: str(group.gpus_per_node)}
+    if plan.sharing.config_key:
+        node_labels[CONFIG_LABEL] = plan.sharing.config_key
+    if plan.mig is not None:
+        node_labels[L.MIG_CONFIG] = config_name(plan.mig)
     return yaml.safe_load(render_template(
         "gpu-nodepool.yaml.j2", directory="nodepools", resource_name=name, managed_labels=MANAGED,
         node_labels=node_labels,

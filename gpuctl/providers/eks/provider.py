@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.cloud_options import CloudOptions
-from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.providers.eks import nodegroups as ng
@@ -46,6 +46,10 @@ DELETE_FIX = "retry the delete, or delete it in the AWS console"
 def _managed(item: dict[str, Any]) -> bool:
     tags = item.get("tags") or {}
     return all(tags.get(k) == v for k, v in MANAGED_TAGS.items())
+
+
+# The label of a managed node group's nodes; Karpenter's nodes of the group get it from their NodePool.
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 
 
 class EksProvider:
@@ -198,7 +202,7 @@ class EksProvider:
         return f"gpuctl-eks-{cluster}"
 
     def node_selector(self, nodegroup: str) -> str:
-        return f"eks.amazonaws.com/nodegroup={nodegroup}"
+        return f"{NODEGROUP_LABEL}={nodegroup}"
 
     def kubeconfig(self, cluster: str) -> dict[str, Any]:
         """Server and CA from EKS; the user is an exec plugin, so the file holds no token and stays
@@ -230,7 +234,7 @@ class EksProvider:
         return {"apiVersion": EXEC_API_VERSION, "command": command, "args": args + profile,
                 "interactiveMode": "Never"}
 
-    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
+    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
         """With --karpenter: a GPU NodePool per node group of this run, and their EC2NodeClass."""
         if not self.options.karpenter:
             return []
@@ -240,7 +244,7 @@ class EksProvider:
 
             role = (self.options.node_role or "").rsplit("/", 1)[-1] or node_role_name(cluster)
             return [karpenter.render_ec2nodeclass(cluster, role, self.ami_type),
-                    *(karpenter.render_nodepool(spec, spec.taints, spec.bounds()[1]) for spec in groups)]
+                    *(karpenter.render_nodepool(plan, plan.spec.bounds()[1], NODEGROUP_LABEL) for plan in groups)]
 
         def observe() -> Observed:
             """ensure_objects' comparison, without its write."""

@@ -22,7 +22,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
-from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.sim import CAPABILITIES
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
@@ -106,7 +106,7 @@ class SimProvider:
     def check_credentials(self) -> None:
         """A local simulation needs none."""
 
-    def cluster_steps(self, cluster: str, groups: list[NodeGroupSpec], client: ApiClient) -> list[Step]:
+    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
         return []
 
     # -- clusters -------------------------------------------------------------------------
