@@ -12,10 +12,9 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from gpuctl.util import redact
 from gpuctl.util.errors import CloudError, ClusterError, ExitCode, RequestTimeout, UsageError
 from gpuctl.util.timeouts import Deadlines, request_deadlines
 from tests.conftest import run_gpuctl
-from tests.unit.hanging_server import hanging_server
+from tests.unit.local_servers import hanging_server, http_server
 
 SHORT = "1"  # GPUCTL_REQUEST_TIMEOUT in these tests: one second to connect and to answer
 TOKEN = "gpuctl-test-bearer-0123456789abcdef"
@@ -79,13 +78,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with http_server(_Echo) as url:
+        yield url
 
 
 def kubeconfig(tmp_path: Path, server: str, token: str = TOKEN) -> Path:

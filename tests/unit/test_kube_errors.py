@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from gpuctl.kube.client import (
     requesting,
 )
 from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout
-from tests.unit.hanging_server import hanging_server
+from tests.unit.local_servers import hanging_server, http_server
 
 # path -> (HTTP status, the Status message the server gives)
 ANSWERS = {
@@ -63,13 +62,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """http://127.0.0.1:PORT of a tiny API server: ANSWERS, else 200 with a Namespace."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with http_server(_Handler) as url:
+        yield url
 
 
 def _config(server: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""A local server that answers too little: the faults a Kubernetes or cloud client must turn into deadlines."""
+"""Local servers for client tests: one that answers too little (the faults a Kubernetes or cloud client must
+turn into deadlines), and one that answers with a given handler."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextmanager
@@ -40,3 +42,17 @@ def hanging_server(first_bytes: bytes = b"") -> Iterator[str]:
         for conn in held:
             conn.close()
         listener.close()
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """http://127.0.0.1:PORT of a threaded HTTP server answering with `handler`, shut down on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
