@@ -13,7 +13,7 @@ import yaml
 from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
 from gpuctl.kube.objects import MANAGED, apply
 from gpuctl.model import labels as L
-from gpuctl.model.change import Change
+from gpuctl.model.change import Change, Observed
 from gpuctl.model.mig import config_name
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.spec import GroupPlan
@@ -75,29 +75,52 @@ def is_subset(want: Any, have: Any) -> bool:
     return want == have
 
 
-def ensure_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Change:
-    """Server-side apply each cluster-scoped Karpenter object that is missing or differs."""
-    from kubernetes.client import CustomObjectsApi
-
-    api = CustomObjectsApi(client)
-    outcomes = []
+def _with_current(api: Any, objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], tuple[str, ...], Any]]:
+    """Each object with its API target and the cluster's copy of it (None where it is missing)."""
+    found: list[tuple[dict[str, Any], tuple[str, ...], Any]] = []
     for obj in objects:
         group, version = obj["apiVersion"].split("/")
         kind, name = obj["kind"], obj["metadata"]["name"]
         target = (group, version, PLURALS[kind], name)
         with requesting(f"reading {kind} {name}"):
-            current = get_or_none(api.get_cluster_custom_object, *target)
+            found.append((obj, target, get_or_none(api.get_cluster_custom_object, *target)))
+    return found
+
+
+def _outcome(created: list[bool], total: int) -> Change:
+    """CREATED where every object was missing, UPDATED where some differed, else NO_CHANGE."""
+    if not created:
+        return Change.NO_CHANGE
+    return Change.CREATED if len(created) == total and all(created) else Change.UPDATED
+
+
+def observe_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Observed:
+    """What ensure_objects would do, without its write."""
+    from kubernetes.client import CustomObjectsApi
+
+    pending = [(obj, current is None) for obj, _, current in _with_current(CustomObjectsApi(client), objects)
+               if current is None or not is_subset(obj, current)]
+    pending.sort(key=lambda p: not p[1])  # the missing ones first
+    return Observed(_outcome([missing for _, missing in pending], len(objects)),
+                    ", ".join(f"{obj['kind']} {obj['metadata']['name']}" for obj, _ in pending))
+
+
+def ensure_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Change:
+    """Server-side apply each cluster-scoped Karpenter object that is missing or differs."""
+    from kubernetes.client import CustomObjectsApi
+
+    api = CustomObjectsApi(client)
+    created = []
+    for obj, target, current in _with_current(api, objects):
         if current is not None and is_subset(obj, current):
-            outcomes.append(Change.NO_CHANGE)
             continue
+        kind = obj["kind"]
         try:
-            with requesting(f"applying {kind} {name}"):
+            with requesting(f"applying {kind} {target[-1]}"):
                 apply(api.patch_cluster_custom_object, *target, obj)
         except KubeNotFound:  # the resource type itself is unknown
-            raise ClusterError(f"the cluster has no {kind} resource ({group}/{version}): Karpenter v1 is "
+            raise ClusterError(f"the cluster has no {kind} resource ({target[0]}/{target[1]}): Karpenter v1 is "
                                "not installed", "install Karpenter (https://karpenter.sh) or drop --karpenter"
                                ) from None
-        outcomes.append(Change.CREATED if current is None else Change.UPDATED)
-    if all(o is Change.NO_CHANGE for o in outcomes):
-        return Change.NO_CHANGE
-    return Change.CREATED if all(o is Change.CREATED for o in outcomes) else Change.UPDATED
+        created.append(current is None)
+    return _outcome(created, len(objects))

@@ -247,29 +247,9 @@ class EksProvider:
                     *(karpenter.render_nodepool(plan, plan.spec.bounds()[1], NODEGROUP_LABEL) for plan in groups)]
 
         def observe() -> Observed:
-            """ensure_objects' comparison, without its write."""
-            from kubernetes.client import CustomObjectsApi
-
-            from gpuctl.kube.client import KubeNotFound, requesting
             from gpuctl.providers.eks import karpenter
 
-            api, wanted = CustomObjectsApi(client), objects()
-            missing: list[str] = []
-            differing: list[str] = []
-            for obj in wanted:
-                group, version = obj["apiVersion"].split("/")
-                kind, name = obj["kind"], obj["metadata"]["name"]
-                try:
-                    with requesting(f"reading {kind} {name}"):
-                        current = api.get_cluster_custom_object(group, version, karpenter.PLURALS[kind], name)
-                except KubeNotFound:
-                    current = None
-                if current is None or not karpenter.is_subset(obj, current):
-                    (missing if current is None else differing).append(f"{kind} {name}")
-            if not missing and not differing:
-                return Observed(Change.NO_CHANGE)
-            every_missing = len(missing) == len(wanted)  # as ensure_objects reports it
-            return Observed(Change.CREATED if every_missing else Change.UPDATED, ", ".join(missing + differing))
+            return karpenter.observe_objects(client, objects())
 
         def apply() -> Change:
             from gpuctl.providers.eks import karpenter
