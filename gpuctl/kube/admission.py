@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeApiError
+from gpuctl.kube.errors import KubeApiError
 from gpuctl.util.errors import WaitTimeout
 
 if TYPE_CHECKING:

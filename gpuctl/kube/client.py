@@ -26,7 +26,6 @@ from gpuctl.kube.errors import (
     KubeTimeout,
     KubeUnauthorized,
     KubeUnavailable,
-    requesting,
 )
 from gpuctl.util import redact
 from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, WaitTimeout, shown
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
 
     from kubernetes.client import ApiClient, Configuration, CoreV1Api
 
-__all__ = ["KubeApiError", "KubeConflict", "KubeNotFound", "KubeTimeout", "KubeUnauthorized", "KubeUnavailable",
-           "api_client", "core", "get_or_none", "requesting", "wait_for_api"]
 T = TypeVar("T")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeNotFound, requesting
+from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.model.dra import DRIVER, GPU_CLASS
 
 if TYPE_CHECKING:

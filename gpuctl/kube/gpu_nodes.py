@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import requesting
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.objects import count
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, GpuModel

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeApiError, KubeConflict, KubeNotFound, get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound, requesting
 from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.progress import waiting
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import requesting
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.taints import Taint

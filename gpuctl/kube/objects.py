@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuctl.kube.client import get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import requesting
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from gpuctl.kube.client import core, requesting
+from gpuctl.kube.client import core
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.objects import apply, contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import requesting
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
 from gpuctl.model import labels as L
 from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, slice_devices

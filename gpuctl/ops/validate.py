@@ -15,7 +15,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeApiError, KubeNotFound, get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.model import labels as L
 from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config

@@ -302,7 +302,8 @@ def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None 
 
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import KubeNotFound, core, requesting
+    from gpuctl.kube.client import core
+    from gpuctl.kube.errors import KubeNotFound, requesting
     from gpuctl.kube.nodes import WORKERS, list_nodes_json
 
     api = ResourceV1Api(client)
@@ -366,7 +367,8 @@ def sync_plugin_slices(client: ApiClient) -> Change:
     plugin ever ran are left alone. A converged cluster costs three LISTs and no write."""
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import core, requesting
+    from gpuctl.kube.client import core
+    from gpuctl.kube.errors import requesting
     from gpuctl.kube.nodes import list_nodes_json
     from gpuctl.kube.objects import MERGE_PATCH
 

@@ -43,7 +43,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuctl.kube.client import KubeConflict, KubeNotFound, api_client, core, get_or_none
+from gpuctl.kube.client import api_client, core, get_or_none
+from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model import labels as L

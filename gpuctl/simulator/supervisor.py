@@ -98,7 +98,7 @@ def release_node_leases(client: Any) -> int:
     with --manage-all-nodes, and no kubelet runs), and a new one creates each Lease again at once."""
     from kubernetes.client import CoordinationV1Api
 
-    from gpuctl.kube.client import KubeNotFound
+    from gpuctl.kube.errors import KubeNotFound
 
     api = CoordinationV1Api(client)
     released = 0

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuctl.kube.client import api_client, requesting
+from gpuctl.kube.client import api_client
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.objects import apply
 
 

@@ -54,7 +54,8 @@ def dra_driver_owner(client: ApiClient) -> str | None:
     gpu.nvidia.com), "someone" for a DeviceClass without them, None without one."""
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import get_or_none, requesting
+    from gpuctl.kube.client import get_or_none
+    from gpuctl.kube.errors import requesting
 
     with requesting(f"reading DeviceClass {GPU_CLASS}"):
         device_class = get_or_none(ResourceV1Api(client).read_device_class, GPU_CLASS)
@@ -94,7 +95,7 @@ def check_dra_mode(client: ApiClient, stack: StackSpec) -> str | None:
 def _serves_resource_v1(client: ApiClient) -> bool:
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.kube.client import KubeNotFound, requesting
+    from gpuctl.kube.errors import KubeNotFound, requesting
 
     try:
         with requesting(f"discovering {API_VERSION}"):

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import requesting
+from gpuctl.kube.errors import requesting
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.stack.existing import (
     NOT_DEVICE_PLUGINS,

@@ -12,16 +12,14 @@ from typing import Any
 
 import pytest
 
-from gpuctl.kube.client import (
+from gpuctl.kube.client import api_client, core, get_or_none
+from gpuctl.kube.errors import (
     KubeApiError,
     KubeConflict,
     KubeNotFound,
     KubeTimeout,
     KubeUnauthorized,
     KubeUnavailable,
-    api_client,
-    core,
-    get_or_none,
     requesting,
 )
 from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout

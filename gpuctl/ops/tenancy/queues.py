@@ -35,7 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.objects import apply, contains, is_managed
 from gpuctl.model import labels as L

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.objects import apply, contains, is_managed
 from gpuctl.model import labels as L

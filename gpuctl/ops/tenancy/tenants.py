@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.objects import apply, contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import KubeNotFound, get_or_none, requesting
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.objects import MANAGED, apply
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed

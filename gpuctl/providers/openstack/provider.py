@@ -342,7 +342,8 @@ class MagnumProvider:
         complete before its kubelets have registered, and the flow configures nodes next."""
         if count == 0:
             return
-        from gpuctl.kube.client import api_client, core, requesting
+        from gpuctl.kube.client import api_client, core
+        from gpuctl.kube.errors import requesting
 
         v1 = core(api_client(config_dict=self.kubeconfig(cluster)))
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S

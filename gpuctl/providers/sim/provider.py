@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import KubeTimeout, api_client, core, get_or_none, requesting, wait_for_api
+from gpuctl.kube.client import api_client, core, get_or_none, wait_for_api
+from gpuctl.kube.errors import KubeTimeout, requesting
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
