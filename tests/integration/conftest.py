@@ -19,6 +19,13 @@ from tests.conftest import run_gpuctl
 CLUSTER = "itest"
 
 
+def sim_spec(name: str, group: str, operator: str = "") -> str:
+    """A GpuCluster spec for the sim: one node group (a YAML flow mapping), and spec.gpuOperator if given."""
+    text = (f"apiVersion: gpuctl.dev/v1alpha1\nkind: GpuCluster\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  provider: {{cloud: sim}}\n  nodeGroups:\n    - {group}\n")
+    return text + (f"  gpuOperator: {operator}\n" if operator else "")
+
+
 @dataclass(frozen=True)
 class SimCluster:
     name: str

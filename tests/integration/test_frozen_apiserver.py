@@ -22,20 +22,13 @@ from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.util.errors import ExitCode
 from gpuctl.util.timeouts import CONNECT_S, READ_S
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import sim_spec
 
 pytestmark = pytest.mark.integration
 
 # One request: connect (TLS handshake included) plus the answer; and the Python start-up of a
 # command on a busy 2-core machine.
 DEADLINE_S = CONNECT_S + READ_S + 15
-SPEC = """apiVersion: gpuctl.dev/v1alpha1
-kind: GpuCluster
-metadata: {{name: {name}}}
-spec:
-  provider: {{cloud: sim}}
-  nodeGroups:
-    - {{name: gpu, gpu: t4, nodes: 1}}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +76,7 @@ def test_frozen_apiserver_ends_each_command_with_exit_7(frozen_target: tuple[str
     server = cluster.endpoint()
     assert server and server.startswith("https://127.0.0.1:")
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC.format(name=name))
+    spec.write_text(sim_spec(name, "{name: gpu, gpu: t4, nodes: 1}"))
     # apply first: frozen for long (about 15 s), kube-scheduler loses its leader lease and exits, and
     # apply would then restart it through kwokctl, which waits for the API server without a deadline.
     commands = {"apply": ["apply", "-f", str(spec)], "status": ["status"], "validate": ["validate"],

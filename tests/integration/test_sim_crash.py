@@ -26,19 +26,12 @@ from gpuctl.simulator.procs import operator_stamp
 from gpuctl.tools.installer import find_tool
 from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import sim_spec
 
 pytestmark = pytest.mark.integration
 
 RERUN_LIMIT_S = 60.0  # a whole create takes about 15 s on a 2-core machine; a lease or a helm wait is 300 s
 CREATE = ("cluster", "create", "--cloud", "sim", "--gpu", "t4", "--nodes", "1", "--slices", "2")
-SPEC = """apiVersion: gpuctl.dev/v1alpha1
-kind: GpuCluster
-metadata: {{name: {name}}}
-spec:
-  provider: {{cloud: sim}}
-  nodeGroups:
-    - {{name: gpu, gpu: t4, nodes: 1, sharing: {{timeSlicing: {{replicas: 2}}}}}}
-"""
 
 
 # -- what is left of a cluster, read from /proc and the disk without gpuctl's own code ---------------
@@ -118,7 +111,7 @@ def settle_code_changes(name: str, args: list[str], env: dict[str, str]) -> None
 def command(name: str, how: str, tmp_path: Path) -> list[str]:
     if how == "apply":
         spec = tmp_path / f"{name}.yaml"
-        spec.write_text(SPEC.format(name=name))
+        spec.write_text(sim_spec(name, "{name: gpu, gpu: t4, nodes: 1, sharing: {timeSlicing: {replicas: 2}}}"))
         return ["-o", "json", "apply", "-f", str(spec), "--lock-timeout", "120"]
     return ["-o", "json", *CREATE, "--name", name]
 

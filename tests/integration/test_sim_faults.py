@@ -21,20 +21,12 @@ from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.supervisor import SUPERVISED, component_pid
 from gpuctl.util.errors import ExitCode
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import sim_spec
 
 pytestmark = pytest.mark.integration
 
 FREEZE_S = 20.0  # past kube-scheduler's and kube-controller-manager's 10 s lease renew deadline
 LAYOUT = "custom-3g.20gb-2x2g.10gb"
-SPEC = """apiVersion: gpuctl.dev/v1alpha1
-kind: GpuCluster
-metadata: {{name: {name}}}
-spec:
-  provider: {{cloud: sim}}
-  nodeGroups:
-    - {{name: gpu, gpu: a100-40gb, nodes: {nodes}, sharing: {{mig: {{layout: 3g.20gb-2x2g.10gb}}}}}}
-  gpuOperator: {{migStrategy: mixed}}
-"""
 
 
 class Faults:
@@ -46,7 +38,8 @@ class Faults:
 
     def spec(self, nodes: int) -> Path:
         path = self.workdir / f"spec-{nodes}.yaml"
-        path.write_text(SPEC.format(name=self.name, nodes=nodes))
+        group = f"{{name: gpu, gpu: a100-40gb, nodes: {nodes}, sharing: {{mig: {{layout: 3g.20gb-2x2g.10gb}}}}}}"
+        path.write_text(sim_spec(self.name, group, "{migStrategy: mixed}"))
         return path
 
     def core(self):
