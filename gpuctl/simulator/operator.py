@@ -152,8 +152,11 @@ class SimOperator:
             self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items
             if p.spec.node_name and p.status.phase == "Running"}
         for node in nodes:
-            self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
-                                 plugin_pods.get(node.metadata.name))
+            try:
+                self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
+                                     plugin_pods.get(node.metadata.name))
+            except KubeConflict:
+                log.info("node %s changed since it was read; next pass", node.metadata.name)
         return policy
 
     def _ensure_daemon_sets(self, policy: Policy) -> None:
@@ -290,21 +293,29 @@ class SimOperator:
 
     def _patch_node(self, node: Any, labels: dict[str, str | None], annotations: dict[str, str | None],
                     resources: dict[str, int]) -> None:
+        # Every write is conditional on the node as read (resourceVersion): what was decided from a node
+        # that has changed since (gpuctl relabelled it meanwhile) must not land, as the real operator's do not
+        # (gpu-operator v25 controllers/state_manager.go labelGPUNodes: Client.Update of the node it listed,
+        # which the API server refuses with a Conflict when the node is stale; the reconcile is retried).
         current_labels = node.metadata.labels or {}
+        version = node.metadata.resource_version
         meta: dict[str, Any] = {}
         if label_diff := {k: v for k, v in labels.items() if current_labels.get(k) != v}:
             meta["labels"] = label_diff
         if annotations:
             meta["annotations"] = annotations
         if meta:
-            self.v1.patch_node(node.metadata.name, {"metadata": meta}, _content_type=MERGE_PATCH)
+            meta["resourceVersion"] = version
+            version = self.v1.patch_node(node.metadata.name, {"metadata": meta},
+                                         _content_type=MERGE_PATCH).metadata.resource_version
         allocatable = node.status.allocatable or {}
         want = {k: str(v) for k, v in resources.items()}
         listed = {*allocatable, *(node.status.capacity or {})}
         stale = {k: None for k in listed if GPU_REQUEST.match(k) and k not in want}
         if stale or any(allocatable.get(k) != v for k, v in want.items()):
             status = {**want, **stale}
-            self.v1.patch_node_status(node.metadata.name, {"status": {"capacity": status, "allocatable": status}},
+            self.v1.patch_node_status(node.metadata.name, {"metadata": {"resourceVersion": version},
+                                                           "status": {"capacity": status, "allocatable": status}},
                                       _content_type=MERGE_PATCH)
 
     # -- the CUDA runtime ------------------------------------------------------------------

@@ -9,7 +9,9 @@ import subprocess
 import pytest
 
 from gpuctl.model.catalog import GPUS
+from gpuctl.kube.errors import KubeConflict
 from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.simulator.operator import SimOperator
 from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
@@ -69,6 +71,21 @@ def test_create_repairs_a_drifted_node_group_label(sim_cluster: SimCluster) -> N
     steps = {s["step"]: s["outcome"] for s in json.loads(proc.stdout)["steps"]}
     assert steps["ensure-nodegroup/gpu"] == "updated"
     assert v1.read_node("gpu-1").metadata.labels["app.kubernetes.io/managed-by"] == "gpuctl"
+
+
+def test_sim_operator_never_writes_from_a_stale_node(sim_cluster: SimCluster, tmp_path) -> None:
+    """The sim operator decided from a node read before gpuctl relabelled it: the API server refuses its
+    write (resourceVersion) and the relabel stands. (CI once saw the MIG manager's all-disabled default
+    land over the layout apply had just set.)"""
+    v1 = sim_cluster.core()
+    stale = v1.list_node(label_selector="gpuctl.dev/nodegroup=gpu").items[0]
+    name = stale.metadata.name
+    v1.patch_node(name, {"metadata": {"labels": {"test.gpuctl.dev/relabelled": "yes"}}})
+    operator = SimOperator(sim_cluster.kubeconfig, tmp_path)
+    with pytest.raises(KubeConflict):
+        operator._patch_node(stale, {"test.gpuctl.dev/relabelled": "no"}, {}, {})
+    assert v1.read_node(name).metadata.labels["test.gpuctl.dev/relabelled"] == "yes"
+    v1.patch_node(name, {"metadata": {"labels": {"test.gpuctl.dev/relabelled": None}}})
 
 
 def test_kubeconfig_is_private_and_authenticates(sim_cluster: SimCluster) -> None:

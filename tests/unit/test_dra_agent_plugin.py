@@ -74,8 +74,9 @@ class RecordingCoreV1:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
 
-    def patch_node(self, name: str, body: dict[str, Any], **_: Any) -> None:
+    def patch_node(self, name: str, body: dict[str, Any], **_: Any) -> V1Node:
         self.calls.append(("patch_node", name, body))
+        return V1Node(metadata=V1ObjectMeta(name=name, resource_version="2"))
 
     def patch_node_status(self, name: str, body: dict[str, Any], **_: Any) -> None:
         self.calls.append(("patch_node_status", name, body))
