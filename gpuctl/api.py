@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
     from gpuctl.ops.plan import PlannedStep
     from gpuctl.ops.platform import PlatformResult
+    from gpuctl.ops.smoke import Check
     from gpuctl.ops.steps import Reporter, StepResult
-    from gpuctl.ops.validate import Check
     from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
     from gpuctl.tools.installer import InstalledTool
 

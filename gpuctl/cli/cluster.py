@@ -75,7 +75,7 @@ def create(
     min_nodes: MinNodes = None,
     max_nodes: MaxNodes = None,
     kubernetes_version: Annotated[Optional[str], typer.Option("--kubernetes-version", help="EKS: Kubernetes version of a new cluster.")] = None,
-    karpenter: Annotated[bool, typer.Option("--karpenter", help="EKS: also apply a Karpenter GPU NodePool and EC2NodeClass.")] = False,
+    karpenter: Annotated[bool, typer.Option("--karpenter", help="Karpenter GPU NodePools (EKS: and their EC2NodeClass; sim: and Karpenter itself), a NodeOverlay per sharing group.")] = False,
     exec_auth: Annotated[bool, typer.Option("--exec-auth", help="EKS: kubeconfig with the aws exec plugin instead of a token.")] = False,
     kueue: Annotated[bool, typer.Option("--kueue", help="Install Kueue (pinned chart; --charts applies), so tenants get queues with borrowing.")] = False,
     dra: Annotated[bool, typer.Option("--dra", help="GPUs by ResourceClaim: install NVIDIA's DRA driver (pinned chart; --charts applies) and turn the operator's device plugin off.")] = False,

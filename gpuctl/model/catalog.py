@@ -36,8 +36,18 @@ class MigGeometry:
 
 @dataclass(frozen=True)
 class InstanceType:
+    """An EC2 GPU instance type as Karpenter knows it: vCPUs, memory and pod limit are Karpenter's
+    `karpenter.k8s.aws/instance-cpu`, `-instance-memory` (MiB) and `pods` (aws/karpenter-provider-aws
+    v1.14.1, ../shared/upstream/karpenter-provider-aws-v1.14.1/instance-types-gpu.json; a unit test holds
+    the catalog to it). `price`: on-demand USD per hour in us-east-1, from the same project's
+    pkg/providers/pricing/zz_generated.pricing_aws.go (generated 2026-02-09); None where it lists none."""
+
     name: str
     gpus: int
+    cpu: int
+    memory_mib: int
+    pods: int
+    price: float | None
 
 
 @dataclass(frozen=True)
@@ -94,48 +104,55 @@ _A30_MIG = MigGeometry(
 )
 
 
-def _types(*pairs: tuple[str, int]) -> tuple[InstanceType, ...]:
-    return tuple(InstanceType(name, gpus) for name, gpus in pairs)
+def _types(*rows: tuple[str, int, int, int, int, float | None]) -> tuple[InstanceType, ...]:
+    """(name, GPUs, vCPUs, memory MiB, pods, price) rows."""
+    return tuple(InstanceType(*row) for row in rows)
 
 
 _MODELS: tuple[GpuModel, ...] = (
     GpuModel("t4", "Tesla-T4", 15360, "turing", (7, 5), "t4",
-             _types(("g4dn.xlarge", 1), ("g4dn.2xlarge", 1), ("g4dn.4xlarge", 1),
-                    ("g4dn.8xlarge", 1), ("g4dn.16xlarge", 1), ("g4dn.12xlarge", 4)),
+             _types(("g4dn.xlarge", 1, 4, 16384, 29, 0.526), ("g4dn.2xlarge", 1, 8, 32768, 29, 0.752),
+                    ("g4dn.4xlarge", 1, 16, 65536, 29, 1.204), ("g4dn.8xlarge", 1, 32, 131072, 58, 2.176),
+                    ("g4dn.16xlarge", 1, 64, 262144, 58, 4.352), ("g4dn.12xlarge", 4, 48, 196608, 234, 3.912)),
              "g2.5xlarge", 1,
              karpenter_memory_mib=16384),
     GpuModel("a10g", "NVIDIA-A10G", 23028, "ampere", (8, 6), "a10g",
-             _types(("g5.xlarge", 1), ("g5.2xlarge", 1), ("g5.12xlarge", 4), ("g5.48xlarge", 8)),
+             _types(("g5.xlarge", 1, 4, 16384, 58, 1.006), ("g5.2xlarge", 1, 8, 32768, 58, 1.212),
+                    ("g5.12xlarge", 4, 48, 196608, 737, 5.672), ("g5.48xlarge", 8, 192, 786432, 345, 16.288)),
              "g3.a10g.xlarge", 1,
              karpenter_memory_mib=22888),
     GpuModel("l4", "NVIDIA-L4", 23034, "ada-lovelace", (8, 9), "l4",
-             _types(("g6.xlarge", 1), ("g6.2xlarge", 1), ("g6.12xlarge", 4), ("g6.48xlarge", 8)),
+             _types(("g6.xlarge", 1, 4, 16384, 58, 0.8048), ("g6.2xlarge", 1, 8, 32768, 58, 0.9776),
+                    ("g6.12xlarge", 4, 48, 196608, 234, 4.6016), ("g6.48xlarge", 8, 192, 786432, 737, 13.3504)),
              "g3.l4.xlarge", 1,
              karpenter_memory_mib=22888),
     GpuModel("l40s", "NVIDIA-L40S", 46068, "ada-lovelace", (8, 9), "l40s",
-             _types(("g6e.xlarge", 1), ("g6e.2xlarge", 1), ("g6e.12xlarge", 4), ("g6e.48xlarge", 8)),
+             _types(("g6e.xlarge", 1, 4, 32768, 58, 1.861), ("g6e.2xlarge", 1, 8, 65536, 58, 2.24208),
+                    ("g6e.12xlarge", 4, 48, 393216, 292, 10.49264),
+                    ("g6e.48xlarge", 8, 192, 1572864, 492, 30.13118)),
              "g3.l40s.xlarge", 1,
              karpenter_memory_mib=45776),
     GpuModel("a30", "NVIDIA-A30", 24576, "ampere", (8, 0), "a30", (), "g3.a30.xlarge", 1,
              _A30_MIG),
     GpuModel("a100-40gb", "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0), "a100",
-             _types(("p4d.24xlarge", 8)), "g4.a100-40gb.8xlarge", 8,
+             _types(("p4d.24xlarge", 8, 96, 1179648, 737, 21.957642)), "g4.a100-40gb.8xlarge", 8,
              _eight_slot_mig(5, 10, 10, 20, 20, 40),
              karpenter_memory_mib=40960),
     GpuModel("a100-80gb", "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0), "a100",
-             _types(("p4de.24xlarge", 8)), "g4.a100-80gb.8xlarge", 8,
+             _types(("p4de.24xlarge", 8, 96, 1179648, 737, 27.44705)), "g4.a100-80gb.8xlarge", 8,
              _eight_slot_mig(10, 20, 20, 40, 40, 80),
              karpenter_memory_mib=81920),
     GpuModel("h100-80gb", "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0), "h100",
-             _types(("p5.48xlarge", 8)), "g5.h100.8xlarge", 8,
+             _types(("p5.48xlarge", 8, 192, 2097152, 100, 55.04)), "g5.h100.8xlarge", 8,
              _eight_slot_mig(10, 20, 20, 40, 40, 80),
              karpenter_memory_mib=81920),
     GpuModel("h200", "NVIDIA-H200", 143771, "hopper", (9, 0), "h200",
-             _types(("p5e.48xlarge", 8), ("p5en.48xlarge", 8)), "g5.h200.8xlarge", 8,
+             _types(("p5e.48xlarge", 8, 192, 2097152, 100, None),
+                    ("p5en.48xlarge", 8, 192, 2097152, 198, 63.296)), "g5.h200.8xlarge", 8,
              _eight_slot_mig(18, 35, 35, 71, 71, 141),
              karpenter_memory_mib=144384),
     GpuModel("b200", "NVIDIA-B200", 183359, "blackwell", (10, 0), "b200",
-             _types(("p6-b200.48xlarge", 8)), "g6.b200.8xlarge", 8,
+             _types(("p6-b200.48xlarge", 8, 192, 2097152, 198, 113.9328)), "g6.b200.8xlarge", 8,
              _eight_slot_mig(23, 45, 45, 90, 90, 180),
              karpenter_memory_mib=183359),
 )

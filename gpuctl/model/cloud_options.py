@@ -32,7 +32,7 @@ OPTIONS: dict[str, Option] = {
     "node_role": Option("--node-role", "nodeRole", ("eks",)),
     "subnets": Option("--subnet", "subnets", ("eks",)),
     "kubernetes_version": Option("--kubernetes-version", "kubernetesVersion", ("eks",)),
-    "karpenter": Option("--karpenter", None, ("eks",)),
+    "karpenter": Option("--karpenter", None, ("eks", "sim")),
     "exec_auth": Option("--exec-auth", "execAuth", ("eks",)),
 }
 ALLOWED: dict[str, frozenset[str]] = {cloud: frozenset(name for name, o in OPTIONS.items() if cloud in o.clouds)
@@ -52,7 +52,7 @@ class CloudOptions:
     node_role: str | None = None  # EKS: node IAM role ARN (else created)
     subnets: tuple[str, ...] = field(default=())
     kubernetes_version: str | None = None
-    karpenter: bool = False  # EKS: also render a Karpenter GPU NodePool + EC2NodeClass
+    karpenter: bool = False  # Karpenter GPU NodePools (EKS: + EC2NodeClass; sim: + Karpenter itself, kwok provider)
     exec_auth: bool = False  # EKS: kubeconfig with the exec plugin instead of a token
 
 

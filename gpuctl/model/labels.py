@@ -31,6 +31,8 @@ DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# Karpenter puts it on every node it launches: the NodePool's name.
+KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 
 
 def managed_by_gpuctl(labels: Mapping[str, str] | None) -> bool:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import core
 from gpuctl.model.change import Change
+from gpuctl.ops.smoke import Check
 from gpuctl.ops.validate import (
-    Check,
     check_capacity,
     check_device_plugins,
     device_plugin_rollouts,
@@ -54,8 +54,11 @@ def capacity_check(client: ApiClient, selector: str, dra: bool) -> CapacityState
     from gpuctl.kube.gpu_nodes import gpu_resources
 
     v1 = core(client)
-    plugin, mig = read_configs(client)
     nodes = v1.list_node(label_selector=selector).items
+    if not nodes:  # a group Karpenter launches, before its first node: nothing serves or waits yet
+        none = "no nodes yet (Karpenter launches them for pending pods)"
+        return CapacityState(Check("capacity", True, none), Check("device-plugin", True, none), ())
+    plugin, mig = read_configs(client)
     if dra:
         return _dra_check(client, nodes, mig)
     expected = {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}

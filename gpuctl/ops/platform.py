@@ -13,8 +13,8 @@ from gpuctl.model.change import Change
 from gpuctl.model.naming import check_duration, check_text
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.converge import configure_nodes, read_recorded_groups
+from gpuctl.ops.smoke import Check
 from gpuctl.ops.steps import Reporter, StepResult, run_step
-from gpuctl.ops.validate import Check
 from gpuctl.providers import get_provider
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from gpuctl.util.output import info
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from gpuctl.ops.validate import Check
+    from gpuctl.ops.smoke import Check
     from gpuctl.providers.base import Provider
     from gpuctl.stack.helm import HelmTarget, Release
     from gpuctl.stack.owners import StackPlan
@@ -144,7 +144,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
 
     spec, client, helm, stack_plan = cluster.spec, cluster.client, cluster.helm, cluster.stack_plan
     namespace, stack = stack_plan.namespace, spec.stack
-    steps = list(provider.cluster_steps(spec.name, list(spec.groups), client))
+    steps = list(provider.cluster_steps(spec, client))
     for group in spec.groups:
         steps.append(_nodes_step(client, cluster.selectors[group.spec.name], group))
     would: set[str] = set()  # the device-plugin configs write-gpu-config would change (observed)
@@ -205,7 +205,11 @@ def _said(observed: Observed) -> Observed:
 
 
 def _node_group_step(provider: Provider, cluster: str, group: NodeGroupSpec, run: Run) -> Step:
-    return Step(f"ensure-nodegroup/{group.name}", lambda: observe.node_group(provider, cluster, group, run.exists),
+    name = f"ensure-nodegroup/{group.name}"
+    if group.nodes == 0:  # only Karpenter launches its nodes (spec passes: 0 needs it): no cloud node group
+        launched = Observed(Change.NO_CHANGE, f"0 fixed nodes: Karpenter launches up to {group.bounds()[1]}")
+        return Step(name, lambda: launched, lambda: Change.NO_CHANGE)
+    return Step(name, lambda: observe.node_group(provider, cluster, group, run.exists),
                 lambda: provider.ensure_node_group(cluster, group))
 
 

@@ -10,13 +10,12 @@ that gets its GPU through a ResourceClaim, which the scheduler must have allocat
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.model import labels as L
 from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
@@ -24,33 +23,28 @@ from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
 from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.model.taints import node_taint
 from gpuctl.model.taints import tolerations as tolerations_of
+from gpuctl.ops.smoke import (
+    SMOKE_NAMESPACE,
+    SMOKE_TIMEOUT_S,
+    Check,
+    await_default_service_account,
+    await_smoke_test,
+    delete_smoke_pod,
+    diagnostics,
+    run_smoke_test,
+    smoke_claim,
+    smoke_pod,
+)
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
-from gpuctl.util.errors import WaitTimeout
-from gpuctl.util.progress import waiting
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from kubernetes.client import ApiClient, V1Node
 
     from gpuctl.model.catalog import GpuModel
     from gpuctl.model.spec import GroupPlan
     from gpuctl.ops.status import NodeDevices
-
-SMOKE_NAMESPACE = "gpuctl-system"
-SMOKE_TIMEOUT_S = 120.0
-SMOKE_LABELS = {L.MANAGED_BY: L.MANAGER, "app.kubernetes.io/name": "gpuctl-smoke-test"}
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail}
-
 
 def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
                        intended: dict[str, str | None] | None = None) -> dict[str, int]:
@@ -184,123 +178,6 @@ def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | No
                  f"({rollout.ready} pods ready, rolled out)")
 
 
-def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
-              tolerations: list[dict[str, str]], claim: str | None = None) -> dict[str, Any]:
-    """The CUDA sample pod: one `resource` in its limits, or with `claim` its GPU from that ResourceClaim
-    (DRA mode; `resource` then only names the device class in messages)."""
-    resources: dict[str, Any]
-    if claim is None:
-        present, resources, claims = {"nvidia.com/gpu.present": "true"}, {"limits": {resource: "1"}}, {}
-    else:  # the GPU Operator's gpu.present label may be absent: the DRA driver installs without it
-        present = {L.NFD_NVIDIA_PCI: "true"}
-        resources = {"claims": [{"name": "gpu"}]}
-        claims = {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {**present, **node_labels},
-            "tolerations": tolerations,
-            **claims,
-            "containers": [{"name": "cuda-vectoradd", "image": image, "resources": resources}],
-        },
-    }
-
-
-def smoke_claim(name: str, device_class: str) -> dict[str, Any]:
-    """The smoke test's ResourceClaim: one device of `device_class` (gpu.nvidia.com or mig.nvidia.com)."""
-    from gpuctl.model.dra import API_VERSION, device_request
-
-    return {"apiVersion": API_VERSION, "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
-            "spec": {"devices": {"requests": [device_request("gpu", device_class)]}}}
-
-
-def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: dict[str, str],
-                   tolerations: list[dict[str, str]], timeout: float = SMOKE_TIMEOUT_S) -> Check:
-    """Run the CUDA sample pod to completion; it passes on phase Succeeded with 'Test PASSED' logged."""
-    from kubernetes.client import CoreV1Api
-
-    v1 = CoreV1Api(client)
-    ensure_namespace(v1, SMOKE_NAMESPACE)
-    _await_default_service_account(v1)
-    name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
-    with requesting("creating the smoke-test pod"):
-        v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, resource, node_labels, tolerations),
-                                 field_manager=L.MANAGER)
-    try:
-        check, _ = _await_smoke_test(v1, name, f"1 x {resource}", timeout)
-        return check
-    finally:
-        _delete_smoke_pod(v1, name)
-
-
-def _delete_smoke_pod(v1: Any, name: str) -> None:
-    try:
-        with requesting("deleting the smoke-test pod"):
-            v1.delete_namespaced_pod(name, SMOKE_NAMESPACE, grace_period_seconds=0)
-    except KubeNotFound:
-        pass  # gone already
-
-
-def _await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
-    """A new namespace's `default` ServiceAccount comes from kube-controller-manager a moment later;
-    until then the ServiceAccount admission plugin refuses every pod in it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with requesting(f"reading {SMOKE_NAMESPACE}/default"):
-            if get_or_none(v1.read_namespaced_service_account, "default", SMOKE_NAMESPACE) is not None:
-                return
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"namespace {SMOKE_NAMESPACE} got no default ServiceAccount in {timeout:g}s",
-                              "check that kube-controller-manager runs")
-        time.sleep(0.2)
-
-
-def _await_smoke_test(v1: Any, name: str, gpu: str, timeout: float, pause: Callable[[], None] | None = None,
-                      pending: Callable[[Any], str] | None = None) -> tuple[Check, Any]:
-    """Until the pod is done or `timeout`; `pause` between reads (0.5 s), `pending` says why a pod that is
-    still pending at the deadline is (default: its events). The check, and the pod as last read."""
-    deadline = time.monotonic() + timeout
-    pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
-    with waiting(f"smoke-test pod {SMOKE_NAMESPACE}/{name} to finish", timeout) as wait:
-        while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
-            wait.update(f"{pod.status.phase}" + (f" on {pod.spec.node_name}" if pod.spec.node_name else ""))
-            (pause or (lambda: time.sleep(0.5)))()
-            pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
-    phase = pod.status.phase
-    where = f"on {pod.spec.node_name}" if pod.spec.node_name else "unscheduled"
-    if phase not in ("Succeeded", "Failed"):
-        why = pending(pod) if pending is not None and not pod.spec.node_name else _diagnostics(v1, pod)
-        return Check("smoke-test", False, f"pod {name} still {phase} {where} after {timeout:.0f}s; {why}"), pod
-    try:
-        logs = v1.read_namespaced_pod_log(name, SMOKE_NAMESPACE)
-    except KubeApiError as exc:  # no "Test PASSED" then: the check fails, saying why there is no log
-        logs = f"(no log: {exc.detail})"
-    if phase == "Succeeded" and "Test PASSED" in logs:
-        return Check("smoke-test", True, f"CUDA vectoradd passed {where} with {gpu}"), pod
-    last = (logs.strip().splitlines() or ["(empty log)"])[-1]
-    return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {_diagnostics(v1, pod)}"), pod
-
-
-def _diagnostics(v1: Any, pod: Any) -> str:
-    parts = []
-    for status in pod.status.container_statuses or []:
-        state = status.state.terminated or status.state.waiting
-        if state is not None:
-            parts.append(f"container {status.name}: {state.reason or ''} exit {getattr(state, 'exit_code', '-')}")
-    events = v1.list_namespaced_event(SMOKE_NAMESPACE, field_selector=f"involvedObject.name={pod.metadata.name}").items
-    parts += [f"event {e.reason}: {e.message}" for e in events[-3:]]
-    if pod.spec.node_name:
-        node = v1.read_node(pod.spec.node_name)
-        bad = [f"{c.type}={c.status}" for c in node.status.conditions or []
-               if (c.type == "Ready") != (c.status == "True")]
-        parts.append(f"node {pod.spec.node_name} conditions: {', '.join(bad) or 'healthy'}")
-    return "; ".join(parts) or "no events"
-
-
 def read_configs(client: ApiClient) -> tuple[dict[str, str], dict[str, Any]]:
     """The operator's device-plugin configs and mig-parted configs (in the namespace of the GPU Operator
     gpuctl configures, which may be another's)."""
@@ -340,7 +217,15 @@ def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOK
     from gpuctl.ops.group_records import intended_labels, read_group_plans
     from gpuctl.stack.existing import config_namespace
 
-    nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+    try:
+        nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+    except UsageError:  # a node group of no nodes: Karpenter's (then launched here), else the error stands
+        launched = _launch_a_node(client, nodegroup or "", image, timeout)
+        if launched is None:
+            raise
+        if not launched.ok:
+            return [launched]
+        nodes = gpu_nodes(CoreV1Api(client), nodegroup)
     if not nodes:
         return [Check("gpu-nodes", False, "no GPU nodes (label feature.node.kubernetes.io/pci-10de.present=true)")]
     plugin, mig = read_configs(client)
@@ -359,6 +244,36 @@ def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOK
               check_device_plugins(client)]
     checks.append(run_smoke_test(client, image, smoke_resource(nodes), pin, tolerations, timeout))
     return checks
+
+
+def _launch_a_node(client: ApiClient, nodegroup: str, image: str, timeout: float) -> Check | None:
+    """For a node group of no nodes that Karpenter launches (recorded with 0 fixed nodes): the smoke test first,
+    pinned to the group, so that Karpenter launches a node for it and the checks have one to look at; what it
+    proves then holds for every node the pool launches. None where the group is not such a group."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.ops.group_records import read_group_plans
+    from gpuctl.stack.existing import config_namespace
+    from gpuctl.stack.karpenter import advertised
+
+    plan = read_group_plans(CoreV1Api(client), config_namespace(client)).get(nodegroup)
+    if plan is None or plan.spec.nodes != 0:
+        return None
+    wanted = advertised(plan, _mig_strategy(client))
+    resource = next((k for k, v in sorted(wanted.items()) if v and k != L.GPU_RESOURCE), L.GPU_RESOURCE)
+    check = run_smoke_test(client, image, resource, {L.NODEGROUP: nodegroup}, tolerations_of(plan.spec.taints),
+                           timeout, launch=True)
+    return replace(check, detail=f"launched by Karpenter: {check.detail}") if check.ok else check
+
+
+def _mig_strategy(client: ApiClient) -> str:
+    """The ClusterPolicy's MIG strategy (the device plugin's MIG_STRATEGY); the operator's default, single."""
+    from kubernetes.client import CustomObjectsApi
+
+    with requesting("reading the ClusterPolicy"):
+        found = get_or_none(CustomObjectsApi(client).list_cluster_custom_object, "nvidia.com", "v1", "clusterpolicies")
+    policies = (found or {}).get("items") or [{}]
+    return str(((policies[0].get("spec") or {}).get("mig") or {}).get("strategy") or "single")
 
 
 # -- DRA mode -------------------------------------------------------------------------------------------
@@ -530,7 +445,7 @@ def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_la
 
     v1 = CoreV1Api(client)
     ensure_namespace(v1, SMOKE_NAMESPACE)
-    _await_default_service_account(v1)
+    await_default_service_account(v1)
     name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
     with requesting("creating the smoke test's ResourceClaim"):
         created = json.loads(ResourceV1Api(client).create_namespaced_resource_claim(
@@ -541,7 +456,7 @@ def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_la
             v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, device_class, node_labels, tolerations,
                                                                 claim=name), field_manager=L.MANAGER)
         try:
-            check, pod = _await_smoke_test(v1, name, f"1 {device_class} device from ResourceClaim {name}", timeout,
+            check, pod = await_smoke_test(v1, name, f"1 {device_class} device from ResourceClaim {name}", timeout,
                                            pause=claims.follow,
                                            pending=lambda p: _unallocatable(client, v1, p, device_class, group))
             if not check.ok:
@@ -556,7 +471,7 @@ def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_la
             return Check("smoke-test", True, f"{check.detail} (allocated by the scheduler: {devices} of "
                          f"{pod.spec.node_name})")
         finally:
-            _delete_smoke_pod(v1, name)
+            delete_smoke_pod(v1, name)
     finally:
         try:
             with requesting("deleting the smoke test's ResourceClaim"):
@@ -572,7 +487,7 @@ def _unallocatable(client: ApiClient, v1: Any, pod: Any, device_class: str, grou
 
     scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
     if scheduled is None or scheduled.reason != "Unschedulable":
-        return _diagnostics(v1, pod)
+        return diagnostics(v1, pod)
     said = " ".join((scheduled.message or "").split())
     published = read_node_devices(client)
     total = sum(len(published[n].devices) for n in group if n in published)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuctl.model.capabilities import Capabilities
 from gpuctl.model.change import Change, Step
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -46,10 +46,10 @@ class Provider(Protocol):
         """Raise CredentialsError (exit 3) with the fix when credentials are missing or wrong."""
         ...
 
-    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
-        """Provider-specific steps run once the kubeconfig works, for the node groups of this run (EKS:
-        Karpenter NodePools). Built without a request: plan lists them before the cluster exists (with no
-        client: none of them is observed or run then)."""
+    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+        """Provider-specific steps run once the kubeconfig works, for the node groups of this run (with
+        --karpenter: NodePools, and on the sim Karpenter itself). Built without a request: plan lists them
+        before the cluster exists (with no client: none of them is observed or run then)."""
         ...
 
     def ensure_cluster(self, name: str) -> Change: ...

@@ -27,26 +27,19 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import logging
 import os
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import yaml
 
+from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, start_detached, wait_ready
 from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait, read_argv
+from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
 from gpuctl.tools.installer import ensure_tools
-from gpuctl.util.errors import ClusterError, WaitTimeout
+from gpuctl.util.errors import ClusterError
 from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
-
-log = logging.getLogger(__name__)
 
 CRDS_DIR = "kueue-crds"  # beside the binary in the tool cache (pins.py: the kueue Tool's extras)
 FEATURE_GATES = "VisibilityOnDemand=false,DisableWaitForPodsReady=true"
@@ -87,12 +80,6 @@ def _is_kueue(argv: tuple[str, ...], cluster: str) -> bool:
 
 def _procs(cluster: str) -> list[Proc]:
     return [p for p in all_procs() if p.pid != os.getpid() and _is_kueue(p.argv, cluster)]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _write_certs(certs: Path) -> None:
@@ -137,28 +124,7 @@ def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> 
 
 def ensure_kueue(cluster: str) -> bool:
     """Kueue on a sim cluster: its CRDs (server-side applied) and its manager; True if either was missing."""
-    from gpuctl.tools.installer import find_tool
-
-    crds = kueue_crds_dir()
-    kubectl = find_tool("kubectl")
-    kwok = KwokCluster(cluster)
-    probe = subprocess.run([str(kubectl), "--kubeconfig", str(kwok.kubeconfig_path), "get", "crd", "-o", "name"],
-                           capture_output=True, text=True, timeout=120)
-    have = set(probe.stdout.split())
-    wanted = {f"customresourcedefinition.apiextensions.k8s.io/{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}"
-              for p in crds.glob("*.yaml")}
-    missing = not wanted <= have
-    if missing:
-        proc = subprocess.run([str(kubectl), "--kubeconfig", str(kwok.kubeconfig_path), "apply", "--server-side",
-                               "--force-conflicts", "--field-manager", "gpuctl", "-f", str(crds)],
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode == 0:  # served only once established
-            proc = subprocess.run([str(kubectl), "--kubeconfig", str(kwok.kubeconfig_path), "wait",
-                                   "--for=condition=Established", "--timeout=60s", "-f", str(crds)],
-                                  capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise ClusterError(f"applying Kueue's CRDs to sim cluster {cluster!r} failed: {proc.stderr.strip()}",
-                               "see the cluster's kube-apiserver log")
+    missing = apply_crds(cluster, kueue_crds_dir(), "Kueue")
     running = get_kueue_pid(cluster) is not None
     start_kueue(cluster)
     return missing or not running
@@ -169,43 +135,16 @@ def _health_address(cluster: str) -> str:
     return str(config["health"]["healthProbeBindAddress"])
 
 
-def _log_tail(cluster: str, lines: int = 3) -> str:
-    path = _log_path(cluster)
-    if not path.exists():
-        return ""
-    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-
-
 def get_kueue_pid(cluster: str) -> int | None:
     """The pid of the cluster's Kueue manager when its pid file names a live one; None otherwise."""
-    try:
-        pid = int(_pid_file(cluster).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    argv = read_argv(pid)
-    return pid if argv is not None and _is_kueue(argv, cluster) else None
+    return live_pid(_pid_file(cluster), lambda argv: _is_kueue(argv, cluster))
 
 
 def wait_for_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> None:
     """Block until the manager answers /readyz (its webhook server is up and nothing waits for certs);
     ClusterError as soon as it has exited, WaitTimeout after `timeout` seconds."""
-    url = f"http://{_health_address(cluster)}/readyz"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through a proxy
-    deadline = time.monotonic() + timeout
-    while True:
-        if get_kueue_pid(cluster) is None:
-            raise ClusterError(f"Kueue's manager of sim cluster {cluster!r} exited: {_log_tail(cluster)}",
-                               f"its log is {_log_path(cluster)}")
-        try:
-            with opener.open(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"Kueue's manager of sim cluster {cluster!r} is not ready after {timeout:.0f}s",
-                              f"its log is {_log_path(cluster)}")
-        time.sleep(0.2)
+    wait_ready(f"http://{_health_address(cluster)}/readyz", lambda: get_kueue_pid(cluster) is not None,
+               f"Kueue's manager of sim cluster {cluster!r}", _log_path(cluster), timeout)
 
 
 def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
@@ -245,25 +184,12 @@ def _config_is_current(cluster: str) -> bool:
 
 
 def _start(binary: Path, cluster: str, argv: list[str]) -> int:
-    directory = _kueue_dir(cluster)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    certs = directory / "certs"
+    certs = _kueue_dir(cluster) / "certs"
     _write_certs(certs)
-    write_atomic(_config_path(cluster), render_kueue_config(certs, _free_port(), _free_port()))
-    _log_path(cluster).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(_config_path(cluster), render_kueue_config(certs, free_port(), free_port()))
     env = dict(os.environ, **{KUEUE_METRICS_CERT_ENV: str(certs)})
     env.pop("KUBECONFIG", None)  # --kubeconfig names the cluster's; nothing else may be picked up
-    log.info("starting %s", " ".join(argv))
-    with os.fdopen(os.open(_log_path(cluster), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as log_file:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True, umask=0o077)
-    # Popen returns when exec has closed its pipe, which is before the kernel has set the new program's
-    # command line: until then /proc/<pid>/cmdline is empty and the pid would not read as ours.
-    deadline = time.monotonic() + 5.0
-    while read_argv(proc.pid) is None and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    write_atomic(_pid_file(cluster), f"{proc.pid}\n")
-    return proc.pid
+    return start_detached(argv, env, _log_path(cluster), _pid_file(cluster))
 
 
 def stop_kueue(cluster: str) -> None:

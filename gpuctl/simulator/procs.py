@@ -97,6 +97,13 @@ def is_helm(argv: tuple[str, ...], context: str) -> bool:
     return bool(argv) and Path(argv[0]).name == "helm" and flag(argv, "--kube-context") == context
 
 
+def is_karpenter(argv: tuple[str, ...], cluster_dir: Path) -> bool:
+    """The sim's Karpenter (karpenter.py) of the cluster at `cluster_dir`: the kwok provider binary, from the tool
+    cache, reading its instance types from inside the cluster's dir."""
+    types = flag(argv, "--instance-types-file-path") or ""
+    return bool(argv) and Path(argv[0]).name == "karpenter-kwok" and types.startswith(str(cluster_dir) + os.sep)
+
+
 def cluster_procs(workdir: Path, name: str, helm_context: str | None = None) -> tuple[list[Proc], list[Proc]]:
     """(processes that drive the cluster, every other process of it) for the cluster `name` under
     `workdir`: drivers are kwokctl and, given its kubeconfig context, a helm a killed gpuctl left."""
@@ -111,7 +118,8 @@ def cluster_procs(workdir: Path, name: str, helm_context: str | None = None) -> 
         elif (is_component(proc.argv, cluster_dir) or is_operator(proc.argv, cluster_dir / "kubeconfig.yaml")
               or (Path(proc.argv[0]).name == "kubectl" and any(a.startswith(inside) for a in proc.argv[1:]))
               # the sim's Kueue manager (kueue.py) runs from the tool cache with a config inside the cluster's dir
-              or (Path(proc.argv[0]).name == "kueue" and (flag(proc.argv, "--config") or "").startswith(inside))):
+              or (Path(proc.argv[0]).name == "kueue" and (flag(proc.argv, "--config") or "").startswith(inside))
+              or is_karpenter(proc.argv, cluster_dir)):
             others.append(proc)
     return drivers, others
 

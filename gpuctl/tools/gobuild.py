@@ -15,11 +15,13 @@ import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpuctl.tools.pins import (
     CONTROLLER_TOOLS_VERSION,
     ETCD_VERSION,
     HELM_VERSION,
+    KARPENTER_VERSION,
     KUBERNETES_VERSION,
     KUEUE_VERSION,
     Tool,
@@ -41,6 +43,28 @@ def go_toolchain() -> tuple[str | None, str]:
     return go, out
 
 
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    """(1, 26, 9) for "go1.26.9" or "1.26.9"; None for anything else (an rc, a devel build)."""
+    match = re.fullmatch(r"(?:go)?(\d+)\.(\d+)(?:\.(\d+))?", version.split()[0] if version.split() else "")
+    return tuple(int(part) for part in match.groups() if part is not None) if match else None
+
+
+def needed_toolchain(gomod: str, local: str) -> str:
+    """GOTOOLCHAIN for building the module of `gomod` with the local Go `local` ("go1.26.8"): "local", or
+    "go<X>" when its `go` line asks for a newer Go (the go command then fetches that toolchain from the
+    module proxy, as the module golang.org/toolchain), so that a pin bump needs no code edit."""
+    match = re.search(r"^go\s+(\S+)\s*$", gomod, re.M)
+    if match is None:  # no `go` line means go 1.16
+        return "local"
+    wanted, have = _version_tuple(match[1]), _version_tuple(local)
+    if wanted is None or have is None:
+        raise ToolError(f"cannot compare the module's 'go {match[1]}' with the local {local}",
+                        "build with a released Go toolchain")
+    if wanted <= have:
+        return "local"
+    return "go" + ".".join(map(str, (wanted + (0,))[:3]))  # "go 1.27" asks for the release go1.27.0
+
+
 def _go_env() -> dict[str, str]:
     env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local")
     # Builds go through the module proxy; machines that cannot reach the checksum database
@@ -51,7 +75,7 @@ def _go_env() -> dict[str, str]:
 
 def _run(args: list[str], cwd: Path, log: Path, **env: str) -> None:
     with log.open("a") as out:
-        out.write(f"$ {' '.join(args)}\n")
+        out.write(f"$ {' '.join([*(f'{k}={v}' for k, v in env.items()), *args])}\n")
         out.flush()
         proc = subprocess.run(args, cwd=cwd, env={**_go_env(), **env}, stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
@@ -144,11 +168,12 @@ def _build_upstreamcheck(go: str, tools: list[Tool], workdir: Path, out: Path, l
          workdir, log, CGO_ENABLED="1", CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations")
 
 
+Patches = tuple[tuple[str, str], ...]  # (old, new) whole-line textual edits of one source file
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_METRICS_CERT_ENV = "GPUCTL_KUEUE_METRICS_CERT_DIR"
 # Textual edits of cmd/kueue/main.go at KUEUE_VERSION, each on one line so that the line numbers of the
 # manager's log callers stay upstream's. Each `old` must occur exactly once, or the build stops.
-KUEUE_MAIN_PATCHES: tuple[tuple[str, str], ...] = (
+KUEUE_MAIN_PATCHES: Patches = (
     # L150: a --version flag, so that the installer can check what it built (upstream has none; its
     # version is only logged at start, L172-180, after the configuration has loaded).
     ("\tflag.Parse()\n",
@@ -166,15 +191,21 @@ KUEUE_MAIN_PATCHES: tuple[tuple[str, str], ...] = (
 _KUEUE_SKIP = ("config/", "charts/")
 
 
-def patch_kueue_main(source: str) -> str:
-    """cmd/kueue/main.go with KUEUE_MAIN_PATCHES applied; ToolError if one no longer matches exactly once."""
-    for old, new in KUEUE_MAIN_PATCHES:
+def apply_patches(source: str, patches: Patches, where: str, table: str) -> str:
+    """`source` with each (old, new) applied; ToolError naming `where` (file and module) and the patch
+    `table` to update when an `old` does not occur exactly once (upstream moved on)."""
+    for old, new in patches:
         if source.count(old) != 1:
-            raise ToolError(f"cmd/kueue/main.go of {KUEUE_MODULE}@{KUEUE_VERSION} has {source.count(old)} lines "
-                            f"{old.strip()!r}, gpuctl's build patch expects exactly one",
-                            "update KUEUE_MAIN_PATCHES in gpuctl/tools/gobuild.py for this Kueue version")
+            raise ToolError(f"{where} has {source.count(old)} lines {old.strip()!r}, gpuctl's build patch "
+                            f"expects exactly one", f"update {table} in gpuctl/tools/gobuild.py for this version")
         source = source.replace(old, new)
     return source
+
+
+def patch_kueue_main(source: str) -> str:
+    """cmd/kueue/main.go with KUEUE_MAIN_PATCHES applied; ToolError if one no longer matches exactly once."""
+    return apply_patches(source, KUEUE_MAIN_PATCHES, f"cmd/kueue/main.go of {KUEUE_MODULE}@{KUEUE_VERSION}",
+                         "KUEUE_MAIN_PATCHES")
 
 
 def _extract_module(zip_path: Path, prefix: str, dest: Path, skip: tuple[str, ...]) -> None:
@@ -192,43 +223,128 @@ def _extract_module(zip_path: Path, prefix: str, dest: Path, skip: tuple[str, ..
             target.write_bytes(archive.read(member))
 
 
+def _fetch_module(go: str, module: str, version: str, workdir: Path, skip: tuple[str, ...],
+                  **env: str) -> tuple[Path, dict[str, Any]]:
+    """module@version's source from the module proxy, extracted from its zip into workdir/src (minus the
+    `skip` prefixes), and `go mod download -json`'s record of it."""
+    (workdir / "go.mod").unlink(missing_ok=True)  # `go mod download` runs outside a module
+    info = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"],
+                          cwd=workdir, env={**_go_env(), **env}, capture_output=True, text=True)
+    if info.returncode != 0:
+        why = (info.stderr.strip().splitlines() or [""])[-1]
+        raise ToolError(f"cannot fetch {module}@{version} from the Go module proxy" + (f": {why}" if why else ""),
+                        "check GOPROXY and network access to it")
+    record: dict[str, Any] = json.loads(info.stdout)
+    src = workdir / "src"
+    _extract_module(Path(record["Zip"]), f"{module}@{version}/", src, skip)
+    return src, record
+
+
+def _patch_overlay(src: Path, workdir: Path, patches: dict[str, Patches], table: str, module: str) -> Path:
+    """An -overlay file replacing each src/<path> by its copy with that path's patches from `table`: the
+    go command refuses overlays of files in GOMODCACHE, hence the source extracted into `src`."""
+    replace = {}
+    for rel, file_patches in patches.items():
+        original, patched = src / rel, workdir / "overlay" / rel
+        patched.parent.mkdir(parents=True, exist_ok=True)
+        patched.write_text(apply_patches(original.read_text(), file_patches, f"{rel} of {module}", table))
+        replace[str(original.resolve())] = str(patched.resolve())
+    overlay = workdir / "overlay.json"
+    overlay.write_text(json.dumps({"Replace": replace}))
+    return overlay.resolve()
+
+
+def _generate_crds(go: str, src: Path, crds: Path, args: list[str], workdir: Path, log: Path, **env: str) -> None:
+    """controller-gen at CONTROLLER_TOOLS_VERSION run in `src` with `args`, writing the CRDs into `crds`."""
+    bin_dir = workdir / "bin"
+    _go_install(go, [f"sigs.k8s.io/controller-tools/cmd/controller-gen@{CONTROLLER_TOOLS_VERSION}"], "-s -w",
+                workdir, bin_dir, log)
+    if crds.exists():
+        shutil.rmtree(crds)
+    _run([str(bin_dir / "controller-gen"), *args, f"output:crd:artifacts:config={crds}"], src, log, **env)
+    if not any(crds.glob("*.yaml")):
+        raise ToolError(f"controller-gen wrote no CRDs into {crds}", f"see {log}")
+
+
 def _build_kueue(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
     """Kueue's manager as upstream's Makefile builds it (`go build ... cmd/kueue/main.go`, CGO off), in
     the module itself so that its own go.sum checks every dependency, with main.go replaced through
-    `-overlay` by the patched copy (the go command refuses overlays of files in GOMODCACHE, hence the
-    module's source extracted from its zip); then its CRDs as `make manifests` generates them."""
-    (workdir / "go.mod").unlink(missing_ok=True)  # `go mod download` below runs outside a module
-    info = subprocess.run([go, "mod", "download", "-json", f"{KUEUE_MODULE}@{KUEUE_VERSION}"],
-                          cwd=workdir, env=_go_env(), capture_output=True, text=True)
-    if info.returncode != 0:
-        raise ToolError(f"cannot fetch {KUEUE_MODULE}@{KUEUE_VERSION} from the Go module proxy",
-                        "check GOPROXY and network access to it")
-    module = json.loads(info.stdout)
-    src = workdir / "src"
-    _extract_module(Path(module["Zip"]), f"{KUEUE_MODULE}@{KUEUE_VERSION}/", src, _KUEUE_SKIP)
-    main_go = src / "cmd" / "kueue" / "main.go"
-    patched = workdir / "overlay" / "main.go"
-    patched.parent.mkdir(exist_ok=True)
-    patched.write_text(patch_kueue_main(main_go.read_text()))
-    overlay = workdir / "overlay.json"
-    overlay.write_text(json.dumps({"Replace": {str(main_go.resolve()): str(patched.resolve())}}))
+    `-overlay` by the patched copy; then its CRDs as `make manifests` generates them."""
+    src, module = _fetch_module(go, KUEUE_MODULE, KUEUE_VERSION, workdir, _KUEUE_SKIP)
+    overlay = _patch_overlay(src, workdir, {"cmd/kueue/main.go": KUEUE_MAIN_PATCHES}, "KUEUE_MAIN_PATCHES",
+                             f"{KUEUE_MODULE}@{KUEUE_VERSION}")
     commit = (module.get("Origin") or {}).get("Hash", "")
     version_pkg = f"{KUEUE_MODULE}/pkg/version"  # upstream's LD_FLAGS, Makefile L112-115
     ldflags = f"-s -w -X {version_pkg}.GitVersion={KUEUE_VERSION}" + (f" -X {version_pkg}.GitCommit={commit}"
                                                                         if commit else "")
-    _run([go, "build", "-mod=readonly", "-trimpath", "-overlay", str(overlay.resolve()), "-ldflags", ldflags,
+    _run([go, "build", "-mod=readonly", "-trimpath", "-overlay", str(overlay), "-ldflags", ldflags,
           "-o", str(out.resolve() / "kueue"), "./cmd/kueue"], src, log)
     # Makefile L157-161 (`make manifests`), with controller-gen at the version hack/tools/go.mod pins.
-    bin_dir = workdir / "bin"
-    _go_install(go, [f"sigs.k8s.io/controller-tools/cmd/controller-gen@{CONTROLLER_TOOLS_VERSION}"], "-s -w",
-                workdir, bin_dir, log)
-    crds = out.resolve() / "kueue-crds"
-    if crds.exists():
-        shutil.rmtree(crds)
-    _run([str(bin_dir / "controller-gen"), "crd:generateEmbeddedObjectMeta=true",
-          f"output:crd:artifacts:config={crds}", "paths=./apis/..."], src, log)
-    if not any(crds.glob("*.yaml")):
-        raise ToolError("controller-gen wrote no Kueue CRDs", f"see {log}")
+    _generate_crds(go, src, out.resolve() / "kueue-crds", ["crd:generateEmbeddedObjectMeta=true", "paths=./apis/..."],
+                   workdir, log)
+
+
+KARPENTER_MODULE = "sigs.k8s.io/karpenter"
+# Textual edits at KARPENTER_VERSION, each within one line so that upstream's line numbers stay.
+KARPENTER_PATCHES: dict[str, Patches] = {
+    # L197, L199: the metrics and health-probe servers listen on every interface (only the port is an
+    # option); gpuctl's processes listen on loopback only.
+    "pkg/operator/operator.go": (
+        ('\t\t\tBindAddress: fmt.Sprintf(":%d", options.FromContext(ctx).MetricsPort),\n',
+         '\t\t\tBindAddress: fmt.Sprintf("127.0.0.1:%d", options.FromContext(ctx).MetricsPort),\n'),
+        ('\t\tHealthProbeBindAddress: fmt.Sprintf(":%d", options.FromContext(ctx).HealthProbePort),\n',
+         '\t\tHealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", options.FromContext(ctx).HealthProbePort),\n'),
+    ),
+    # L20, L32: a --version flag, so that the installer can check what it built (upstream has none, and
+    # its flag set panics on an unknown flag: pkg/operator/injection/injection.go L45-58).
+    "kwok/main.go": (
+        ('\t"github.com/samber/lo"\n', '\t"fmt"; "os"; "github.com/samber/lo"\n'),
+        ("\tctx, op := operator.NewOperator()\n",
+         '\tif len(os.Args) == 2 && os.Args[1] == "--version" { fmt.Println("karpenter-kwok", operator.Version); '
+         "os.Exit(0) }; ctx, op := operator.NewOperator()\n"),
+    ),
+}
+# Upstream's rendered CRDs for the Helm chart; gpuctl's come from controller-gen only. pkg/apis/crds and
+# kwok/apis/crds are kept: //go:embed needs them to compile (pkg/apis/apis.go L32-39, kwok/apis/apis.go L32).
+_KARPENTER_SKIP = ("kwok/charts/",)
+
+
+def _toolchain_env(go: str, module: str, workdir: Path) -> dict[str, str]:
+    """The go command's environment overrides for building module@version: none with the local Go, else
+    GOTOOLCHAIN (needed_toolchain) and, unless the user chose one, the go command's own GOSUMDB: it
+    verifies a downloaded toolchain only against the checksum database, and refuses it with GOSUMDB=off
+    (cmd/go/internal/modfetch/sumdb.go, useSumDB)."""
+    (workdir / "go.mod").unlink(missing_ok=True)  # `go list -m` runs outside a module
+    # `go list -m` fetches only the go.mod, which works whatever Go it asks for (`go mod download` does not).
+    listed = subprocess.run([go, "list", "-m", "-json", module], cwd=workdir, env=_go_env(),
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        raise ToolError(f"cannot fetch {module} from the Go module proxy", "check GOPROXY and network access to it")
+    env = _go_env()
+    if "GOSUMDB" not in os.environ and "GPUCTL_GOSUMDB" not in os.environ:
+        del env["GOSUMDB"]  # not gpuctl's default "off": the go command's own (go env -w, else sum.golang.org)
+    local, sumdb = subprocess.run([go, "env", "GOVERSION", "GOSUMDB"], env=env, capture_output=True,
+                                  text=True).stdout.strip().splitlines()
+    toolchain = needed_toolchain(Path(json.loads(listed.stdout)["GoMod"]).read_text(), local)
+    return {} if toolchain == "local" else {"GOTOOLCHAIN": toolchain, "GOSUMDB": sumdb}
+
+
+def _build_karpenter(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
+    """Karpenter's kwok cloud provider (upstream: `ko build sigs.k8s.io/karpenter/kwok`, Makefile L31-32),
+    built like Kueue's manager: in the extracted module with -overlay patches, then its CRDs."""
+    [tool] = tools
+    module = f"{KARPENTER_MODULE}@{KARPENTER_VERSION}"
+    env = _toolchain_env(go, module, workdir)
+    src, _ = _fetch_module(go, KARPENTER_MODULE, KARPENTER_VERSION, workdir, _KARPENTER_SKIP, **env)
+    overlay = _patch_overlay(src, workdir, KARPENTER_PATCHES, "KARPENTER_PATCHES", module)
+    ldflags = f"-s -w -X {KARPENTER_MODULE}/pkg/operator.Version={KARPENTER_VERSION}"  # no commit: the proxy has none
+    _run([go, "build", "-mod=readonly", "-trimpath", "-overlay", str(overlay), "-ldflags", ldflags,
+          "-o", str(out.resolve() / tool.name), "./kwok"], src, log, **env)
+    # What `go generate` runs (pkg/apis/apis.go L30, kwok/apis/apis.go L30), without the `object` generator
+    # (it would rewrite zz_generated.deepcopy.go) and the Makefile's later yq edits (hack/validation/*.sh).
+    # controller-gen loads the packages with `go list`, hence the toolchain here too.
+    _generate_crds(go, src, out.resolve() / "karpenter-crds", ["crd", "paths=./pkg/apis/...", "paths=./kwok/apis/..."],
+                   workdir, log, **env)
 
 
 Recipe = Callable[[str, list[Tool], Path, Path, Path], None]
@@ -239,6 +355,7 @@ RECIPES: dict[str, Recipe] = {
     "helm": _build_helm,
     "upstreamcheck": _build_upstreamcheck,
     "kueue": _build_kueue,
+    "karpenter": _build_karpenter,
 }
 
 

@@ -10,9 +10,13 @@ HELM_VERSION = "v3.21.4"
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
 KUEUE_VERSION = "v0.19.2"
-# controller-gen generates Kueue's CRDs from its Go API types: the version kueue v0.19.2's
-# hack/tools/go.mod pins (its Makefile, hack/make/deps.mk, installs exactly that one).
+# controller-gen generates Kueue's and Karpenter's CRDs from their Go API types: the version kueue v0.19.2's
+# hack/tools/go.mod pins (its Makefile, hack/make/deps.mk, installs exactly that one), as does karpenter
+# v1.15.0's go.tools.mod.
 CONTROLLER_TOOLS_VERSION = "v0.20.1"
+# Karpenter's kwok cloud provider: the newest on the Go module proxy. Its go.mod says go 1.26.9, so the
+# build fetches that toolchain when the local Go is older (gobuild.needed_toolchain).
+KARPENTER_VERSION = "v1.15.0"
 # gpuctl's own checker, built from gpuctl/tools/upstreamcheck; must equal `Version` in its main.go.
 UPSTREAMCHECK_VERSION = "v1"
 
@@ -64,12 +68,16 @@ def _tools() -> dict[str, Tool]:
         # Kueue's controller manager (--version is gpuctl's build patch) and its CRDs, generated from
         # its API types by controller-gen: gpuctl/tools/gobuild.py, _build_kueue.
         Tool("kueue", KUEUE_VERSION, ("--version",), "kueue", None, extras=("kueue-crds",)),
+        # Karpenter's kwok provider (--version is gpuctl's build patch) and its CRDs from controller-gen:
+        # gpuctl/tools/gobuild.py, _build_karpenter.
+        Tool("karpenter-kwok", KARPENTER_VERSION, ("--version",), "karpenter", None, extras=("karpenter-crds",)),
     ]
     return {t.name: t for t in tools}
 
 
 TOOLS: dict[str, Tool] = _tools()
 CHECK_TOOLS: tuple[str, ...] = ("upstreamcheck",)  # check gpuctl's outputs against upstream Go code
-ON_DEMAND_TOOLS: tuple[str, ...] = ("kueue",)  # built only when something asks for it (providers/sim/kueue.py)
+# Built only when something asks for them (kueue: simulator/kueue.py).
+ON_DEMAND_TOOLS: tuple[str, ...] = ("kueue", "karpenter-kwok")
 # The sim cluster needs every other one (its device plugin uses upstreamcheck).
 SIM_TOOLS: tuple[str, ...] = tuple(name for name in TOOLS if name not in ON_DEMAND_TOOLS)

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from gpuctl.model.catalog import GPUS
 from gpuctl.kube.errors import KubeConflict
+from gpuctl.model.catalog import GPUS
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.operator import SimOperator
 from gpuctl.tools.installer import find_tool

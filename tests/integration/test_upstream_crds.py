@@ -24,8 +24,9 @@ from gpuctl.model.mig import parse_layout
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
-from gpuctl.providers.eks.karpenter import AMI_ALIASES, render_ec2nodeclass, render_nodepool
+from gpuctl.providers.eks.karpenter import AMI_ALIASES, EC2_NODE_CLASS, render_ec2nodeclass
 from gpuctl.providers.eks.provider import NODEGROUP_LABEL
+from gpuctl.stack.karpenter import render_nodeoverlay, render_nodepool
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.resources import data_dir
 from tests.conformance.test_operator_chart import CASES, OPERATOR_CHART, UPSTREAM, helm_template, only, spec_text
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 KARPENTER = UPSTREAM / "karpenter-provider-aws-v1.14.1"
 CRDS = (OPERATOR_CHART / "crds" / "nvidia.com_clusterpolicies.yaml", KARPENTER / "karpenter.sh_nodepools.yaml",
-        KARPENTER / "karpenter.k8s.aws_ec2nodeclasses.yaml")
+        KARPENTER / "karpenter.sh_nodeoverlays.yaml", KARPENTER / "karpenter.k8s.aws_ec2nodeclasses.yaml")
 BUNDLED_CHART = data_dir("templates") / "charts" / "gpu-operator"
 VALUES = Path("helm") / "values-gpu-operator.yaml"  # in the output of `gpuctl render --out`
 
@@ -157,10 +158,21 @@ def test_nodepool_and_ec2nodeclass_apply(gpu: str, kubectl: Kubectl, tmp_path: P
     # sharing or a MIG layout: the pool's template carries its config label, which the CRD must accept
     plan = GroupPlan(group, Sharing("time-slicing", 4)) if gpu == "t4" else \
         GroupPlan(group, mig=parse_layout("3g.20gb-2x2g.10gb", model))
-    pool = render_nodepool(plan, 4, NODEGROUP_LABEL)
+    pool = render_nodepool(plan, 4, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")
+    overlay = render_nodeoverlay(plan, "mixed")
     node_class = render_ec2nodeclass("itest", "gpuctl-itest-node", "AL2023_x86_64_NVIDIA")
-    proc = kubectl.dry_run(write(tmp_path / "karpenter.yaml", node_class, pool), "gpuctl")
+    proc = kubectl.dry_run(write(tmp_path / "karpenter.yaml", node_class, pool, overlay), "gpuctl")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_real_nodeoverlay_crd_refuses_cpu_capacity(kubectl: Kubectl, tmp_path: Path) -> None:
+    """The negative control for the NodeOverlay CRD: an overlay may not touch cpu/memory/pods."""
+    overlay = render_nodeoverlay(GroupPlan(NodeGroupSpec("t4", get_gpu("t4"), 1, 1), Sharing("time-slicing", 4)),
+                                 "mixed")
+    overlay["spec"]["capacity"]["cpu"] = "8"
+    proc = kubectl.dry_run(write(tmp_path / "overlay.yaml", overlay), "gpuctl")
+    assert proc.returncode != 0
+    assert "invalid resource restricted" in proc.stderr
 
 
 @pytest.mark.parametrize("ami_type", list(AMI_ALIASES))
@@ -172,7 +184,7 @@ def test_ec2nodeclass_of_every_ami_type_applies(ami_type: str, kubectl: Kubectl,
 
 def test_real_nodepool_crd_refuses_a_bad_consolidation_policy(kubectl: Kubectl, tmp_path: Path) -> None:
     """The negative control for Karpenter: its CRD is not a permissive stand-in."""
-    pool = render_nodepool(GroupPlan(NodeGroupSpec("t4", get_gpu("t4"), 1, 1)), 1, NODEGROUP_LABEL)
+    pool = render_nodepool(GroupPlan(NodeGroupSpec("t4", get_gpu("t4"), 1, 1)), 1, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")
     pool["spec"]["disruption"]["consolidationPolicy"] = "Sometimes"
     proc = kubectl.dry_run(write(tmp_path / "pool.yaml", pool), "gpuctl")
     assert proc.returncode != 0

@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import pytest
 
 from gpuctl.model.catalog import GPUS, get_gpu
@@ -60,3 +63,23 @@ def test_get_gpu_is_case_insensitive_and_names_the_field() -> None:
         get_gpu("z100", "nodeGroups[0].gpu")
     assert err.value.exit_code == ExitCode.USAGE
     assert err.value.one_line().startswith("nodeGroups[0].gpu: unknown GPU 'z100'; use one of: t4,")
+
+
+UPSTREAM_TYPES = Path(__file__).parents[3] / "shared/upstream/karpenter-provider-aws-v1.14.1/instance-types-gpu.json"
+
+
+@pytest.mark.parametrize("gpu", [m.name for m in GPUS.values() if m.instance_types])
+def test_instance_types_are_karpenters(gpu: str) -> None:
+    """Each EC2 type's GPUs, vCPUs, memory and pod limit are Karpenter's own figures for it, and so are the GPU
+    name and memory per GPU the model's NodePools select on."""
+    upstream = json.loads(UPSTREAM_TYPES.read_text())
+    model = get_gpu(gpu)
+    for t in model.instance_types:
+        labels = upstream[t.name]
+        assert (t.gpus, t.cpu, t.memory_mib, t.pods) == (
+            int(labels["karpenter.k8s.aws/instance-gpu-count"]), int(labels["karpenter.k8s.aws/instance-cpu"]),
+            int(labels["karpenter.k8s.aws/instance-memory"]), int(labels["pods"])), t.name
+        assert labels["karpenter.k8s.aws/instance-gpu-name"] == model.karpenter_name
+        assert int(labels["karpenter.k8s.aws/instance-gpu-memory"]) == model.karpenter_memory_mib
+        assert labels["karpenter.k8s.aws/instance-gpu-manufacturer"] == "nvidia"
+        assert t.price is None or 0 < t.price < 200

@@ -12,8 +12,8 @@ from kubernetes.client import V1Node, V1NodeStatus, V1ObjectMeta
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import config_name, parse_layout
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.ops import validate
+from gpuctl.model.spec import SMOKE_IMAGE, NodeGroupSpec
+from gpuctl.ops import smoke, validate
 from gpuctl.ops.status import NodeDevices
 from gpuctl.simulator import dra
 from gpuctl.simulator.nodes import node_labels
@@ -93,17 +93,21 @@ def test_kubelet_plugin_check() -> None:
 
 
 def test_smoke_pod_gets_its_gpu_from_the_claim() -> None:
-    pod = validate.smoke_pod("s", validate.SMOKE_IMAGE, "gpu.nvidia.com", {L.NODEGROUP: "t4"},
+    pod = smoke.smoke_pod("s", SMOKE_IMAGE, "gpu.nvidia.com", {L.NODEGROUP: "t4"},
                              [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], claim="s")
     spec = pod["spec"]
     assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "s"}]
     assert spec["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}  # no nvidia.com/gpu limit
     assert spec["nodeSelector"] == {L.NFD_NVIDIA_PCI: "true", L.NODEGROUP: "t4"}
-    classic = validate.smoke_pod("s", validate.SMOKE_IMAGE, "nvidia.com/gpu", {}, [])
+    classic = smoke.smoke_pod("s", SMOKE_IMAGE, "nvidia.com/gpu", {}, [])
     assert classic["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert classic["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # for Karpenter to launch a node for: only what the NodePool promises, not what the GPU stack labels later
+    launch = smoke.smoke_pod("s", SMOKE_IMAGE, "nvidia.com/gpu", {L.NODEGROUP: "t4"}, [], launch=True)
+    assert launch["spec"]["nodeSelector"] == {L.NODEGROUP: "t4"}
     assert "resourceClaims" not in classic["spec"]
-    claim = validate.smoke_claim("s", "mig.nvidia.com")
-    assert claim["metadata"]["namespace"] == validate.SMOKE_NAMESPACE
+    claim = smoke.smoke_claim("s", "mig.nvidia.com")
+    assert claim["metadata"]["namespace"] == smoke.SMOKE_NAMESPACE
     assert claim["metadata"]["labels"][L.MANAGED_BY] == L.MANAGER
     assert claim["spec"]["devices"]["requests"] == [
         {"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]

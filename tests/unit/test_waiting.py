@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gpuctl.ops import capacity
-from gpuctl.ops.validate import Check, Rollout
+from gpuctl.ops.smoke import Check
+from gpuctl.ops.validate import Rollout
 from gpuctl.util.errors import ClusterError, ExitCode, WaitTimeout
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_limit, wait_until
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import labels as L
-from gpuctl.model.change import Change, Observed, Step
+from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.providers.eks import nodegroups as ng
@@ -234,29 +234,24 @@ class EksProvider:
         return {"apiVersion": EXEC_API_VERSION, "command": command, "args": args + profile,
                 "interactiveMode": "Never"}
 
-    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
-        """With --karpenter: a GPU NodePool per node group of this run, and their EC2NodeClass."""
+    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+        """With --karpenter: a GPU NodePool (and NodeOverlay where the group shares its GPUs) per node group of
+        this run, and their EC2NodeClass. gpuctl does not run Karpenter on EKS: a NodeOverlay is in force only
+        where its NodeOverlay feature gate is on (alpha, off by default), which the step says."""
         if not self.options.karpenter:
             return []
 
         def objects() -> list[dict[str, Any]]:
-            from gpuctl.providers.eks import karpenter
+            from gpuctl.providers.eks.karpenter import EC2_NODE_CLASS, render_ec2nodeclass
+            from gpuctl.stack.karpenter import pool_objects
 
-            role = (self.options.node_role or "").rsplit("/", 1)[-1] or node_role_name(cluster)
-            return [karpenter.render_ec2nodeclass(cluster, role, self.ami_type),
-                    *(karpenter.render_nodepool(plan, plan.spec.bounds()[1], NODEGROUP_LABEL) for plan in groups)]
+            role = (self.options.node_role or "").rsplit("/", 1)[-1] or node_role_name(spec.name)
+            return [render_ec2nodeclass(spec.name, role, self.ami_type),
+                    *pool_objects(spec, NODEGROUP_LABEL, EC2_NODE_CLASS)]
 
-        def observe() -> Observed:
-            from gpuctl.providers.eks import karpenter
+        from gpuctl.stack.karpenter import OVERLAY_GATE_NOTE, nodepool_step
 
-            return karpenter.observe_objects(client, objects())
-
-        def apply() -> Change:
-            from gpuctl.providers.eks import karpenter
-
-            return karpenter.ensure_objects(client, objects())
-
-        return [Step("apply-karpenter-nodepool", observe, apply)]
+        return [nodepool_step(client, objects, note=OVERLAY_GATE_NOTE)]
 
     # -- node groups ----------------------------------------------------------------------
 

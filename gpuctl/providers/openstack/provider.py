@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.site import openstack_flavor
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.openstack import CAPABILITIES, certificates
 from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
@@ -74,7 +74,7 @@ class MagnumProvider:
     def check_credentials(self) -> None:
         self.api.authenticate()
 
-    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
+    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
         return []
 
     def context_name(self, cluster: str) -> str:

@@ -21,9 +21,9 @@ from gpuctl.kube.errors import KubeTimeout, requesting
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
-from gpuctl.model.change import Change, Step
+from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.cloud_options import CloudOptions
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.sim import CAPABILITIES
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
@@ -43,6 +43,7 @@ NODES_READY_TIMEOUT_S = 120.0
 # The simulated operator restarts a control-plane process within seconds (supervisor.py: checks each
 # second, backs off a crash loop); one stopped longer than this will not come back by itself.
 SUPERVISOR_GRACE_S = 10.0
+KARPENTER_DRAIN_TIMEOUT_S = 120.0  # Karpenter's kwok provider terminates a NodeClaim in about 5 s
 
 
 def _kwok():  # noqa: ANN202 - the module gpuctl.simulator.kwok
@@ -107,8 +108,27 @@ class SimProvider:
     def check_credentials(self) -> None:
         """A local simulation needs none."""
 
-    def cluster_steps(self, cluster: str, groups: list[GroupPlan], client: ApiClient) -> list[Step]:
-        return []
+    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+        """With --karpenter: Karpenter itself (its kwok provider, run beside the cluster), then the NodePools
+        (and NodeOverlays) of the run's node groups with their KWOKNodeClass."""
+        if not self.options.karpenter:
+            return []
+        from gpuctl.simulator import karpenter as sim_karpenter
+        from gpuctl.stack.karpenter import nodepool_step, pool_objects
+
+        def observe() -> Observed:
+            running = sim_karpenter.get_karpenter_pid(spec.name) is not None
+            return Observed(Change.NO_CHANGE if running else Change.CREATED,
+                            "" if running else "Karpenter's kwok provider beside the cluster")
+
+        def install() -> Change:
+            return Change.CREATED if sim_karpenter.ensure_karpenter(spec.name) else Change.NO_CHANGE
+
+        def objects() -> list[dict[str, Any]]:
+            return [sim_karpenter.render_kwok_node_class(),
+                    *pool_objects(spec, L.NODEGROUP, sim_karpenter.KWOK_NODE_CLASS, sim_karpenter.CONSOLIDATE_AFTER)]
+
+        return [Step("install-karpenter", observe, install), nodepool_step(client, objects)]
 
     # -- clusters -------------------------------------------------------------------------
 
@@ -199,8 +219,22 @@ class SimProvider:
         return [info for n in _kwok().cluster_names() if (info := self.get_cluster(n)) is not None]
 
     def delete_cluster(self, name: str) -> Change:
-        self._existing(name).delete()
+        kwok = self._existing(name)
+        self._remove_karpenter_capacity(kwok)
+        kwok.delete()
         return Change.DELETED
+
+    def _remove_karpenter_capacity(self, kwok: KwokCluster) -> None:
+        """Karpenter's NodeClaims and nodes go first, through Karpenter (their finalizers are its), as on a cloud
+        where they are instances that would outlive the cluster; where it no longer runs, with the rest."""
+        from gpuctl.simulator.karpenter import get_karpenter_pid
+        from gpuctl.stack.karpenter import remove_capacity
+
+        if get_karpenter_pid(kwok.name) is None or not kwok.complete or kwok.stopped():
+            return
+        claims = remove_capacity(api_client(kwok.kubeconfig_path), KARPENTER_DRAIN_TIMEOUT_S)
+        if claims:
+            info(f"  Karpenter terminated {claims} NodeClaim(s) of sim cluster {kwok.name!r}")
 
     def kubeconfig(self, cluster: str) -> dict[str, Any]:
         doc = yaml.safe_load(self._existing(cluster).kubeconfig_path.read_text())
@@ -251,8 +285,9 @@ class SimProvider:
     # -- node groups ----------------------------------------------------------------------
 
     def _group_nodes(self, v1: CoreV1Api, group: str) -> dict[str, V1Node]:
+        """The node group's own nodes: not those Karpenter launched for it, which are Karpenter's to remove."""
         with requesting(f"listing nodes of node group {group!r}"):
-            items = v1.list_node(label_selector=f"{L.NODEGROUP}={group}").items
+            items = v1.list_node(label_selector=f"{L.NODEGROUP}={group},!{L.KARPENTER_NODEPOOL}").items
         return {n.metadata.name: n for n in items}
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
@@ -348,7 +383,7 @@ class SimProvider:
     def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]:
         v1 = self._core(cluster)
         with requesting("listing nodes"):
-            items = v1.list_node(label_selector=L.NODEGROUP).items
+            items = v1.list_node(label_selector=f"{L.NODEGROUP},!{L.KARPENTER_NODEPOOL}").items
         groups: dict[str, list[V1Node]] = {}
         for node in items:
             groups.setdefault(node.metadata.labels[L.NODEGROUP], []).append(node)

@@ -1,4 +1,5 @@
-"""Karpenter NodePool and EC2NodeClass rendering: strict templates, GPU requirements, taints, limits."""
+"""Karpenter objects: NodePool, NodeOverlay (stack/karpenter.py) and EC2NodeClass rendering: strict templates, GPU
+requirements, taints, limits, what a shared node advertises."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from gpuctl.model.mig import parse_layout
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import Taint
-from gpuctl.providers.eks.karpenter import is_subset, render_ec2nodeclass, render_nodepool
+from gpuctl.providers.eks.karpenter import EC2_NODE_CLASS, render_ec2nodeclass
 from gpuctl.providers.eks.provider import NODEGROUP_LABEL
+from gpuctl.stack.karpenter import is_subset, render_nodeoverlay, render_nodepool
 from gpuctl.util.templating import render_template
 
 
 def test_nodepool_for_a100_nodes() -> None:
-    pool = render_nodepool(GroupPlan(NodeGroupSpec("train", get_gpu("a100-40gb"), 2, 8)), 3, NODEGROUP_LABEL)
+    pool = render_nodepool(GroupPlan(NodeGroupSpec("train", get_gpu("a100-40gb"), 2, 8)), 3, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")
     assert (pool["apiVersion"], pool["kind"], pool["metadata"]["name"]) == ("karpenter.sh/v1", "NodePool", "gpuctl-train")
     assert pool["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl"}
     template = pool["spec"]["template"]
@@ -36,7 +38,7 @@ def test_nodepool_for_a100_nodes() -> None:
     assert template["spec"]["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
                                                 "name": "gpuctl-gpu"}
     assert template["spec"]["expireAfter"] == "720h"
-    assert pool["spec"]["limits"] == {"nvidia.com/gpu": 24}
+    assert pool["spec"]["limits"] == {"nodes": 3, "nvidia.com/gpu": 24}
     assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"}
 
 
@@ -55,7 +57,7 @@ def test_nodepool_admits_only_instance_types_of_its_gpu(gpu: str) -> None:
     model = get_gpu(gpu)
     upstream = json.loads(UPSTREAM_TYPES.read_text())
     for per_node in sorted({t.gpus for t in model.instance_types}):
-        pool = render_nodepool(GroupPlan(NodeGroupSpec("g", model, 1, per_node)), 1, NODEGROUP_LABEL)
+        pool = render_nodepool(GroupPlan(NodeGroupSpec("g", model, 1, per_node)), 1, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")
         requirements = pool["spec"]["template"]["spec"]["requirements"]
         admitted = {name for name, labels in upstream.items() if _admits(requirements, labels)}
         ours = {t.name for t in model.instance_types if t.gpus == per_node}
@@ -70,20 +72,49 @@ def test_launched_nodes_join_as_the_groups_with_its_sharing() -> None:
     select on, the group's own labels, and the device-plugin or MIG config the operator serves it by."""
     sliced = GroupPlan(NodeGroupSpec("infer", get_gpu("t4"), 0, 1, max_nodes=3), Sharing("time-slicing", 4),
                        labels={"team": "ml"})
-    labels = render_nodepool(sliced, 3, NODEGROUP_LABEL)["spec"]["template"]["metadata"]["labels"]
+    labels = render_nodepool(sliced, 3, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")["spec"]["template"]["metadata"]["labels"]
     assert labels["eks.amazonaws.com/nodegroup"] == "infer" and labels["team"] == "ml"
     assert labels["nvidia.com/device-plugin.config"] == sliced.sharing.config_key
     assert "nvidia.com/mig.config" not in labels
     a100 = get_gpu("a100-40gb")
     mig = GroupPlan(NodeGroupSpec("mig", a100, 1, 8), mig=parse_layout("3g.20gb-2x2g.10gb", a100))
-    labels = render_nodepool(mig, 1, NODEGROUP_LABEL)["spec"]["template"]["metadata"]["labels"]
+    labels = render_nodepool(mig, 1, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")["spec"]["template"]["metadata"]["labels"]
     assert labels["nvidia.com/mig.config"] == "custom-3g.20gb-2x2g.10gb"
     assert "nvidia.com/device-plugin.config" not in labels
 
 
+def test_limits_hold_max_nodes_in_the_currency_nodes_advertise() -> None:
+    """`nodes` caps the pool whatever a node advertises; the GPU limit counts GPUs as the nodes advertise them
+    (4 per time-sliced T4), so that an overlaid node is not refused by a limit in physical GPUs."""
+    t4 = get_gpu("t4")
+    sliced = GroupPlan(NodeGroupSpec("infer", t4, 0, 1, max_nodes=3), Sharing("time-slicing", 4))
+    assert render_nodepool(sliced, 3, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")["spec"]["limits"] == {
+        "nodes": 3, "nvidia.com/gpu": 12}
+    a100 = get_gpu("a100-40gb")
+    mig = GroupPlan(NodeGroupSpec("mig", a100, 0, 8, max_nodes=2), mig=parse_layout("3g.20gb-2x2g.10gb", a100))
+    assert render_nodepool(mig, 2, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")["spec"]["limits"] == {"nodes": 2}
+
+
+def test_overlay_declares_what_a_shared_node_advertises() -> None:
+    t4, a100 = get_gpu("t4"), get_gpu("a100-40gb")
+    assert render_nodeoverlay(GroupPlan(NodeGroupSpec("whole", t4, 1, 1)), "mixed") is None
+    overlay = render_nodeoverlay(GroupPlan(NodeGroupSpec("infer", t4, 0, 4), Sharing("mps", 2)), "mixed")
+    assert overlay is not None
+    assert (overlay["apiVersion"], overlay["kind"], overlay["metadata"]["name"]) == (
+        "karpenter.sh/v1alpha1", "NodeOverlay", "gpuctl-infer")
+    assert overlay["spec"]["requirements"] == [{"key": "karpenter.sh/nodepool", "operator": "In",
+                                                "values": ["gpuctl-infer"]}]
+    assert overlay["spec"]["capacity"] == {"nvidia.com/gpu": "8"}
+    mig = GroupPlan(NodeGroupSpec("mig", a100, 0, 8), mig=parse_layout("3g.20gb-2x2g.10gb", a100))
+    assert render_nodeoverlay(mig, "mixed")["spec"]["capacity"] == {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.20gb": "8",
+                                                                     "nvidia.com/mig-2g.10gb": "16"}
+    single = GroupPlan(NodeGroupSpec("one", a100, 0, 8), mig=parse_layout("all-1g.5gb", a100))
+    assert render_nodeoverlay(single, "single")["spec"]["capacity"] == {"nvidia.com/gpu": "56"}
+
+
 def test_taint_without_value_is_rendered_without_one() -> None:
     group = NodeGroupSpec("g", get_gpu("t4"), 1, 1, taints=(Taint("dedicated", "", "NoExecute"),))
-    pool = render_nodepool(GroupPlan(group), 1, NODEGROUP_LABEL)
+    pool = render_nodepool(GroupPlan(group), 1, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")
     assert pool["spec"]["template"]["spec"]["taints"] == [{"key": "dedicated", "effect": "NoExecute"}]
 
 

@@ -1,0 +1,154 @@
+"""The CUDA smoke test: a cuda-sample vectoradd pod on a GPU of the cluster, run to completion, and what a
+validation check (Check) is: validate.py runs it on every node group, in DRA mode through a ResourceClaim."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.objects import ensure_namespace
+from gpuctl.model import labels as L
+from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.progress import waiting
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+SMOKE_NAMESPACE = "gpuctl-system"
+SMOKE_TIMEOUT_S = 120.0
+SMOKE_LABELS = {L.MANAGED_BY: L.MANAGER, "app.kubernetes.io/name": "gpuctl-smoke-test"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
+              tolerations: list[dict[str, str]], claim: str | None = None, launch: bool = False) -> dict[str, Any]:
+    """The CUDA sample pod: one `resource` in its limits, or with `claim` its GPU from that ResourceClaim
+    (DRA mode; `resource` then only names the device class in messages). `launch`: for Karpenter to launch a
+    node for, so it selects only on what a NodePool promises (the group's labels), not on what the GPU stack
+    labels a node with once it runs."""
+    resources: dict[str, Any]
+    if claim is None:
+        present = {} if launch else {"nvidia.com/gpu.present": "true"}
+        resources, claims = {"limits": {resource: "1"}}, {}
+    else:  # the GPU Operator's gpu.present label may be absent: the DRA driver installs without it
+        present = {L.NFD_NVIDIA_PCI: "true"}
+        resources = {"claims": [{"name": "gpu"}]}
+        claims = {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {**present, **node_labels},
+            "tolerations": tolerations,
+            **claims,
+            "containers": [{"name": "cuda-vectoradd", "image": image, "resources": resources}],
+        },
+    }
+
+
+def smoke_claim(name: str, device_class: str) -> dict[str, Any]:
+    """The smoke test's ResourceClaim: one device of `device_class` (gpu.nvidia.com or mig.nvidia.com)."""
+    from gpuctl.model.dra import API_VERSION, device_request
+
+    return {"apiVersion": API_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
+            "spec": {"devices": {"requests": [device_request("gpu", device_class)]}}}
+
+
+def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: dict[str, str],
+                   tolerations: list[dict[str, str]], timeout: float = SMOKE_TIMEOUT_S, launch: bool = False) -> Check:
+    """Run the CUDA sample pod to completion; it passes on phase Succeeded with 'Test PASSED' logged."""
+    from kubernetes.client import CoreV1Api
+
+    v1 = CoreV1Api(client)
+    ensure_namespace(v1, SMOKE_NAMESPACE)
+    await_default_service_account(v1)
+    name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
+    with requesting("creating the smoke-test pod"):
+        v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, resource, node_labels, tolerations,
+                                                            launch=launch), field_manager=L.MANAGER)
+    try:
+        check, _ = await_smoke_test(v1, name, f"1 x {resource}", timeout)
+        return check
+    finally:
+        delete_smoke_pod(v1, name)
+
+
+def delete_smoke_pod(v1: Any, name: str) -> None:
+    try:
+        with requesting("deleting the smoke-test pod"):
+            v1.delete_namespaced_pod(name, SMOKE_NAMESPACE, grace_period_seconds=0)
+    except KubeNotFound:
+        pass  # gone already
+
+
+def await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
+    """A new namespace's `default` ServiceAccount comes from kube-controller-manager a moment later;
+    until then the ServiceAccount admission plugin refuses every pod in it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with requesting(f"reading {SMOKE_NAMESPACE}/default"):
+            if get_or_none(v1.read_namespaced_service_account, "default", SMOKE_NAMESPACE) is not None:
+                return
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"namespace {SMOKE_NAMESPACE} got no default ServiceAccount in {timeout:g}s",
+                              "check that kube-controller-manager runs")
+        time.sleep(0.2)
+
+
+def await_smoke_test(v1: Any, name: str, gpu: str, timeout: float, pause: Callable[[], None] | None = None,
+                      pending: Callable[[Any], str] | None = None) -> tuple[Check, Any]:
+    """Until the pod is done or `timeout`; `pause` between reads (0.5 s), `pending` says why a pod that is
+    still pending at the deadline is (default: its events). The check, and the pod as last read."""
+    deadline = time.monotonic() + timeout
+    pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
+    with waiting(f"smoke-test pod {SMOKE_NAMESPACE}/{name} to finish", timeout) as wait:
+        while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+            wait.update(f"{pod.status.phase}" + (f" on {pod.spec.node_name}" if pod.spec.node_name else ""))
+            (pause or (lambda: time.sleep(0.5)))()
+            pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
+    phase = pod.status.phase
+    where = f"on {pod.spec.node_name}" if pod.spec.node_name else "unscheduled"
+    if phase not in ("Succeeded", "Failed"):
+        why = pending(pod) if pending is not None and not pod.spec.node_name else diagnostics(v1, pod)
+        return Check("smoke-test", False, f"pod {name} still {phase} {where} after {timeout:.0f}s; {why}"), pod
+    try:
+        logs = v1.read_namespaced_pod_log(name, SMOKE_NAMESPACE)
+    except KubeApiError as exc:  # no "Test PASSED" then: the check fails, saying why there is no log
+        logs = f"(no log: {exc.detail})"
+    if phase == "Succeeded" and "Test PASSED" in logs:
+        return Check("smoke-test", True, f"CUDA vectoradd passed {where} with {gpu}"), pod
+    last = (logs.strip().splitlines() or ["(empty log)"])[-1]
+    return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {diagnostics(v1, pod)}"), pod
+
+
+def diagnostics(v1: Any, pod: Any) -> str:
+    parts = []
+    for status in pod.status.container_statuses or []:
+        state = status.state.terminated or status.state.waiting
+        if state is not None:
+            parts.append(f"container {status.name}: {state.reason or ''} exit {getattr(state, 'exit_code', '-')}")
+    events = v1.list_namespaced_event(SMOKE_NAMESPACE, field_selector=f"involvedObject.name={pod.metadata.name}").items
+    parts += [f"event {e.reason}: {e.message}" for e in events[-3:]]
+    if pod.spec.node_name:
+        node = v1.read_node(pod.spec.node_name)
+        bad = [f"{c.type}={c.status}" for c in node.status.conditions or []
+               if (c.type == "Ready") != (c.status == "True")]
+        parts.append(f"node {pod.spec.node_name} conditions: {', '.join(bad) or 'healthy'}")
+    return "; ".join(parts) or "no events"
