@@ -1,0 +1,197 @@
+"""Autoscaled, shared GPU pools on the sim, decided by Karpenter's own controller (sigs.k8s.io/karpenter v1.15.0,
+its kwok cloud provider, run beside the cluster by `--karpenter`): pending pods make it launch nodes from
+gpuctl's NodePools, the nodes join tainted, labelled and shared, the NodeOverlay sizes a time-sliced node by
+what it advertises, the pool's limit holds, empty nodes are consolidated away, and `cluster delete` has
+Karpenter terminate its NodeClaims first. Nothing in gpuctl launches, binds or removes a node here."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import run_gpuctl
+
+pytestmark = pytest.mark.integration
+CLUSTER = "karp"
+KARPENTER, NODE_GROUP = "karpenter.sh", "gpuctl.dev/nodegroup"
+WAIT_S = 90.0
+SPEC = {
+    "apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": CLUSTER},
+    "spec": {"provider": {"cloud": "sim"}, "karpenter": {"enabled": True}, "nodeGroups": [
+        {"name": "slices", "gpu": "t4", "nodes": 0, "maxNodes": 3, "sharing": {"timeSlicing": {"replicas": 4}}},
+        {"name": "mig", "gpu": "a100-40gb", "nodes": 0, "maxNodes": 1,
+         "sharing": {"mig": {"layout": "3g.20gb-2x2g.10gb"}}}]},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("karp")
+    env = dict(sim_env, KUBECONFIG=str(root / "kubeconfig"))
+    spec = root / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    proc = run_gpuctl("-o", "json", "apply", "-f", str(spec), env=env)
+    assert proc.returncode == 0, proc.stderr
+    env["APPLY"] = proc.stdout
+    env["SPEC"] = str(spec)
+    yield env
+    claims = len(custom(env).list_cluster_custom_object(KARPENTER, "v1", "nodeclaims")["items"])
+    proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env)
+    assert proc.returncode == 0, proc.stderr
+    if claims:  # Karpenter, still running, terminated them before the cluster went
+        assert f"Karpenter terminated {claims} NodeClaim(s)" in proc.stderr
+
+
+def api(env: dict[str, str]) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(env["KUBECONFIG"])
+
+
+def core(env: dict[str, str]) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(api(env))
+
+
+def custom(env: dict[str, str]) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api(env))
+
+
+def claims(env: dict[str, str]) -> list[dict[str, Any]]:
+    return custom(env).list_cluster_custom_object(KARPENTER, "v1", "nodeclaims")["items"]
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout: float = WAIT_S) -> float:
+    start = time.monotonic()
+    while not done():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"not after {timeout:.0f}s: {what}")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def create_pods(env: dict[str, str], group: str, resource: str, count: int) -> None:
+    v1 = core(env)
+    for i in range(count):
+        v1.create_namespaced_pod("default", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{group}-{i}", "labels": {"app": "karpenter-test"}},
+            "spec": {"nodeSelector": {NODE_GROUP: group},
+                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {resource: "1"}}}]}})
+
+
+def pods(env: dict[str, str]) -> list[Any]:
+    return core(env).list_namespaced_pod("default", label_selector="app=karpenter-test").items
+
+
+def running(env: dict[str, str]) -> list[Any]:
+    return [p for p in pods(env) if p.status.phase == "Running"]
+
+
+@pytest.fixture
+def from_zero(cluster: dict[str, str]) -> Iterator[dict[str, str]]:
+    """No test pods and no Karpenter nodes before and after a test: each starts from an empty pool."""
+    def reset() -> None:
+        core(cluster).delete_collection_namespaced_pod("default", label_selector="app=karpenter-test",
+                                                       grace_period_seconds=0)
+        for claim in claims(cluster):
+            custom(cluster).delete_cluster_custom_object(KARPENTER, "v1", "nodeclaims", claim["metadata"]["name"])
+        wait_for("no NodeClaims and no test pods", lambda: not claims(cluster) and not pods(cluster))
+
+    reset()
+    yield cluster
+    reset()
+
+
+def test_apply_runs_karpenter_and_validates_by_launching_a_node(cluster: dict[str, str]) -> None:
+    """The groups have no fixed node: validate's smoke test made Karpenter launch one of each, and passed."""
+    steps = {s["step"]: s for s in json.loads(cluster["APPLY"])["steps"]}
+    assert steps["install-karpenter"]["outcome"] == "created"
+    assert steps["apply-karpenter-nodepool"]["outcome"] == "created"
+    assert steps["ensure-nodegroup/slices"]["outcome"] == "no change"
+    for group in ("slices", "mig"):
+        assert steps[f"validate/{group}"]["outcome"] == "passed"
+    again = run_gpuctl("-o", "json", "plan", "-f", cluster["SPEC"], env=cluster)
+    assert again.returncode == 0, again.stderr
+    pools = custom(cluster).list_cluster_custom_object(KARPENTER, "v1", "nodepools")["items"]
+    assert sorted(p["metadata"]["name"] for p in pools) == ["gpuctl-mig", "gpuctl-slices"]
+
+
+def test_four_one_slice_pods_run_on_one_launched_node(from_zero: dict[str, str]) -> None:
+    env = from_zero
+    create_pods(env, "slices", "nvidia.com/gpu", 4)
+    wait_for("4 pods running", lambda: len(running(env)) == 4)
+    nodes = {p.spec.node_name for p in running(env)}
+    assert len(nodes) == 1, nodes
+    node = core(env).read_node(nodes.pop())
+    labels = node.metadata.labels
+    assert labels[NODE_GROUP] == "slices" and labels["node.kubernetes.io/instance-type"] == "g4dn.xlarge"
+    assert labels["nvidia.com/device-plugin.config"] == "slice-4"
+    assert node.status.allocatable["nvidia.com/gpu"] == "4"
+    assert [(t.key, t.effect) for t in node.spec.taints or []] == [("nvidia.com/gpu", "NoSchedule")]
+    # Karpenter's decision, by the overlay: the first NodeClaim was sized for all four pods
+    first = min(claims(env), key=lambda c: c["metadata"]["creationTimestamp"])
+    assert first["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert first["metadata"]["annotations"]["karpenter.sh/capacity-overlay-applied"] == "true"
+    proc = run_gpuctl("-o", "json", "validate", "--nodegroup", "slices", env=env)
+    assert proc.returncode == 0, proc.stderr
+    capacity = next(c for c in json.loads(proc.stdout) if c["check"] == "capacity")
+    assert "nvidia.com/gpu" in capacity["detail"]
+
+
+def test_the_pool_limit_holds(from_zero: dict[str, str]) -> None:
+    """13 one-slice pods on a pool of at most 3 nodes x 4 slices: 12 run, one stays pending."""
+    env = from_zero
+    create_pods(env, "slices", "nvidia.com/gpu", 13)
+    wait_for("12 pods running", lambda: len(running(env)) == 12)
+    time.sleep(5)  # Karpenter had its chance to launch a fourth node
+    assert len(running(env)) == 12
+    assert len({p.spec.node_name for p in running(env)}) == 3
+    assert len([c for c in claims(env) if c["metadata"]["labels"].get(NODE_GROUP) == "slices"]) == 3
+
+
+def test_empty_nodes_are_consolidated(from_zero: dict[str, str]) -> None:
+    env = from_zero
+    create_pods(env, "slices", "nvidia.com/gpu", 2)
+    wait_for("2 pods running", lambda: len(running(env)) == 2)
+    core(env).delete_collection_namespaced_pod("default", label_selector="app=karpenter-test", grace_period_seconds=0)
+    wait_for("the empty node consolidated away", lambda: not claims(env), timeout=150)
+
+
+def test_a_mig_pod_gets_a_p4d_with_the_layout(from_zero: dict[str, str]) -> None:
+    env = from_zero
+    create_pods(env, "mig", "nvidia.com/mig-3g.20gb", 1)
+    wait_for("the MIG pod running", lambda: len(running(env)) == 1, timeout=120)
+    node = core(env).read_node(running(env)[0].spec.node_name)
+    labels = node.metadata.labels
+    assert labels["node.kubernetes.io/instance-type"] == "p4d.24xlarge"
+    assert labels["nvidia.com/mig.config"] == "custom-3g.20gb-2x2g.10gb"
+    assert labels["nvidia.com/mig.config.state"] == "success"
+    assert node.status.allocatable["nvidia.com/mig-3g.20gb"] == "8"
+
+
+def test_without_the_overlay_four_pods_take_four_nodes(from_zero: dict[str, str]) -> None:
+    """The control: Karpenter sizes a node by its physical GPU and launches one per one-slice pod."""
+    env = from_zero
+    overlay = custom(env).get_cluster_custom_object(KARPENTER, "v1alpha1", "nodeoverlays", "gpuctl-slices")
+    custom(env).delete_cluster_custom_object(KARPENTER, "v1alpha1", "nodeoverlays", "gpuctl-slices")
+    try:
+        time.sleep(2)  # Karpenter's nodeoverlay controller re-evaluates the pool's instance types
+        create_pods(env, "slices", "nvidia.com/gpu", 4)
+        wait_for("4 pods running", lambda: len(running(env)) == 4)
+        assert len(claims(env)) == 4
+        assert all(c["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "1" for c in claims(env))
+    finally:
+        proc = run_gpuctl("apply", "-f", env["SPEC"], env=env)  # puts the overlay back
+        assert proc.returncode == 0, proc.stderr
+        assert custom(env).get_cluster_custom_object(KARPENTER, "v1alpha1", "nodeoverlays", "gpuctl-slices")[
+            "spec"] == overlay["spec"]
