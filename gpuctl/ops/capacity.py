@@ -24,13 +24,17 @@ from gpuctl.ops.validate import (
     check_device_plugins,
     device_plugin_rollouts,
     expected_resources,
+    raced_plugin_nodes,
     read_configs,
 )
+from gpuctl.util.output import info
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
 
+RACE_GRACE_S = 10.0  # a device plugin registers its GPUs within seconds of starting
+CONFIG_RACE_SHORT = "launched by Karpenter, its device plugin serves no GPU (NVIDIA/k8s-device-plugin #1645)"
 PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
 
 
@@ -42,6 +46,7 @@ class CapacityState:
     capacity: Check
     agents: Check
     counts: tuple[Count, ...]
+    raced: tuple[str, ...] = ()  # Karpenter's nodes whose plugin lost the config race (validate.raced_plugin_nodes)
 
     @property
     def ok(self) -> bool:
@@ -68,7 +73,8 @@ def capacity_check(client: ApiClient, selector: str, dra: bool) -> CapacityState
     if (rollout := found[1]) is not None:
         counts += [Count("device-plugin pods updated", rollout.updated, rollout.desired),
                    Count("ready", min(rollout.ready, rollout.pods_ready), rollout.desired)]
-    return CapacityState(check_capacity(nodes, expected), check_device_plugins(client, found), tuple(counts))
+    return CapacityState(check_capacity(nodes, expected), check_device_plugins(client, found), tuple(counts),
+                         tuple(raced_plugin_nodes(nodes, expected)))
 
 
 def _dra_check(client: ApiClient, nodes: list[V1Node], mig: dict[str, Any]) -> CapacityState:
@@ -93,11 +99,12 @@ def _dra_check(client: ApiClient, nodes: list[V1Node], mig: dict[str, Any]) -> C
 
 
 def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bool, timeout: float | None = None,
-                  stall: float = STALL_S) -> Change:
+                  stall: float = STALL_S, restart_raced: bool = False) -> Change:
     """Until the nodes offer what was configured (allocatable, or in DRA mode published devices) and the
     device plugin (kubelet plugin) is rolled out and ready; the capacity check is appended to `checks`.
     Ends with WaitTimeout (exit 7) when nothing converges for `stall` seconds, or after `timeout`
-    (default: the command's --timeout, gpuctl.util.waiting.wait_limit)."""
+    (default: the command's --timeout, gpuctl.util.waiting.wait_limit). `restart_raced` (apply): a node
+    Karpenter launched whose plugin has served no GPU for RACE_GRACE_S gets its plugin pod restarted, once."""
     from gpuctl.stack.dra_driver import NAMESPACE as DRA_NAMESPACE
 
     what = "DRA devices" if dra else "allocatable GPUs"
@@ -105,9 +112,13 @@ def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bo
              else "the device-plugin pods in namespace gpu-operator")
     last: list[CapacityState] = []
 
+    restarted: set[str] = set()
+
     def look() -> Look:
         state = capacity_check(client, selector, dra)
         last[:] = [state]
+        if restart_raced and (due := [n for n in state.raced if n not in restarted]):
+            restarted.update(restart_raced_plugins(client, due))
         wrong = state.agents if state.capacity.ok else state.capacity
         return Look(state.ok, state.counts, "" if state.ok else wrong.detail)
 
@@ -118,3 +129,29 @@ def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bo
         if last:
             checks.append(last[0].capacity)
     return Change.NO_CHANGE  # waiting changes nothing; the results are checks
+
+
+def restart_raced_plugins(client: ApiClient, nodes: list[str]) -> list[str]:
+    """Delete the device-plugin pod of each of `nodes` that has run for RACE_GRACE_S (a plugin just started
+    has not registered yet); its DaemonSet starts a new one, which registers the GPUs. The nodes done."""
+    from datetime import datetime, timezone
+
+    from gpuctl.kube.errors import KubeNotFound, requesting
+    from gpuctl.ops.status import PLUGIN_SELECTOR, pods_by_node
+
+    pods = pods_by_node(client, PLUGIN_SELECTOR, "device-plugin")
+    now = datetime.now(timezone.utc)
+    done = []
+    for node in nodes:
+        pod = pods.get(node)
+        if pod is None or pod.status.phase != "Running" or pod.status.start_time is None \
+                or (now - pod.status.start_time).total_seconds() < RACE_GRACE_S:
+            continue
+        info(f"  {node}: {CONFIG_RACE_SHORT}; restarting its device-plugin pod {pod.metadata.name}")
+        try:
+            with requesting(f"deleting device-plugin pod {pod.metadata.name}"):
+                core(client).delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+        except KubeNotFound:
+            pass  # gone already: its successor registers
+        done.append(node)
+    return done

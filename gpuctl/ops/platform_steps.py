@@ -227,7 +227,7 @@ def _capacity_step(client: ApiClient, selector: str, group: str, dra: bool, run:
     from gpuctl.ops.capacity import wait_capacity
 
     return Step(f"wait-capacity/{group}", lambda: observe.capacity(client, selector, dra, run.changed),
-                lambda: wait_capacity(client, selector, run.checks, dra), check=True)
+                lambda: wait_capacity(client, selector, run.checks, dra, restart_raced=True), check=True)
 
 
 def _tenant_step(client: ApiClient, tenant: Tenant, adopt_field: str, dra: bool) -> Step:

@@ -63,10 +63,26 @@ def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs
     return {L.GPU_RESOURCE: gpus * sharing.replicas}
 
 
+# NVIDIA/k8s-device-plugin #1645 (open since v0.18.2): on a node whose config label comes from a NodePool template
+# the config-manager races the plugin's start, and the plugin registers nvidia.com/gpu=0 until its pod restarts.
+CONFIG_RACE = ("launched by Karpenter and advertising no GPU: the device plugin's config-manager start-up race "
+               "(NVIDIA/k8s-device-plugin #1645); 'gpuctl apply' restarts its plugin pod once")
+
+
+def raced_plugin_nodes(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> list[str]:
+    """The nodes Karpenter launched that advertise no nvidia.com/gpu where their configuration promises some."""
+    from gpuctl.kube.gpu_nodes import gpu_resources
+
+    return [n.metadata.name for n in nodes if L.KARPENTER_NODEPOOL in (n.metadata.labels or {})
+            and expected[n.metadata.name].get(L.GPU_RESOURCE) and not gpu_resources(n).get(L.GPU_RESOURCE)]
+
+
 def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> Check:
     from gpuctl.kube.gpu_nodes import gpu_resources
 
+    raced = set(raced_plugin_nodes(nodes, expected))
     wrong = [f"{n.metadata.name} has {gpu_resources(n) or 'none'}, expected {expected[n.metadata.name]}"
+             + (f" ({CONFIG_RACE})" if n.metadata.name in raced else "")
              for n in nodes if gpu_resources(n) != expected[n.metadata.name]]
     if wrong:
         return Check("capacity", False, "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))

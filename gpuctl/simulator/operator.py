@@ -77,6 +77,11 @@ LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod lo
 MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
 EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stages (templates/sim/stages.yaml)
 CRASH = "sim.gpuctl.dev/crash"  # a plugin pod that exited with this error; its Stage makes it not ready
+# A fault a test turns on for a node (a NodePool's template annotations carry it to the nodes Karpenter launches):
+# the first device-plugin pod on the node serves 0 GPUs until it is restarted, as NVIDIA/k8s-device-plugin #1645
+# (open since v0.18.2) reports for nodes whose config label comes from a NodePool template: the config-manager
+# races the plugin's start, which then registers nvidia.com/gpu=0 and keeps it; a restarted pod registers right.
+CONFIG_RACE = "sim.gpuctl.dev/fault-plugin-config-race"
 CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
 GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
 DEVICE_PLUGIN = next(o for o in OPERANDS if o.name == L.DEVICE_PLUGIN_APP)
@@ -217,15 +222,19 @@ class SimOperator:
                 self.v1.patch_namespaced_pod(plugin_pod.metadata.name, self.namespace,
                                              {"metadata": {"annotations": {CRASH: result.error}}},
                                              _content_type=MERGE_PATCH)
+            first_pod = loaded is None
             loaded = {"pod": pod_uid, "inputs": inputs, "strategy": result.sharing.strategy,
                       "replicas": result.sharing.replicas, "error": result.error}
+            if first_pod and annotations.get(CONFIG_RACE) == "true":
+                loaded["raced"] = True
             if json.dumps(loaded, sort_keys=True) != annotations.get(LOADED):
                 want_annotations[LOADED] = json.dumps(loaded, sort_keys=True)
         serving = loaded is not None and pod_uid is not None and loaded["pod"] == pod_uid and not loaded.get("error")
         sharing = Sharing(loaded["strategy"], loaded["replicas"]) if serving else NO_SHARING
 
         # MIG manager: pending first, then success or failed against the GPU's real geometry.
-        resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas if serving else 0}
+        raced = serving and bool(loaded and loaded.get("raced"))
+        resources: dict[str, int] = {L.GPU_RESOURCE: gpus * sharing.replicas if serving and not raced else 0}
         product = model.product
         mig_wanted = labels.get(L.MIG_CONFIG) or want_labels.get(L.MIG_CONFIG)
         mig_state = labels.get(L.MIG_STATE)

@@ -195,3 +195,36 @@ def test_without_the_overlay_four_pods_take_four_nodes(from_zero: dict[str, str]
         assert proc.returncode == 0, proc.stderr
         assert custom(env).get_cluster_custom_object(KARPENTER, "v1alpha1", "nodeoverlays", "gpuctl-slices")[
             "spec"] == overlay["spec"]
+
+
+def test_a_launched_node_whose_plugin_lost_the_config_race_is_named_and_restarted(from_zero: dict[str, str]) -> None:
+    """NVIDIA/k8s-device-plugin #1645, turned on for the pool's nodes by the sim's fault annotation: a launched
+    node advertises no GPU. validate names the cause; apply restarts that node's plugin pod once, and it serves."""
+    from gpuctl.simulator.operator import CONFIG_RACE
+
+    env = from_zero
+    pool = ("karpenter.sh", "v1", "nodepools", "gpuctl-slices")
+    patch = {"spec": {"template": {"metadata": {"annotations": {CONFIG_RACE: "true"}}}}}
+    custom(env).patch_cluster_custom_object(*pool, patch)
+    try:
+        create_pods(env, "slices", "nvidia.com/gpu", 1)
+
+        def raced() -> bool:
+            nodes = core(env).list_node(label_selector=f"{NODE_GROUP}=slices").items
+            return any("sim.gpuctl.dev/device-plugin-loaded" in (n.metadata.annotations or {}) for n in nodes)
+
+        wait_for("a launched node whose plugin loaded", raced)
+        node = core(env).list_node(label_selector=f"{NODE_GROUP}=slices").items[0]
+        assert node.status.allocatable.get("nvidia.com/gpu", "0") == "0"
+        proc = run_gpuctl("-o", "json", "validate", "--nodegroup", "slices", "--timeout", "5", env=env)
+        assert proc.returncode != 0
+        capacity = next(c for c in json.loads(proc.stdout) if c["check"] == "capacity")
+        assert not capacity["ok"] and "NVIDIA/k8s-device-plugin #1645" in capacity["detail"], capacity
+        proc = run_gpuctl("apply", "-f", env["SPEC"], env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{node.metadata.name}: launched by Karpenter" in proc.stderr
+        assert core(env).read_node(node.metadata.name).status.allocatable["nvidia.com/gpu"] == "4"
+        wait_for("the pod running", lambda: len(running(env)) == 1)
+    finally:
+        patch["spec"]["template"]["metadata"]["annotations"][CONFIG_RACE] = None
+        custom(env).patch_cluster_custom_object(*pool, patch)
