@@ -197,6 +197,11 @@ def ensure_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Change:
             with requesting(f"applying {kind} {target[-1]}"):
                 apply(api.patch_cluster_custom_object, *target, obj)
         except KubeNotFound:  # the resource type itself is unknown
+            if kind == "NodeOverlay":  # the pools work without it; Karpenter then sizes by physical GPUs
+                info(f"  the cluster's Karpenter has no NodeOverlay resource ({target[0]}/{target[1]}): "
+                     f"{target[-1]} not applied, so Karpenter launches a node per physical GPU requested; "
+                     "install a Karpenter release that serves it to size shared nodes by what they advertise")
+                continue
             raise ClusterError(f"the cluster has no {kind} resource ({target[0]}/{target[1]}): Karpenter v1 is "
                                "not installed", "install Karpenter (https://karpenter.sh) or drop --karpenter"
                                ) from None

@@ -73,6 +73,8 @@ def test_create_runs_the_whole_flow_and_validates(eks: Eks) -> None:
     assert steps["ensure-cluster"] == steps["ensure-nodegroup/gpu"] == steps["apply-karpenter-nodepool"] == "created"
     assert steps["validate/gpu"] == "passed"
     assert all(c["ok"] for c in eks.first["checks"])
+    # gpuctl does not run Karpenter on EKS: the NodeOverlay it writes is in force only with Karpenter's gate on
+    assert "FEATURE_GATES=NodeOverlay=true" in eks.outputs[1]
     assert eks.first["nodeGroups"] == [{"name": "gpu", "cluster": "eks1", "gpu": "t4", "nodes": 1, "ready_nodes": 1,
                                         "gpus_per_node": 1}]
 
@@ -139,7 +141,9 @@ def test_karpenter_nodepool_and_ec2nodeclass_exist(eks: Eks) -> None:
     assert requirements["karpenter.sh/capacity-type"] == ["on-demand", "spot"]
     assert spec["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert spec["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpuctl-gpu"}
-    assert pool["spec"]["limits"] == {"nvidia.com/gpu": 1}
+    assert pool["spec"]["limits"] == {"nodes": 1, "nvidia.com/gpu": 4}  # 1 node of 1 T4 sliced 4 ways
+    overlay = api.get_cluster_custom_object("karpenter.sh", "v1alpha1", "nodeoverlays", "gpuctl-gpu")
+    assert overlay["spec"]["capacity"] == {"nvidia.com/gpu": "4"}
     assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m",
                                           "budgets": [{"nodes": "10%"}]}  # the real CRD's default
     assert {f["manager"] for f in pool["metadata"]["managedFields"]} == {"gpuctl"}

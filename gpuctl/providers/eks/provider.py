@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 CLUSTER_TIMEOUT_S = 25 * 60.0  # EKS control planes take 10-15 minutes
 NODEGROUP_TIMEOUT_S = 20 * 60.0
+KARPENTER_DRAIN_TIMEOUT_S = 10 * 60.0  # Karpenter terminates an instance (drain, then EC2) in a minute or two
 ROLE_PROPAGATION_S = 60.0  # a new IAM role can be refused by EKS for a few seconds after creation
 CLUSTER_FAILED = frozenset({"FAILED", GONE})
 NODEGROUP_FAILED = frozenset({"CREATE_FAILED", "DELETE_FAILED", "DEGRADED", GONE})
@@ -175,6 +176,7 @@ class EksProvider:
             raise UsageError("--name", f"EKS cluster {name!r} has node groups gpuctl did not create: "
                              f"{', '.join(g['nodegroupName'] for g in foreign)}",
                              "delete them with the tool that made them, then rerun")
+        self._remove_karpenter_capacity(name, cluster)
         for group in ours:
             with translated(f"deleting node group {group['nodegroupName']!r}"):
                 self._eks().delete_nodegroup(clusterName=name, nodegroupName=group["nodegroupName"])
@@ -191,6 +193,25 @@ class EksProvider:
         delete_role(self.aws.client("iam"), cluster_role_name(name))
         self._delete_node_role(name, remaining=[])
         return Change.DELETED
+
+    def _remove_karpenter_capacity(self, name: str, cluster: dict[str, Any]) -> None:
+        """gpuctl's NodePools and NodeOverlays go first, and Karpenter terminates the instances they launched, while
+        it still runs (it may run on the node groups deleted next): instances would outlive the cluster. A cluster
+        that cannot be reached is said and left to the rest of the delete."""
+        from gpuctl.kube.client import api_client
+        from gpuctl.stack.karpenter import remove_capacity
+        from gpuctl.util.errors import GpuctlError
+
+        if cluster["status"] != "ACTIVE":
+            return
+        try:
+            claims = remove_capacity(api_client(config_dict=self.kubeconfig(name)), KARPENTER_DRAIN_TIMEOUT_S)
+        except GpuctlError as exc:
+            info(f"  could not remove gpuctl's Karpenter NodePools of EKS cluster {name!r} first: {exc.message}; "
+                 "instances Karpenter launched may outlive the cluster: check EC2 for karpenter.sh/nodepool tags")
+            return
+        if claims:
+            info(f"  Karpenter terminated {claims} NodeClaim(s) of EKS cluster {name!r}")
 
     def _delete_node_role(self, cluster: str, remaining: list[dict[str, Any]]) -> None:
         """Delete the node role gpuctl made, unless a node group that stays still uses it."""

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 UPSTREAM = Path(__file__).resolve().parents[3].parent / "shared" / "upstream" / "karpenter-provider-aws-v1.14.1"
-CRDS = (UPSTREAM / "karpenter.sh_nodepools.yaml", UPSTREAM / "karpenter.k8s.aws_ec2nodeclasses.yaml")
+CRDS = (UPSTREAM / "karpenter.sh_nodepools.yaml", UPSTREAM / "karpenter.sh_nodeoverlays.yaml",
+        UPSTREAM / "karpenter.k8s.aws_ec2nodeclasses.yaml")
 
 
 def install_karpenter_crds(client: ApiClient, timeout: float = 60.0) -> None:
