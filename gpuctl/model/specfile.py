@@ -329,14 +329,13 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     model = GPUS.get(group.gpu)
     if model is None:
         raise UsageError(f"{path}.gpu", f"unknown GPU {shown(group.gpu)}", f"use one of: {', '.join(GPUS)}")
-    if doc.karpenter and group.nodes == 0:  # Karpenter launches them: the pool's maxNodes bounds it
-        if (group.max_nodes or 0) < 1:
-            raise UsageError(f"{path}.maxNodes", "a node group of 0 nodes needs maxNodes of at least 1 for "
-                             "Karpenter to launch", "set maxNodes (--max-nodes)")
-    elif group.nodes == 0:
+    if group.nodes == 0 and not doc.karpenter:
         raise UsageError(f"{path}.nodes", "must be at least 1, got 0 (0 is for node groups Karpenter launches)",
                          "pass nodes 1 or more, or turn Karpenter on (--karpenter)")
-    check_count(group.nodes, f"{path}.nodes", minimum=0)
+    check_count(group.nodes, f"{path}.nodes", minimum=0 if doc.karpenter else 1)
+    if group.nodes == 0 and (group.max_nodes or 0) < 1:  # Karpenter launches them, up to maxNodes
+        raise UsageError(f"{path}.maxNodes", "a node group of 0 nodes needs maxNodes of at least 1 for "
+                         "Karpenter to launch", "set maxNodes (--max-nodes)")
     per_node = model.default_gpus_per_node if group.gpus_per_node is None else group.gpus_per_node
     check_count(per_node, f"{path}.gpusPerNode", maximum=MAX_GPUS_PER_NODE)
     if group.min_nodes is not None and not 0 <= group.min_nodes <= group.nodes:

@@ -96,7 +96,7 @@ BROKEN = [
     ("spec.gpuOperator.migStrategy", "mix", "spec.gpuOperator.migStrategy: unknown strategy 'mix'"),
     ("spec.gpuOperator.validate", "yes", "spec.gpuOperator.validate: must be a boolean, got str 'yes'"),
     ("spec.gpuOperator.driver", True, "spec.gpuOperator.driver: unknown key"),
-    ("spec.karpenter", {"enabled": True}, "spec.karpenter.enabled: Karpenter pools need cloud eks, not sim"),
+    ("spec.karpenter", {"enabled": "yes"}, "spec.karpenter.enabled: must be a boolean, got str 'yes'"),
     ("spec.tenants[0].gpus", -1, "spec.tenants[0].gpus: must be at least 0, got -1"),
     ("spec.tenants[0].name", "Team A", "spec.tenants[0].name: 'Team A' is not a valid name"),
     ("spec.tenants[1].mig", {"big": 2}, "spec.tenants[1].mig: 'big' is not a MIG profile"),
@@ -110,6 +110,27 @@ def test_broken_spec_fails_with_its_field_path(path: str, value: object, expecte
     with pytest.raises(UsageError) as err:
         validate(apply_defaults(parse(edit(path, value)), capabilities_of), capabilities_of)
     assert err.value.one_line().startswith(expected), err.value.one_line()
+
+
+def test_karpenter_groups_may_start_empty_up_to_max_nodes() -> None:
+    """0 fixed nodes is for a group Karpenter launches, and only with a maxNodes to launch up to."""
+    def checked(doc: dict) -> None:
+        validate(apply_defaults(parse(doc), capabilities_of), capabilities_of)
+
+    doc = good()
+    doc["spec"]["karpenter"] = {"enabled": True}
+    doc["spec"]["nodeGroups"][0].update(nodes=0, maxNodes=3)
+    checked(doc)
+    del doc["spec"]["nodeGroups"][0]["maxNodes"]
+    with pytest.raises(UsageError, match=r"^spec.nodeGroups\[0\].maxNodes: a node group of 0 nodes needs maxNodes"):
+        checked(doc)
+    doc["spec"]["nodeGroups"][0]["nodes"] = -1
+    with pytest.raises(UsageError, match=r"nodes: must be at least 0, got -1"):
+        checked(doc)
+    doc["spec"]["provider"] = {"cloud": "openstack"}
+    doc["spec"]["nodeGroups"][0].update(nodes=1)
+    with pytest.raises(UsageError, match="spec.karpenter.enabled: Karpenter pools need cloud sim or eks, not openstack"):
+        checked(doc)
 
 
 def test_corpus_is_large_enough() -> None:
