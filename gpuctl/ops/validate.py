@@ -10,6 +10,7 @@ that gets its GPU through a ResourceClaim, which the scheduler must have allocat
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -279,7 +280,25 @@ def _launch_a_node(client: ApiClient, nodegroup: str, image: str, timeout: float
     resource = next((k for k, v in sorted(wanted.items()) if v and k != L.GPU_RESOURCE), L.GPU_RESOURCE)
     check = run_smoke_test(client, image, resource, {L.NODEGROUP: nodegroup}, tolerations_of(plan.spec.taints),
                            timeout, launch=True)
+    if check.ok:  # the node is in; the checks that follow look at it once it has joined as configured
+        _await_configured(client, nodegroup, timeout)
     return replace(check, detail=f"launched by Karpenter: {check.detail}") if check.ok else check
+
+
+def _await_configured(client: ApiClient, nodegroup: str, timeout: float) -> None:
+    """Until the group's nodes advertise what their configuration says, or `timeout`: a node Karpenter has just
+    launched runs pods before its device plugin has applied the group's sharing."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.gpu_nodes import gpu_nodes
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        plugin, mig = read_configs(client)
+        nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+        if check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}).ok:
+            return
+        time.sleep(0.5)
 
 
 def _mig_strategy(client: ApiClient) -> str:

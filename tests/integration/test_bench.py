@@ -57,3 +57,22 @@ def test_bench_dra_runs(sim_env: dict[str, str]) -> None:
     assert figures["pods"] == 32 and figures["nodes"] == 4
     assert figures["extended_s"] > 0 and figures["dra_s"] > 0
     assert figures["ratio"] == pytest.approx(figures["dra_s"] / figures["extended_s"], rel=0.01)
+
+
+def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
+    # 8 pods, 4 slices a node: Karpenter launches them with and without the overlay; the counts are printed, not
+    # asserted beyond what holds on every run (Karpenter's in-flight re-evaluation may add nodes to either).
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "karpenter"), "--pods", "8"],
+                          capture_output=True, text=True, env=sim_env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("8 one-slice pods") and "overlay saves" in proc.stdout
+    assert any(line.startswith("overlay         8 ") for line in lines), proc.stdout  # the table's two runs
+    assert any(line.startswith("no overlay      8 ") for line in lines), proc.stdout
+    [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert figures["pods"] == 8 and set(figures["runs"]) == {"overlay", "no overlay"}
+    for run in figures["runs"].values():
+        assert run["seconds"] > 0 and run["minimum"] == 2 and run["claims"] >= run["nodes_used"] >= 2
+        assert run["gpus"] == run["claims"]  # g4dn.xlarge: one T4 each
+    assert figures["runs"]["no overlay"]["overlay_applied"] == 0
+    assert figures["runs"]["overlay"]["overlay_applied"] == figures["runs"]["overlay"]["claims"]
