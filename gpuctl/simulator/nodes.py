@@ -7,11 +7,20 @@ from typing import Any
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.model.taints import Taint
 
 DRIVER_VERSION = "570.172.08"  # what the simulated node image ships
 CUDA_VERSION = (12, 8)  # the newest CUDA that driver runs; newer CUDA images fail on it
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SYSTEM_NODE = "system-0"
+# A real kubelet registers a node without device-plugin resources: they appear once a plugin has registered
+# with its device manager (and are zeroed at every kubelet start: Kubernetes v1.36.3
+# pkg/kubelet/nodestatus/setters.go, pkg/kubelet/cm/devicemanager). Karpenter's kwok provider creates its nodes
+# with the NodeClaim's requests as capacity instead (kwok/cloudprovider/cloudprovider.go toNode), so pods would
+# bind to GPUs no plugin serves yet. The sim's NodePools give launched nodes this startup taint (Karpenter treats
+# it as temporary, and initializes a node only once it is gone); the simulated operator removes it once the
+# node's device plugin serves what it was configured with: from then on the node is what a real one would be.
+DEVICES_PENDING = Taint("sim.gpuctl.dev/devices-pending", "", "NoSchedule")
 
 
 def node_name(group: str, index: int) -> str:

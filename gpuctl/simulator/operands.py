@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.model import labels as L
+from gpuctl.simulator.nodes import DEVICES_PENDING
 from gpuctl.stack.values import NAMESPACE
 
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
@@ -139,7 +140,9 @@ def render_daemon_set(operand: Operand, policy: Policy, namespace: str = NAMESPA
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {"nodeSelector": {DEPLOY + operand.deploy: "true", **operand.selector},
-                         "tolerations": policy.tolerations, "priorityClassName": "system-node-critical",
+                         # and the sim's startup taint, which waits for these very pods (nodes.py)
+                         "tolerations": [*policy.tolerations, DEVICES_PENDING.toleration()],
+                         "priorityClassName": "system-node-critical",
                          "containers": [_container(operand, policy)]},
             },
         },

@@ -54,7 +54,7 @@ from gpuctl.model.mig import advertised_resources, layout_from_counts, parse_mig
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
-from gpuctl.simulator.nodes import CUDA_VERSION
+from gpuctl.simulator.nodes import CUDA_VERSION, DEVICES_PENDING
 from gpuctl.simulator.operands import (
     CLUSTER_POLICY,
     HASH_ANNOTATION,
@@ -289,7 +289,15 @@ class SimOperator:
             "nvidia.com/gpu.sharing-strategy": sharing.strategy,
             L.MPS_CAPABLE: str(sharing.strategy == "mps").lower(),
         })
-        self._patch_node(node, want_labels, want_annotations, resources)
+        version = self._patch_node(node, want_labels, want_annotations, resources)
+        mig_state = want_labels.get(L.MIG_STATE) or labels.get(L.MIG_STATE)
+        settled = model.mig is None or not mig_wanted or mig_state in ("success", "failed")
+        if (not policy.enabled(DEVICE_PLUGIN) or (serving and settled)) and \
+                any(t.key == DEVICES_PENDING.key for t in node.spec.taints or []):
+            # the device plugin serves the node as configured: it is what a real node would be now (nodes.py)
+            taints = [t.to_dict() for t in node.spec.taints if t.key != DEVICES_PENDING.key]
+            self.v1.patch_node(node.metadata.name, {"metadata": {"resourceVersion": version},
+                                                    "spec": {"taints": taints}})
 
     def _mig_fits(self, model: GpuModel, mig_configs: dict[str, dict[str, int] | None], name: str) -> bool:
         if model.mig is None or name not in mig_configs:
@@ -301,7 +309,8 @@ class SimOperator:
         return True
 
     def _patch_node(self, node: Any, labels: dict[str, str | None], annotations: dict[str, str | None],
-                    resources: dict[str, int]) -> None:
+                    resources: dict[str, int]) -> str:
+        """Write what differs; the node's resourceVersion after the writes."""
         # Every write is conditional on the node as read (resourceVersion): what was decided from a node
         # that has changed since (gpuctl relabelled it meanwhile) must not land, as the real operator's do not
         # (gpu-operator v25 controllers/state_manager.go labelGPUNodes: Client.Update of the node it listed,
@@ -323,9 +332,11 @@ class SimOperator:
         stale = {k: None for k in listed if GPU_REQUEST.match(k) and k not in want}
         if stale or any(allocatable.get(k) != v for k, v in want.items()):
             status = {**want, **stale}
-            self.v1.patch_node_status(node.metadata.name, {"metadata": {"resourceVersion": version},
-                                                           "status": {"capacity": status, "allocatable": status}},
-                                      _content_type=MERGE_PATCH)
+            version = self.v1.patch_node_status(
+                node.metadata.name, {"metadata": {"resourceVersion": version},
+                                     "status": {"capacity": status, "allocatable": status}},
+                _content_type=MERGE_PATCH).metadata.resource_version
+        return str(version)
 
     # -- the CUDA runtime ------------------------------------------------------------------
 

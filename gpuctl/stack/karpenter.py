@@ -23,6 +23,7 @@ from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.mig import advertised_resources, config_name
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.spec import GroupPlan, PlatformSpec
+from gpuctl.model.taints import Taint
 from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.output import info
 from gpuctl.util.templating import render_template
@@ -65,7 +66,8 @@ def advertised(plan: GroupPlan, mig_strategy: str) -> dict[str, int]:
 
 
 def render_nodepool(plan: GroupPlan, max_nodes: int, group_label: str, node_class: NodeClass,
-                    mig_strategy: str, consolidate_after: str = CONSOLIDATE_AFTER) -> dict[str, Any]:
+                    mig_strategy: str, consolidate_after: str = CONSOLIDATE_AFTER,
+                    startup_taints: tuple[Taint, ...] = ()) -> dict[str, Any]:
     """The NodePool for the node group's GPU, limited to `max_nodes` nodes (and their GPUs, counted as the nodes
     advertise them). The nodes it launches join as the group's: its `group_label` (what status and validate
     select on), taints and labels, and its device-plugin or MIG config label, so the plugin serves the group's
@@ -88,8 +90,8 @@ def render_nodepool(plan: GroupPlan, max_nodes: int, group_label: str, node_clas
         managed_labels=MANAGED, node_labels=node_labels, node_class=node_class,
         gpu_name=group.gpu.karpenter_name, gpu_memory_mib=group.gpu.karpenter_memory_mib,
         gpus_per_node=group.gpus_per_node, capacity_types=list(CAPACITY_TYPES),
-        taints=[t.as_dict() for t in group.taints], expire_after=EXPIRE_AFTER, limits=limits,
-        consolidate_after=consolidate_after))
+        taints=[t.as_dict() for t in group.taints], startup_taints=[t.as_dict() for t in startup_taints],
+        expire_after=EXPIRE_AFTER, limits=limits, consolidate_after=consolidate_after))
 
 
 def render_nodeoverlay(plan: GroupPlan, mig_strategy: str) -> dict[str, Any] | None:
@@ -111,13 +113,14 @@ def render_nodeoverlay(plan: GroupPlan, mig_strategy: str) -> dict[str, Any] | N
 
 
 def pool_objects(spec: PlatformSpec, group_label: str, node_class: NodeClass,
-                 consolidate_after: str = CONSOLIDATE_AFTER) -> list[dict[str, Any]]:
+                 consolidate_after: str = CONSOLIDATE_AFTER, startup_taints: tuple[Taint, ...] = ()
+                 ) -> list[dict[str, Any]]:
     """The NodePool of each node group of the run, each followed by its NodeOverlay where it has one."""
     objects: list[dict[str, Any]] = []
     strategy = spec.stack.mig_strategy
     for plan in spec.groups:
         objects.append(render_nodepool(plan, plan.spec.bounds()[1], group_label, node_class, strategy,
-                                       consolidate_after))
+                                       consolidate_after, startup_taints))
         if (overlay := render_nodeoverlay(plan, strategy)) is not None:
             objects.append(overlay)
     return objects

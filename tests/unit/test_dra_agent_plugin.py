@@ -12,6 +12,7 @@ from kubernetes.client import (
     V1Container,
     V1ContainerExtendedResourceRequest,
     V1Node,
+    V1NodeSpec,
     V1NodeStatus,
     V1ObjectMeta,
     V1Pod,
@@ -78,15 +79,16 @@ class RecordingCoreV1:
         self.calls.append(("patch_node", name, body))
         return V1Node(metadata=V1ObjectMeta(name=name, resource_version="2"))
 
-    def patch_node_status(self, name: str, body: dict[str, Any], **_: Any) -> None:
+    def patch_node_status(self, name: str, body: dict[str, Any], **_: Any) -> V1Node:
         self.calls.append(("patch_node_status", name, body))
+        return V1Node(metadata=V1ObjectMeta(name=name, resource_version="3"))
 
 
 def operator_node(capacity: dict[str, str]) -> V1Node:
     body = render_node(NodeGroupSpec("gpu", get_gpu("t4"), 1, 1), 0)
     status = {**body["status"]["capacity"], **capacity}
     return V1Node(metadata=V1ObjectMeta(name=body["metadata"]["name"], labels=body["metadata"]["labels"],
-                                        annotations={}),
+                                        annotations={}), spec=V1NodeSpec(taints=[]),
                   status=V1NodeStatus(capacity=dict(status), allocatable=dict(status)))
 
 

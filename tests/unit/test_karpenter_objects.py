@@ -38,6 +38,7 @@ def test_nodepool_for_a100_nodes() -> None:
     assert template["spec"]["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
                                                 "name": "gpuctl-gpu"}
     assert template["spec"]["expireAfter"] == "720h"
+    assert template["spec"]["startupTaints"] == []  # the sim's own (simulator/nodes.py DEVICES_PENDING) only there
     assert pool["spec"]["limits"] == {"nodes": 3, "nvidia.com/gpu": 24}
     assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"}
 

@@ -26,7 +26,7 @@ from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.providers.sim import CAPABILITIES
-from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
+from gpuctl.simulator.nodes import DEVICES_PENDING, SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
 
@@ -126,7 +126,8 @@ class SimProvider:
 
         def objects() -> list[dict[str, Any]]:
             return [sim_karpenter.render_kwok_node_class(),
-                    *pool_objects(spec, L.NODEGROUP, sim_karpenter.KWOK_NODE_CLASS, sim_karpenter.CONSOLIDATE_AFTER)]
+                    *pool_objects(spec, L.NODEGROUP, sim_karpenter.KWOK_NODE_CLASS, sim_karpenter.CONSOLIDATE_AFTER,
+                                  (DEVICES_PENDING,))]
 
         return [Step("install-karpenter", observe, install), nodepool_step(client, objects)]
 
