@@ -295,7 +295,8 @@ class SimOperator:
         if (not policy.enabled(DEVICE_PLUGIN) or (serving and settled)) and \
                 any(t.key == DEVICES_PENDING.key for t in node.spec.taints or []):
             # the device plugin serves the node as configured: it is what a real node would be now (nodes.py)
-            taints = [t.to_dict() for t in node.spec.taints if t.key != DEVICES_PENDING.key]
+            taints = [self.v1.api_client.sanitize_for_serialization(t) for t in node.spec.taints
+                      if t.key != DEVICES_PENDING.key]
             self.v1.patch_node(node.metadata.name, {"metadata": {"resourceVersion": version},
                                                     "spec": {"taints": taints}})
 
