@@ -31,6 +31,9 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    from gpuctl.tools.installer import ensure_tools
+
+    ensure_tools(["karpenter-kwok"], print)  # a first build (minutes on a fresh machine) outside apply's timeout
     root = tmp_path_factory.mktemp("karp")
     env = dict(sim_env, KUBECONFIG=str(root / "kubeconfig"))
     spec = root / "cluster.yaml"
