@@ -153,3 +153,27 @@ def test_is_subset_ignores_what_the_server_adds_but_not_what_differs() -> None:
     assert is_subset(want, have)
     assert not is_subset(want, {"spec": {"limits": {"nvidia.com/gpu": 8}, "taints": want["spec"]["taints"]}})
     assert not is_subset(want, {"spec": {"limits": {"nvidia.com/gpu": 4}, "taints": []}})
+
+
+def test_sim_instance_types_are_the_catalogs_ec2_types() -> None:
+    """The kwok provider's instance types (its InstanceTypeOptions JSON): every priced catalog type, its physical
+    GPUs as nvidia.com/gpu (what the AWS provider declares; sharing is the overlay's to say), and single-valued
+    offering requirements, which the kwok provider turns into the node's labels: the AWS GPU labels the pools
+    select on, a zone and capacity type (an offering without them is unschedulable), the NFD/GFD labels."""
+    from gpuctl.simulator.karpenter import instance_types
+
+    types = {t["name"]: t for t in instance_types()}
+    priced = {it.name for m in GPUS.values() for it in m.instance_types if it.price is not None}
+    assert set(types) == priced and "p5e.48xlarge" not in types
+    g4dn = types["g4dn.xlarge"]
+    assert g4dn["resources"] == {"cpu": "4", "memory": "16384Mi", "pods": "29", "ephemeral-storage": "500Gi",
+                                 "nvidia.com/gpu": "1"}
+    [offering] = g4dn["offerings"]
+    assert offering["Price"] == 0.526 and offering["Available"] is True
+    labels = {r["key"]: r["values"] for r in offering["Requirements"]}
+    assert all(r["operator"] == "In" and len(r["values"]) == 1 for r in offering["Requirements"])
+    assert labels["karpenter.k8s.aws/instance-gpu-name"] == ["t4"]
+    assert labels["karpenter.k8s.aws/instance-gpu-memory"] == ["16384"]
+    assert labels["karpenter.sh/capacity-type"] == ["on-demand"] and "topology.kubernetes.io/zone" in labels
+    assert labels["feature.node.kubernetes.io/pci-10de.present"] == ["true"]
+    assert labels["nvidia.com/gpu.product"] == ["Tesla-T4"] and labels["nvidia.com/gpu.count"] == ["1"]
