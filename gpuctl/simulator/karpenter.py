@@ -29,7 +29,7 @@ from gpuctl.model.catalog import GPUS
 from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, start_detached, wait_ready
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import gpu_labels
-from gpuctl.simulator.procs import Proc, all_procs, flag, is_karpenter, kill_and_wait
+from gpuctl.simulator.procs import Proc, all_procs, flag, is_karpenter, kill_and_wait, read_argv
 from gpuctl.stack.karpenter import NodeClass
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.errors import ClusterError
@@ -144,8 +144,7 @@ def ensure_karpenter(cluster: str) -> bool:
 def wait_for_karpenter(cluster: str, timeout: float = READY_TIMEOUT_S) -> None:
     """Until Karpenter answers /readyz (its CRDs are served and its caches synced)."""
     pid = get_karpenter_pid(cluster)
-    argv = next((p.argv for p in _procs(cluster) if p.pid == pid), ())
-    port = flag(argv, "--health-probe-port")
+    port = flag((read_argv(pid) or ()) if pid is not None else (), "--health-probe-port")
     wait_ready(f"http://127.0.0.1:{port}/readyz", lambda: get_karpenter_pid(cluster) is not None,
                f"Karpenter of sim cluster {cluster!r}", log_path(cluster), timeout)
 
