@@ -45,6 +45,10 @@ POOL_SIZE = 32  # concurrent node patches share one client
 UNAUTHORIZED_FIX = ("check the credentials of the kubeconfig context: on EKS the AWS credentials its token is signed "
                     "with ('aws sts get-caller-identity'); elsewhere rerun 'gpuctl cluster create' to renew them")
 CONNECT_RETRIES = 2  # a refused connection is retried at once, twice; a request that timed out is not
+# A 429 or 503 carrying Retry-After (priority and fairness, a cache still initialising after a restart) was not
+# processed: client-go retries it, any verb, after the advertised wait (rest/with_retry.go, checkWait).
+RETRY_AFTER_RETRIES = 8
+RETRY_AFTER_MAX_S = 2  # a server asking for longer is not waited for longer
 
 
 def api_client(kubeconfig: Path | None = None, context: str | None = None,
@@ -87,12 +91,28 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None,
 
 def _retries() -> Any:
     """urllib3 retries: a refused connection again at once (twice), a dropped keep-alive connection
-    once (GET only, as urllib3 does), never a connection or a request that timed out (urllib3's
-    default would try such a GET three more times: a frozen server would hold gpuctl four deadlines)."""
-    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ReadTimeoutError
+    once (GET only, as urllib3 does), a 429/503 with Retry-After after that wait (RETRY_AFTER_RETRIES),
+    never a connection or a request that timed out (urllib3's default would try such a GET three more
+    times: a frozen server would hold gpuctl four deadlines)."""
+    from urllib3.exceptions import (
+        ConnectTimeoutError,
+        InvalidHeader,
+        MaxRetryError,
+        NewConnectionError,
+        ReadTimeoutError,
+    )
     from urllib3.util.retry import Retry
 
     class NoRetryOnTimeout(Retry):
+        def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+            return has_retry_after and status_code in (429, 503) and bool(self.status)
+
+        def parse_retry_after(self, retry_after: str) -> float:
+            try:
+                return super().parse_retry_after(retry_after)
+            except InvalidHeader:  # neither seconds nor a date: the longest wait
+                return RETRY_AFTER_MAX_S
+
         def increment(self, method: Any = None, url: Any = None, response: Any = None, error: Any = None,
                       _pool: Any = None, _stacktrace: Any = None) -> Any:  # (a Retry: urllib3 types it Self)
             timed_out = isinstance(error, (ReadTimeoutError, ConnectTimeoutError))
@@ -100,8 +120,9 @@ def _retries() -> Any:
                 raise MaxRetryError(_pool, url, error) from error
             return super().increment(method, url, response, error, _pool, _stacktrace)
 
-    return NoRetryOnTimeout(total=CONNECT_RETRIES, connect=CONNECT_RETRIES, read=1, status=0, other=0,
-                            backoff_factor=0.1, raise_on_status=False)
+    return NoRetryOnTimeout(total=None, connect=CONNECT_RETRIES, read=1, redirect=CONNECT_RETRIES, other=0,
+                            status=RETRY_AFTER_RETRIES,
+                            backoff_factor=0.1, raise_on_status=False, retry_after_max=RETRY_AFTER_MAX_S)
 
 
 def _register_credentials(configuration: Configuration) -> None:

@@ -66,11 +66,13 @@ def clients(env: dict[str, str]) -> tuple[Any, Any]:
 
 def untouched(env: dict[str, str]) -> dict[str, Any]:
     """What a refused run must leave as it was: the GPU nodes' taints and the labels gpuctl's cluster-side
-    steps set (nvidia.com/*, gpuctl.dev/*), Helm releases, namespaces."""
+    steps set (nvidia.com/*, gpuctl.dev/*), Helm releases, namespaces. Kubernetes' own node.kubernetes.io/*
+    taints are left out: the node lifecycle controller lifts not-ready from a node that has just joined."""
     v1, _ = clients(env)
     return {"nodes": {n.metadata.name: ({k: v for k, v in n.metadata.labels.items()
                                          if k.startswith(("nvidia.com/", "gpuctl.dev/"))},
-                                        [t.to_dict() for t in n.spec.taints or []])
+                                        [t.to_dict() for t in n.spec.taints or []
+                                         if not t.key.startswith("node.kubernetes.io/")])
                       for n in v1.list_node(label_selector="gpuctl.dev/nodegroup=gpu").items},
             "releases": [s.metadata.name for s in v1.list_secret_for_all_namespaces(label_selector="owner=helm").items],
             "namespaces": sorted(n.metadata.name for n in v1.list_namespace().items)}

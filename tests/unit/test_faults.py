@@ -165,6 +165,52 @@ def test_kube_error_echoing_the_bearer_token_is_redacted(echo_server: str, tmp_p
         assert TOKEN not in proc.stderr and TOKEN[:20] not in proc.stderr.replace("***", "")
 
 
+class _Initializing(BaseHTTPRequestHandler):
+    """A kube-apiserver just restarted: its watch cache answers 429 'storage is (re)initializing' with
+    Retry-After (apiserver cacher, responsewriters.ErrorNegotiated) to the first `busy` requests."""
+
+    busy = 0
+    retry_after = "1"
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        code, message = (429, "storage is (re)initializing") if type(self).busy > 0 else (200, "")
+        type(self).busy -= 1
+        body = json.dumps({"kind": "Status", "apiVersion": "v1", "code": code, "message": message,
+                           "items": [], "metadata": {}}).encode()
+        self.send_response(code)
+        if code == 429:
+            self.send_header("Retry-After", type(self).retry_after)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("retry_after", ["0", "Soon"])
+def test_a_429_with_retry_after_is_retried_any_verb_then_raised(tmp_path: Path, retry_after: str) -> None:
+    from gpuctl.kube.client import RETRY_AFTER_RETRIES, api_client, core
+    from gpuctl.kube.errors import KubeUnavailable
+
+    _Initializing.retry_after = retry_after
+    with http_server(_Initializing) as url:
+        v1 = core(api_client(kubeconfig(tmp_path, url)))
+        _Initializing.busy = 2
+        assert v1.list_node().items == []
+        _Initializing.busy = 1
+        v1.create_namespace({"metadata": {"name": "t"}})  # not processed, so a POST is safe to send again
+        if retry_after == "0":  # a server that stays busy: the answer after the last retry is the error
+            _Initializing.busy = RETRY_AFTER_RETRIES + 1
+            with pytest.raises(KubeUnavailable, match="storage is"):
+                v1.list_node()
+
+
 def test_kubeconfig_client_key_is_registered(tmp_path: Path) -> None:
     from gpuctl.kube.client import api_client
 
