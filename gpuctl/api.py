@@ -118,13 +118,20 @@ def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[Clust
     return _provider(cloud, options).list_clusters()
 
 
-def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None) -> Change:
+def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None,
+                   kubeconfig: Path | None = None, context: str | None = None) -> Change:
+    """Make or converge the node group; then, where tenants have GPU tolerations, give them the new group's
+    (reached through `kubeconfig` and `context` as delete_node_group does)."""
+    from gpuctl.kube.kubeconfig import check_kubeconfig
     from gpuctl.providers import get_provider
 
+    check_kubeconfig(kubeconfig)
     provider = get_provider(cloud, options)
     provider.check_node_group(spec)
     provider.check_credentials()
-    return provider.ensure_node_group(cluster, spec)
+    change = provider.ensure_node_group(cluster, spec)
+    _refresh_tolerations(provider, cluster, spec.name, kubeconfig, context, GroupPlan(spec))
+    return change
 
 
 def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: CloudOptions | None = None,
@@ -160,7 +167,24 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
     except GpuctlError as e:  # the group is gone either way; a record left behind only widens tolerations
         info(f"warning: node group {name!r} deleted, but its record on the cluster was not removed ({e}); "
              f"rerun 'gpuctl nodegroup delete' once the cluster answers")
+        return change
+    _refresh_tolerations(provider, cluster, name, kubeconfig, context)
     return change
+
+
+def _refresh_tolerations(provider: Provider, cluster: str, group: str, kubeconfig: Path | None,
+                         context: str | None, added: GroupPlan | None = None) -> None:
+    """The tenants' GPU tolerations after node group `group` came (`added`) or went; a warning where that
+    failed."""
+    from gpuctl.ops.platform import refresh_tolerations
+    from gpuctl.util.errors import GpuctlError
+    from gpuctl.util.output import info
+
+    try:
+        refresh_tolerations(_cluster_client(provider, cluster, kubeconfig, context), added)
+    except GpuctlError as e:  # the node group is done either way
+        info(f"warning: the tenants' GPU tolerations were not updated for node group {group!r} ({e}); "
+             "rerun the command once the cluster answers")
 
 
 def _cluster_client(provider: Provider, cluster: str, kubeconfig: Path | None, context: str | None) -> ApiClient:

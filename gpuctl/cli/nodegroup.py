@@ -66,7 +66,8 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
     doc, [group] = api.load_document(raw, flags)
     spec, options = node_group_spec(group), doc.options
-    change = api.add_node_group(cloud, cluster, spec, options)
+    opts = settings(ctx)
+    change = api.add_node_group(cloud, cluster, spec, options, opts.kubeconfig, opts.context)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 

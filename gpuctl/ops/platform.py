@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gpuctl.kube.client import core
 from gpuctl.model.change import Change
 from gpuctl.model.naming import check_duration, check_text
-from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.spec import GroupPlan, PlatformSpec
 from gpuctl.ops.converge import configure_nodes, read_recorded_groups
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.steps import Reporter, StepResult, run_step
@@ -112,3 +112,16 @@ def forget_recorded_group(client: ApiClient, name: str) -> Change:
     from gpuctl.stack.existing import config_namespace
 
     return remove_config_map_key(core(client), config_namespace(client), GROUPS_CONFIGMAP, name)
+
+
+def refresh_tolerations(client: ApiClient, added: GroupPlan | None = None) -> Change:
+    """After a node group came (`added`, whose nodes may not have joined yet) or went: the tenants' GPU
+    tolerations follow, where gpuctl put them."""
+    from gpuctl.ops.tenancy.tolerations import any_tenant, cluster_groups, converge_tolerations, in_place
+
+    if not in_place(client):
+        return Change.NO_CHANGE
+    groups = cluster_groups(client)
+    if added is not None and added.spec.name not in {g.spec.name for g in groups}:
+        groups += (added,)
+    return converge_tolerations(client, groups, any_tenant(client))

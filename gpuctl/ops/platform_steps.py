@@ -51,6 +51,7 @@ class Cluster:
     stack_plan: StackPlan
     dra_owner: str | None = None  # another's DRA driver, used as it is
     validated: bool = False  # this spec passed its smoke test here, and nothing was written since
+    tenant: str | None = None  # a tenant namespace the cluster has (its GPU tolerations follow the node groups)
     client: ApiClient = None  # None where unreached: none of its steps then runs
     helm: HelmTarget = None  # type: ignore[assignment]
     absent: Observed | None = None  # not reached (plan only): what each change step says instead
@@ -90,6 +91,7 @@ def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmT
     for plan and apply alike: a tenant on another's namespace, a GPU stack gpuctl cannot configure, a DRA
     mode the cluster does not serve."""
     from gpuctl.ops.tenancy.tenants import check_ownership
+    from gpuctl.ops.tenancy.tolerations import any_tenant
     from gpuctl.ops.validation_record import read_validated, spec_digest
     from gpuctl.stack.dra_driver import check_dra_mode
     from gpuctl.stack.existing import read_stack
@@ -101,7 +103,8 @@ def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmT
     stack_plan = check_single_owners(read_stack(client), spec.stack)
     dra_owner = check_dra_mode(client, spec.stack)
     validated = read_validated(core(client), stack_plan.namespace) == spec_digest(spec)
-    return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, client, helm)
+    return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, any_tenant(client), client,
+                   helm)
 
 
 def unreached(spec: PlatformSpec, provider: Provider, absent: Observed = ABSENT) -> Cluster:
@@ -187,6 +190,8 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
             steps.append(_mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig))
     for group in spec.groups:  # checks: they wait and count, and change nothing
         steps.append(_capacity_step(client, cluster.selectors[group.spec.name], group.spec.name, stack.dra, run))
+    if spec.tenants or cluster.tenant is not None:  # the tenants' GPU tolerations follow the node groups
+        steps.append(_tolerations_step(client, spec.every_group, cluster.tenant))
     if spec.kueue:  # before the tenants: their queues need Kueue's API
         steps.append(Step("install-kueue", lambda: observe.kueue(provider, client, helm, stack.charts),
                           lambda: install_kueue(provider, spec.name, helm, stack.charts)))
@@ -228,6 +233,18 @@ def _capacity_step(client: ApiClient, selector: str, group: str, dra: bool, run:
 
     return Step(f"wait-capacity/{group}", lambda: observe.capacity(client, selector, dra, run.changed),
                 lambda: wait_capacity(client, selector, run.checks, dra, restart_raced=True), check=True)
+
+
+def _tolerations_step(client: ApiClient, groups: tuple[GroupPlan, ...], tenant: str | None) -> Step:
+    from gpuctl.ops.tenancy.tolerations import converge_tolerations, observe_tolerations, served, with_unrecorded
+
+    def look() -> Observed:
+        if not served(client):
+            return Observed(Change.NO_CHANGE, "MutatingAdmissionPolicy not served: teams add tolerations by hand")
+        return Observed(observe_tolerations(client, with_unrecorded(client, groups)))
+
+    return Step("ensure-gpu-tolerations", look,
+                lambda: converge_tolerations(client, with_unrecorded(client, groups), tenant))
 
 
 def _tenant_step(client: ApiClient, tenant: Tenant, adopt_field: str, dra: bool) -> Step:

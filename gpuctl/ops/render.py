@@ -14,8 +14,10 @@ import yaml
 from gpuctl.kube.objects import MANAGED
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.converge import gpu_config_data
+from gpuctl.ops.tenancy.fence import fence_manifests
 from gpuctl.ops.tenancy.tenant_claims import claim_templates
 from gpuctl.ops.tenancy.tenants import tenant_manifests
+from gpuctl.ops.tenancy.tolerations import policy_manifests
 from gpuctl.stack.dra_driver import dra_release
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
@@ -43,6 +45,10 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
                                               "metadata": {"name": name, "namespace": NAMESPACE, "labels": MANAGED},
                                               "data": data}
     models = list({g.spec.gpu.name: g.spec.gpu for g in spec.groups}.values())
+    if spec.tenants:  # in force before a namespace is a tenant's
+        policies = [(15, d) for d in fence_manifests()] + [(16, d) for d in policy_manifests(spec.every_group)]
+        for order, doc in policies:
+            files[f"{order}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"] = doc
     for tenant in spec.tenants:
         for kind, body in tenant_manifests(tenant, spec.stack.dra):
             order = {"namespace": 20, "quota": 21, "binding": 22}[kind]

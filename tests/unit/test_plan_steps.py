@@ -74,7 +74,8 @@ def test_the_order_of_apply() -> None:
         "ensure-cluster", "ensure-nodegroup/inference", "ensure-nodegroup/training", "write-kubeconfig",
         "configure-nodes/inference", "configure-nodes/training", "write-gpu-config", "install-nfd",
         "install-gpu-operator", "restart-device-plugin", "apply-mig/training", "wait-capacity/inference",
-        "wait-capacity/training", "ensure-tenant/team-a", "ensure-tenant/team-b", "validate/inference",
+        "wait-capacity/training", "ensure-gpu-tolerations", "ensure-tenant/team-a", "ensure-tenant/team-b",
+        "validate/inference",
         "validate/training"]
 
 
@@ -88,7 +89,8 @@ def test_an_eks_spec_lists_its_karpenter_step_and_the_rest_without_a_cloud_call(
     assert names == _names(spec, _fresh)
     assert names[names.index("write-kubeconfig") + 1:] == [
         "apply-karpenter-nodepool", "configure-nodes/g", "write-gpu-config", "install-nfd", "install-gpu-operator",
-        "install-dra-driver", "restart-device-plugin", "wait-capacity/g", "install-kueue", "ensure-tenant/team",
+        "install-dra-driver", "restart-device-plugin", "wait-capacity/g", "ensure-gpu-tolerations", "install-kueue",
+        "ensure-tenant/team",
         "validate/g"]
 
 

@@ -1,6 +1,7 @@
 """Team onboarding on a shared GPU pool: a Namespace, a GPU ResourceQuota and a RoleBinding per team, the
-GPU fence of tenant namespaces (fence.py), where Kueue runs, the team's queues (queues.py) and, in DRA mode
-(dra.py: NVIDIA's DRA driver serves the GPUs), the team's ResourceClaimTemplates (tenant_claims.py).
+GPU fence of tenant namespaces (fence.py) and their GPU tolerations (tolerations.py), where Kueue runs,
+the team's queues (queues.py) and, in DRA mode (dra.py: NVIDIA's DRA driver serves the GPUs), the team's
+ResourceClaimTemplates (tenant_claims.py).
 
 In DRA mode the ResourceQuota also counts devices claimed: the API server's quota evaluator for
 ResourceClaims (Kubernetes v1.36 pkg/quota/v1/evaluator/core/resource_claims.go, claimEvaluator.Usage)
@@ -114,6 +115,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     from gpuctl.kube.gpu_nodes import gpu_nodes
     from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
     from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
+    from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     tenant = check_ownership(client, tenant, adopt_field)
@@ -142,6 +144,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
         waited = wait_fence_in_force(client, tenant.name)
         _report(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
+    tolerating = converge_tolerations(client, cluster_groups(client), tenant.name, new_namespace=created or updated)
     kueue = Queues(client).installed()
     nodes = gpu_nodes(CoreV1Api(client)) if dra or kueue else []
     # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
@@ -153,7 +156,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
         _warn_no_kueue(tenant)
     if created:
         return Change.CREATED
-    others = (fence, templates, queued)
+    others = (fence, tolerating, templates, queued)
     return Change.UPDATED if updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
 
 
@@ -222,10 +225,11 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
 def remove_tenant(client: ApiClient, name: str) -> Change:
     """Delete what gpuctl made for tenant `name`: its Kueue queues, its namespace, or in an adopted namespace
     only the quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU
-    fence."""
+    fence and tolerations."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     from gpuctl.ops.tenancy.fence import remove_fence
+    from gpuctl.ops.tenancy.tolerations import remove_tolerations
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
@@ -252,6 +256,7 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
         others = [ns for ns in v1.list_namespace(label_selector=TENANT_LABEL).items
                   if ns.metadata.name != name and ns.metadata.deletion_timestamp is None]
     if not others:
+        remove_tolerations(client)
         remove_fence(client)
     return Change.DELETED
 

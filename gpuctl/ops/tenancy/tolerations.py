@@ -1,0 +1,299 @@
+"""The GPU tolerations of tenant namespaces: a MutatingAdmissionPolicy and its binding
+(templates/policies/gpu-tolerations.yaml) with which the API server gives a pod that asks for GPUs the
+tolerations of the node groups that offer them, so workloads land on the tainted pool as written.
+Cluster-scoped and shared by every tenant, like the fence: applied with the first tenant, rewritten when the
+node groups or their taints change, deleted with the last tenant.
+
+What a group offers: nvidia.com/gpu (whole, time-sliced or MPS GPUs, and MIG instances under the single
+strategy), the resource of every MIG profile its GPU model has (mixed strategy: `gpuctl mig apply` may give
+it any of them at any time, and a toleration without capacity behind it schedules nothing), and the devices
+of ResourceClaims (DRA mode; the fence takes a claim as a GPU request in every mode, and so does this).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpuctl.kube.client import get_or_none
+from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.objects import apply, contains, is_managed
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import GPUS
+from gpuctl.model.change import Change
+from gpuctl.model.mig import resource_name
+from gpuctl.model.taints import Taint
+from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.resources import data_dir
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from gpuctl.model.spec import GroupPlan
+
+NAME = "gpuctl-gpu-tolerations"  # the policy's and the binding's
+API = "admissionregistration.k8s.io/v1"
+PLURAL = "mutatingadmissionpolicies"
+IN_FORCE_TIMEOUT_S = 30.0
+_POLL_S = 0.05
+PROBE_CLAIM = "gpuctl-toleration-probe"
+# The API server's DefaultTolerationSeconds plugin gives every pod not-ready and unreachable tolerations.
+KUBERNETES_TOLERATIONS = "node.kubernetes.io/"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one node group offers a pod, and the node labels gpuctl knows its nodes carry."""
+
+    resources: tuple[str, ...]
+    labels: dict[str, str]
+
+
+def offer_of(plan: GroupPlan) -> Offer:
+    model = plan.spec.gpu
+    profiles = [p.name for p in model.mig.profiles] if model.mig else []
+    labels = {L.NODEGROUP: plan.spec.name, L.GPU_MODEL: model.name, L.GPU_PRODUCT: model.product, **plan.labels}
+    return Offer((L.GPU_RESOURCE, *(resource_name(p) for p in profiles)), labels)
+
+
+def entries(groups: Iterable[GroupPlan]) -> list[dict[str, Any]]:
+    """One entry per toleration: the toleration and the offers of the groups whose taint it is. A label key
+    gpuctl sets on some group's nodes and not on another's is null in the other's offer: a pod selecting it
+    is not that group's. (Keys gpuctl sets on no group, a zone's, say, cannot tell groups apart.)"""
+    plans = sorted(groups, key=lambda g: g.spec.name)
+    offers = {plan.spec.name: offer_of(plan) for plan in plans}
+    keys = {k for o in offers.values() for k in o.labels}
+    found: dict[Taint, list[Offer]] = {}
+    for plan in plans:
+        for taint in plan.spec.taints:
+            found.setdefault(taint, []).append(offers[plan.spec.name])
+    return [{"toleration": {"value": "", **taint.toleration()},
+             "offers": [{"resources": list(o.resources), "claims": True,
+                         "labels": {**dict.fromkeys(sorted(keys - o.labels.keys())), **o.labels}} for o in found]}
+            for taint, found in sorted(found.items())]
+
+
+def cel_literal(value: Any) -> str:
+    """`value` as a CEL literal. The API server's CEL wants literals of one type per list or map
+    (cel.HomogeneousAggregateLiterals, k8s.io/apiserver pkg/cel/environment/base.go): every element of a
+    mixed aggregate is wrapped in dyn()."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: dyn({cel_literal(v)})" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(f"dyn({cel_literal(v)})" for v in value) + "]"
+    return json.dumps(value)
+
+
+def policy_manifests(groups: Iterable[GroupPlan]) -> list[dict[str, Any]]:
+    """The policy, with the groups' tolerations written in, and its binding, labelled as gpuctl's."""
+    docs = list(yaml.safe_load_all((data_dir("templates") / "policies" / "gpu-tolerations.yaml").read_text()))
+    for doc in docs:
+        doc["metadata"]["labels"] = {L.MANAGED_BY: L.MANAGER}
+    [variable] = [v for v in docs[0]["spec"]["variables"] if v["name"] == "groups"]
+    variable["expression"] = cel_literal(entries(groups))
+    return docs
+
+
+def served(client: ApiClient) -> bool:
+    """Whether the API server serves MutatingAdmissionPolicy v1 (Kubernetes 1.36 and later)."""
+    from kubernetes.client import AdmissionregistrationV1Api
+
+    with requesting("looking for MutatingAdmissionPolicy (admissionregistration.k8s.io/v1)"):
+        resources = AdmissionregistrationV1Api(client).get_api_resources().resources
+    return any(r.name == PLURAL for r in resources)
+
+
+def by_hand(groups: Iterable[GroupPlan]) -> str:
+    """What a team adds to its GPU pods where the API server cannot: the tolerations of every group's taints."""
+    taints = sorted({t for g in groups for t in g.spec.taints})
+    return ", ".join(json.dumps(t.toleration(), separators=(",", ":")) for t in taints)
+
+
+def _calls(client: ApiClient) -> dict[str, tuple[Any, Any, Any]]:
+    """kind -> (read, apply, delete) of the admissionregistration API."""
+    from kubernetes.client import AdmissionregistrationV1Api
+
+    api = AdmissionregistrationV1Api(client)
+    return {
+        "MutatingAdmissionPolicy": (api.read_mutating_admission_policy, api.patch_mutating_admission_policy,
+                                    api.delete_mutating_admission_policy),
+        "MutatingAdmissionPolicyBinding": (api.read_mutating_admission_policy_binding,
+                                           api.patch_mutating_admission_policy_binding,
+                                           api.delete_mutating_admission_policy_binding),
+    }
+
+
+def _read(read: Any) -> dict[str, Any] | None:
+    with requesting(f"reading {NAME}"):
+        found = get_or_none(read, NAME, _preload_content=False)
+        return None if found is None else json.loads(found.data)
+
+
+def in_place(client: ApiClient) -> bool:
+    """Whether gpuctl's policy is on the cluster (a tenant has been onboarded)."""
+    return is_managed(_read(_calls(client)["MutatingAdmissionPolicy"][0]))
+
+
+def observe_tolerations(client: ApiClient, groups: Iterable[GroupPlan]) -> Change:
+    """What ensure_tolerations would do."""
+    calls = _calls(client)
+    changes = []
+    for doc in policy_manifests(groups):
+        current = _read(calls[doc["kind"]][0])
+        changes.append(Change.CREATED if current is None else Change.NO_CHANGE if contains(current, doc)
+                       else Change.UPDATED)
+    return next((c for c in changes if c is not Change.NO_CHANGE), Change.NO_CHANGE)
+
+
+def ensure_tolerations(client: ApiClient, groups: Iterable[GroupPlan]) -> Change:
+    """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
+    calls = _calls(client)
+    created = updated = False
+    for doc in policy_manifests(groups):  # the policy before the binding that names it
+        read, patch, _ = calls[doc["kind"]]
+        current = _read(read)
+        if current is not None and contains(current, doc):
+            continue
+        with requesting(f"applying the GPU tolerations ({doc['kind']} {NAME})"):
+            apply(patch, NAME, doc)
+        created, updated = created or current is None, updated or current is not None
+    return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+
+
+def remove_tolerations(client: ApiClient) -> Change:
+    """Delete the policy and binding if gpuctl made them (binding first)."""
+    calls = _calls(client)
+    outcome = Change.NO_CHANGE
+    for kind in ("MutatingAdmissionPolicyBinding", "MutatingAdmissionPolicy"):
+        read, _, delete = calls[kind]
+        if not is_managed(_read(read)):
+            continue
+        try:
+            with requesting(f"deleting the GPU tolerations ({kind} {NAME})"):
+                delete(NAME)
+        except KubeNotFound:
+            pass  # gone already
+        outcome = Change.DELETED
+    return outcome
+
+
+def probe_pod() -> dict[str, Any]:
+    """A pod that asks for GPUs through a ResourceClaim (which need not exist): no quota counts it, so the API
+    server's answer to its dry run shows the policy's tolerations whatever the team's quota holds."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gpuctl-toleration-probe", "labels": {L.MANAGED_BY: L.MANAGER}},
+            "spec": {"automountServiceAccountToken": False,
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": PROBE_CLAIM}],
+                     "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+
+
+def wait_tolerations_in_force(client: ApiClient, namespace: str, groups: Iterable[GroupPlan],
+                              timeout: float = IN_FORCE_TIMEOUT_S) -> float:
+    """Dry-run-create the probe pod in `namespace` until the API server gives it exactly the groups'
+    tolerations (besides the ones Kubernetes adds: a removed group's must be gone too); the seconds waited.
+    WaitTimeout (exit 7) when the policy is not in force by `timeout`."""
+    import time
+
+    from kubernetes.client import CoreV1Api
+
+    def spelled(toleration: dict[str, Any]) -> tuple[str, str, str, str]:
+        return (toleration.get("key", ""), toleration.get("operator", "Equal"), toleration.get("value", ""),
+                toleration.get("effect", ""))
+
+    wanted = {spelled(t.toleration()) for g in groups for t in g.spec.taints}
+    v1 = CoreV1Api(client)
+    started = time.monotonic()
+    while True:
+        try:
+            with requesting(f"probing the GPU tolerations in namespace {namespace}"):
+                pod = v1.create_namespaced_pod(namespace, probe_pod(), dry_run="All", _preload_content=False)
+            got = json.loads(pod.data)["spec"].get("tolerations") or []
+            if {spelled(t) for t in got if not t.get("key", "").startswith(KUBERNETES_TOLERATIONS)} == wanted:
+                return time.monotonic() - started
+        except KubeApiError as exc:  # the namespace's default ServiceAccount not made yet
+            if not (exc.status in (403, 404) and "serviceaccount" in (exc.body or "").lower()):
+                raise
+        waited = time.monotonic() - started
+        if waited >= timeout:
+            raise WaitTimeout(f"the GPU tolerations ({NAME}) are not in force in namespace {namespace} after "
+                              f"{timeout:.0f}s: a pod asking for GPUs is created without them",
+                              f"check 'kubectl get mutatingadmissionpolicy {NAME} -o yaml' (status) and the "
+                              "kube-apiserver's log, then rerun")
+        time.sleep(_POLL_S)
+
+
+# Taints Kubernetes, autoscalers and the sim put on nodes for a while: no node group's, never tolerated for it.
+TRANSIENT_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "karpenter.sh/", "sim.gpuctl.dev/",
+                    "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler")
+
+
+def with_unrecorded(client: ApiClient, groups: tuple[GroupPlan, ...]) -> tuple[GroupPlan, ...]:
+    """`groups` and the node groups whose GPU nodes carry gpuctl's group label without a record (made by
+    `nodegroup add`), each with the taints all its nodes carry."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.gpu_nodes import gpu_nodes, nodegroup_of
+    from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+    from gpuctl.model.taints import node_taint
+
+    known = {g.spec.name for g in groups}
+    found: dict[str, list[Any]] = {}
+    for node in gpu_nodes(CoreV1Api(client)):
+        name = nodegroup_of(node)
+        if name and name not in known and (node.metadata.labels or {}).get(L.GPU_MODEL) in GPUS:
+            found.setdefault(name, []).append(node)
+    extra = []
+    for name, nodes in sorted(found.items()):
+        taints = set.intersection(*({node_taint(t) for t in n.spec.taints or []
+                                     if not t.key.startswith(TRANSIENT_TAINTS)} for n in nodes))
+        model = GPUS[nodes[0].metadata.labels[L.GPU_MODEL]]
+        spec = NodeGroupSpec(name, model, 0, model.default_gpus_per_node, taints=tuple(sorted(taints)))
+        extra.append(GroupPlan(spec))
+    return groups + tuple(extra)
+
+
+def cluster_groups(client: ApiClient) -> tuple[GroupPlan, ...]:
+    """The cluster's node groups: recorded, and made without a record."""
+    from gpuctl.ops.converge import read_recorded_groups
+
+    return with_unrecorded(client, tuple(read_recorded_groups(client).values()))
+
+
+_TOLD: set[str] = set()  # API servers whose teams were told what to add by hand (once per command)
+
+
+def converge_tolerations(client: ApiClient, groups: tuple[GroupPlan, ...], probe: str | None,
+                         new_namespace: bool = False) -> Change:
+    """Where the API server serves MutatingAdmissionPolicy: apply the policy for `groups` and, when it changed
+    or `probe` is a namespace `new_namespace` to it, return once it is in force in namespace `probe` (None: no
+    tenant namespace yet). Where it does not: say, once, what teams add to their GPU pods by hand."""
+    from gpuctl.util.output import info
+
+    if not served(client):
+        server = client.configuration.host
+        if server not in _TOLD and (hint := by_hand(groups)):
+            _TOLD.add(server)
+            info("warning: this API server does not serve MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, "
+                 f"Kubernetes 1.36): teams add to their GPU pods the tolerations {hint}")
+        return Change.NO_CHANGE
+    change = ensure_tolerations(client, groups)
+    if probe is not None and (change is not Change.NO_CHANGE or new_namespace):
+        waited = wait_tolerations_in_force(client, probe, groups)
+        info(f"GPU tolerations in force in namespace {probe!r} (waited {waited:.1f}s)")
+    return change
+
+
+def any_tenant(client: ApiClient) -> str | None:
+    """A tenant namespace of the cluster (not one being deleted), to probe the policy in."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.model.tenant import TENANT_LABEL
+
+    with requesting("listing tenant namespaces"):
+        namespaces = CoreV1Api(client).list_namespace(label_selector=TENANT_LABEL).items
+    return next((n.metadata.name for n in namespaces if n.metadata.deletion_timestamp is None), None)
