@@ -74,6 +74,9 @@ def test_wait_on_failure_gives_status_reason_and_cleanup() -> None:
 
 def test_wait_for_deletion_ends_when_gone() -> None:
     assert wait_for_status(Statuses({"status": "DELETE_IN_PROGRESS"}, None), "x", None, 60, "c") is None
+    # seen between the conductor's last save and its periodic sync destroying the record: done too
+    assert wait_for_status(Statuses({"status": "DELETE_IN_PROGRESS"}, {"status": "DELETE_COMPLETE"}), "x", None,
+                           60, "c") is None
     with pytest.raises(CloudError):
         wait_for_status(Statuses(None), "x", ("CREATE_COMPLETE",), 60, "c")
 

@@ -21,6 +21,9 @@ from gpuctl.util.output import info
 POLL_START_S, POLL_MAX_S, PROGRESS_EVERY_S = 1.0, 5.0, 30.0
 # How long Magnum may take to start an accepted operation (the RPC cast reaching a conductor).
 ACCEPT_TIMEOUT_S = 300.0
+# A deletion's last status: the conductor's periodic sync then destroys the record (magnum/service/periodic.py
+# ClusterUpdateJob: DELETE_COMPLETE destroys the cluster), so a poll may see it before the 404.
+DELETED = "DELETE_COMPLETE"
 
 Json = dict[str, Any]
 Read = Callable[[], "Json | None"]
@@ -77,6 +80,8 @@ def wait_for_status(read: Read, what: str, goal: Collection[str] | None, timeout
     status = current["status"]
     if goal is not None and status in goal:
         return current
+    if goal is None and status == DELETED:  # Magnum drops the record a moment later (its periodic sync)
+        return None
     reason = current.get("status_reason") or "Magnum gave no reason"
     raise CloudError(f"{what} is {status}: {reason}", cleanup)
 
