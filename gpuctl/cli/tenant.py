@@ -27,8 +27,8 @@ def add(
     lend: Annotated[Optional[int], typer.Option("--lend", parser=count, help="Kueue: how much of the team's idle quota others may borrow (default: all of it).")] = None,
     cohort: Annotated[Optional[str], typer.Option("--cohort", help="Kueue cohort the team's ClusterQueue shares quota in (default: gpuctl).")] = None,
 ) -> None:
-    """Create or update a tenant, to exactly these flags (an omitted flag means its default): Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence,
-    where Kueue runs, the team's ClusterQueue, LocalQueue and the cluster's GPU ResourceFlavors and, where
+    """Create or update a tenant, to exactly these flags (an omitted flag means its default): Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence and GPU tolerations,
+    where Kueue runs, the team's ClusterQueue, its LocalQueues (the team's and `default`, where Jobs without a queue label go) and the cluster's GPU ResourceFlavors and, where
     NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates (gpu-<model>, mig-<profile>)."""
     from gpuctl import api
     from gpuctl.cli.documents import tenant_document

@@ -1,15 +1,22 @@
-"""Admission policies in force: the API server compiles a ValidatingAdmissionPolicy and picks up its binding
+"""Admission in force: the API server compiles a ValidatingAdmissionPolicy and picks up its binding
 (and a namespace's labels, for the binding's namespaceSelector) asynchronously, from informers, so a policy
 that was just applied may not refuse anything yet (measured: 0.7 s on an idle sim). A command that applied
 one returns only once a server-side dry run of a pod the policy must refuse is refused by it.
 
 Kubernetes v1.36 staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_source.go: the
 policy source recompiles on informer events; the dispatcher matches bindings by namespace labels read from
-the namespace lister (policy/matching/matching.go), so both lag behind the write that made them."""
+the namespace lister (policy/matching/matching.go), so both lag behind the write that made them.
+
+Mutating webhooks likewise (a webhook configuration is read from an informer, and the webhook's own state
+decides what it does): wait_until_mutated dry-runs a Job until the answer shows the mutation. A dry run calls
+a webhook whose sideEffects are None or NoneOnDryRun, and refuses the request otherwise
+(apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go L248-254)."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import KubeApiError
@@ -20,6 +27,7 @@ if TYPE_CHECKING:
 
 IN_FORCE_TIMEOUT_S = 30.0
 _POLL_S = 0.05
+_WEBHOOK_POLL_S = 0.1  # a webhook call costs the API server more than a policy's CEL
 
 
 def _refused_by(exc: KubeApiError, policy: str) -> bool | None:
@@ -62,3 +70,38 @@ def wait_until_refused(client: ApiClient, policy: str, namespace: str, pods: lis
                               f"check 'kubectl get validatingadmissionpolicy {policy} -o yaml' (status.typeChecking) "
                               "and the kube-apiserver's log, then rerun")
         time.sleep(_POLL_S)
+
+
+def _webhook_unreachable(exc: KubeApiError) -> bool:
+    """The API server could not call a webhook (not listening yet, or an old configuration still cached):
+    "failed calling webhook" (apiserver pkg/util/webhook/error.go L33-38, ErrCallingWebhook)."""
+    return "failed calling webhook" in (exc.body or exc.detail)
+
+
+def wait_until_mutated(client: ApiClient, namespace: str, job: dict[str, Any], done: Callable[[dict[str, Any]], bool],
+                       what: str, hint: str, timeout: float = IN_FORCE_TIMEOUT_S) -> float:
+    """Dry-run-create the batch/v1 `job` in `namespace` until `done` holds for the Job the API server answers
+    (as it would store it, mutating admission included); the seconds waited. A webhook the API server cannot
+    call yet is waited for; another refusal is raised. WaitTimeout (exit 7) saying `what` is not in force in
+    the namespace, with `hint`, after `timeout`."""
+    from kubernetes.client import BatchV1Api
+
+    batch = BatchV1Api(client)
+    started = time.monotonic()
+    seen = ""
+    while True:
+        try:
+            answer = json.loads(batch.create_namespaced_job(namespace, job, dry_run="All", _preload_content=False).data)
+        except KubeApiError as exc:
+            if not _webhook_unreachable(exc):
+                raise exc.in_context(f"probing {what} in namespace {namespace}") from None
+            seen = f": {exc.detail}"
+        else:
+            if done(answer):
+                return time.monotonic() - started
+            labels = (answer.get("metadata") or {}).get("labels") or {}
+            seen = f": the API server answers labels {labels}, suspend {(answer.get('spec') or {}).get('suspend')}"
+        waited = time.monotonic() - started
+        if waited >= timeout:
+            raise WaitTimeout(f"{what} is not in force in namespace {namespace} after {timeout:.0f}s{seen}", hint)
+        time.sleep(_WEBHOOK_POLL_S)

@@ -6,19 +6,27 @@ its log in <cluster dir>/logs/kueue.log. How it is made to run out of cluster, f
 source (cmd/kueue/main.go, apis/config/v1beta2, pkg/features/kube_features.go):
 - leaderElection.leaderElect false: leader election is on by default and needs an in-cluster namespace.
 - internalCertManagement.enable false: otherwise BootstrapCerts waits, without end, for a Secret the
-  kubelet would mount. The webhook server still always starts (its webhooks are registered
-  unconditionally) and needs tls.crt/tls.key in webhook.certDir: a self-signed pair, served on
-  127.0.0.1 only. No webhook configuration is applied, so the API server never calls it: a Job must be
-  created suspended, with the `kueue.x-k8s.io/queue-name` label (no webhook defaults either).
+  kubelet would mount (pkg/util/cert/cert.go). The webhook server still always starts (its webhooks are
+  registered unconditionally) and needs tls.crt/tls.key in webhook.certDir: a self-signed pair for
+  127.0.0.1, served on 127.0.0.1 only, new at each start as is the port.
+- Kueue's webhooks are in force as in a cluster: once the manager is ready, start_kueue applies the webhook
+  configurations kueue_webhooks.py makes from those controller-gen generated from Kueue's source, pointed at
+  this manager's port and certificate (again at every start), and returns once the API server calls them
+  and they apply every namespace's `default` LocalQueue (kueue_webhooks.wait_for_webhooks).
+  So a Job created without the `kueue.x-k8s.io/queue-name` label in a namespace with a LocalQueue named
+  `default` is put in that queue, and a queued Job is suspended at creation (pkg/controller/jobs/job/
+  job_webhook.go, Default). While the manager is down the API server refuses Jobs outside kube-system
+  (failurePolicy Fail), as with Kueue's own deployment.
 - The metrics cert watcher reads /etc/kueue/metrics/certs whenever internal cert management is off;
   gpuctl's build (gobuild.py, KUEUE_MAIN_PATCHES) takes the directory from GPUCTL_KUEUE_METRICS_CERT_DIR,
   pointed at the same pair. metrics.bindAddress "0" turns the metrics server off ("" means the default).
 - VisibilityOnDemand=false: the visibility API server would need /visibility/tls.{crt,key}.
 - DisableWaitForPodsReady=true: no kubelet makes pods Ready, so waitForPodsReady (on by default in
   v0.19) would evict every admitted workload after 30 minutes.
-- integrations.frameworks [batch/job] only; otherwise the Configuration gpuctl installs on clouds, DRA's
-  deviceClassMappings included (stack/kueue.py). The manager reads its Configuration once, at start: one
-  whose config file is not what gpuctl renders now (a gpuctl of another version wrote it) is restarted.
+- integrations.frameworks [batch/job] only (FRAMEWORKS: the sim registers their webhooks only); otherwise
+  the Configuration gpuctl installs on clouds, DRA's deviceClassMappings included (stack/kueue.py). The
+  manager reads its Configuration once, at start: one whose config file is not what gpuctl renders now (a
+  gpuctl of another version wrote it) is restarted.
 The manager's informers need all eleven kueue.x-k8s.io CRDs: apply those in kueue_crds_dir() (made by
 controller-gen from Kueue's API types at build time) before start_kueue.
 """
@@ -27,12 +35,19 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
 from pathlib import Path
 
 import yaml
 
 from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.kueue_webhooks import (
+    WEBHOOKS_FILE,
+    ensure_webhook_configurations,
+    render_webhook_configurations,
+    wait_for_webhooks,
+)
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
@@ -44,6 +59,10 @@ from gpuctl.util.output import info
 CRDS_DIR = "kueue-crds"  # beside the binary in the tool cache (pins.py: the kueue Tool's extras)
 FEATURE_GATES = "VisibilityOnDemand=false,DisableWaitForPodsReady=true"
 READY_TIMEOUT_S = 120.0
+log = logging.getLogger(__name__)
+# Only integrations whose webhooks the sim registers (kueue_webhooks.FRAMEWORK_WEBHOOKS): a Job of another kind
+# would not be suspended at creation.
+FRAMEWORKS = ("batch/job",)
 
 
 def kueue_crds_dir() -> Path:
@@ -117,17 +136,18 @@ def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> 
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "metrics": {"bindAddress": "0"},
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
-        "integrations": {"frameworks": ["batch/job"]},  # no webhooks here: other kinds could not be suspended
+        "integrations": {"frameworks": list(FRAMEWORKS)},
     }
     return yaml.safe_dump(config, sort_keys=False)
 
 
 def ensure_kueue(cluster: str) -> bool:
-    """Kueue on a sim cluster: its CRDs (server-side applied) and its manager; True if either was missing."""
+    """Kueue on a sim cluster: its CRDs (server-side applied), its manager and its webhook configurations; True
+    if any was missing (or, for the configurations, out of date)."""
     missing = apply_crds(cluster, kueue_crds_dir(), "Kueue")
     running = get_kueue_pid(cluster) is not None
-    start_kueue(cluster)
-    return missing or not running
+    _, registered = _run_manager(cluster, READY_TIMEOUT_S)
+    return missing or not running or registered
 
 
 def _health_address(cluster: str) -> str:
@@ -148,9 +168,15 @@ def wait_for_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> None:
 
 
 def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
-    """Run Kueue's manager for a sim cluster and return its pid once it is ready (wait_for_kueue).
-    Idempotent: a manager of the pinned binary already running for the cluster is kept; one of another
-    binary (an older pin) is stopped first. Builds the tool on first use (minutes)."""
+    """Run Kueue's manager for a sim cluster and return its pid once it is ready (wait_for_kueue) and the API
+    server calls its webhooks (register_webhooks). Idempotent: a manager of the pinned binary already running
+    for the cluster is kept; one of another binary (an older pin) is stopped first. Builds the tool on first
+    use (minutes)."""
+    return _run_manager(cluster, timeout)[0]
+
+
+def _run_manager(cluster: str, timeout: float) -> tuple[int, bool]:
+    """start_kueue's work: the manager's pid, and whether the webhook configurations were written."""
     kwok = KwokCluster(cluster)
     [tool] = ensure_tools(["kueue"], info)  # before the lock: a first build takes minutes
     with kwok.lock():
@@ -168,7 +194,24 @@ def start_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> int:
         else:
             pid = _start(tool.path, cluster, want)
     wait_for_kueue(cluster, timeout)
-    return pid
+    return pid, register_webhooks(cluster, tool.path.parent / WEBHOOKS_FILE)
+
+
+def register_webhooks(cluster: str, manifests: Path) -> bool:
+    """Point Kueue's webhook configurations (kueue_webhooks.py, from controller-gen's `manifests`) at the
+    manager the cluster's config file describes, its port and certificate, where they differ, and wait until
+    the API server calls them (kueue_webhooks.wait_for_webhooks); True if they were written."""
+    from gpuctl.kube.client import api_client
+
+    config = yaml.safe_load(_config_path(cluster).read_text())
+    webhook = config["webhook"]
+    docs = render_webhook_configurations(manifests.read_text(), config["integrations"]["frameworks"],
+                                         int(webhook["port"]), (Path(webhook["certDir"]) / "tls.crt").read_text())
+    client = api_client(KwokCluster(cluster).kubeconfig_path)
+    written = ensure_webhook_configurations(client, docs)
+    waited = wait_for_webhooks(client)
+    log.debug("Kueue's webhooks of sim cluster %s in force after %.1fs", cluster, waited)
+    return written
 
 
 def _config_is_current(cluster: str) -> bool:

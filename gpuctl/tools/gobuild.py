@@ -24,6 +24,8 @@ from gpuctl.tools.pins import (
     KARPENTER_VERSION,
     KUBERNETES_VERSION,
     KUEUE_VERSION,
+    PROMETHEUS_MODULE_VERSION,
+    PROMETHEUS_VERSION,
     Tool,
 )
 from gpuctl.util.errors import ToolError
@@ -254,22 +256,41 @@ def _patch_overlay(src: Path, workdir: Path, patches: dict[str, Patches], table:
     return overlay.resolve()
 
 
-def _generate_crds(go: str, src: Path, crds: Path, args: list[str], workdir: Path, log: Path, **env: str) -> None:
-    """controller-gen at CONTROLLER_TOOLS_VERSION run in `src` with `args`, writing the CRDs into `crds`."""
+def _controller_gen(go: str, workdir: Path, log: Path) -> Path:
+    """controller-gen at CONTROLLER_TOOLS_VERSION, installed into workdir/bin."""
     bin_dir = workdir / "bin"
     _go_install(go, [f"sigs.k8s.io/controller-tools/cmd/controller-gen@{CONTROLLER_TOOLS_VERSION}"], "-s -w",
                 workdir, bin_dir, log)
-    if crds.exists():
-        shutil.rmtree(crds)
-    _run([str(bin_dir / "controller-gen"), *args, f"output:crd:artifacts:config={crds}"], src, log, **env)
-    if not any(crds.glob("*.yaml")):
-        raise ToolError(f"controller-gen wrote no CRDs into {crds}", f"see {log}")
+    return bin_dir / "controller-gen"
+
+
+def _generate(go: str, src: Path, dest: Path, generator: str, args: list[str], workdir: Path, log: Path,
+              **env: str) -> None:
+    """controller-gen run in `src` with `args`, the output of its `generator` (crd, webhook) going into `dest`."""
+    controller_gen = _controller_gen(go, workdir, log)
+    if dest.exists():
+        shutil.rmtree(dest)
+    _run([str(controller_gen), *args, f"output:{generator}:artifacts:config={dest}"], src, log, **env)
+    if not any(dest.glob("*.yaml")):
+        raise ToolError(f"controller-gen's {generator} generator wrote nothing into {dest}", f"see {log}")
+
+
+def _generate_crds(go: str, src: Path, crds: Path, args: list[str], workdir: Path, log: Path, **env: str) -> None:
+    """controller-gen at CONTROLLER_TOOLS_VERSION run in `src` with `args`, writing the CRDs into `crds`."""
+    _generate(go, src, crds, "crd", args, workdir, log, **env)
+
+
+# The packages upstream's `make manifests` (Makefile L162-165) runs controller-gen's rbac and webhook generators
+# over: their +kubebuilder:webhook markers (pkg/controller/jobs/*/..._webhook.go, pkg/webhooks/*.go) become
+# config/components/webhook/manifests.yaml. gpuctl runs the webhook generator only.
+KUEUE_WEBHOOK_PATHS = ";".join(f"./pkg/{pkg}/..." for pkg in ("controller", "webhooks", "util/cert", "visibility",
+                                                                 "config"))
 
 
 def _build_kueue(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
     """Kueue's manager as upstream's Makefile builds it (`go build ... cmd/kueue/main.go`, CGO off), in
     the module itself so that its own go.sum checks every dependency, with main.go replaced through
-    `-overlay` by the patched copy; then its CRDs as `make manifests` generates them."""
+    `-overlay` by the patched copy; then its CRDs and webhook manifests as `make manifests` generates them."""
     src, module = _fetch_module(go, KUEUE_MODULE, KUEUE_VERSION, workdir, _KUEUE_SKIP)
     overlay = _patch_overlay(src, workdir, {"cmd/kueue/main.go": KUEUE_MAIN_PATCHES}, "KUEUE_MAIN_PATCHES",
                              f"{KUEUE_MODULE}@{KUEUE_VERSION}")
@@ -282,6 +303,10 @@ def _build_kueue(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path
     # Makefile L157-161 (`make manifests`), with controller-gen at the version hack/tools/go.mod pins.
     _generate_crds(go, src, out.resolve() / "kueue-crds", ["crd:generateEmbeddedObjectMeta=true", "paths=./apis/..."],
                    workdir, log)
+    # The same target's webhook manifests (one MutatingWebhookConfiguration, one ValidatingWebhookConfiguration
+    # whose entries call a Service): kueue-webhooks/manifests.yaml, which the sim points at its manager.
+    _generate(go, src, out.resolve() / "kueue-webhooks", "webhook", ["webhook", f"paths={KUEUE_WEBHOOK_PATHS}"],
+              workdir, log)
 
 
 KARPENTER_MODULE = "sigs.k8s.io/karpenter"
@@ -347,6 +372,25 @@ def _build_karpenter(go: str, tools: list[Tool], workdir: Path, out: Path, log: 
                    workdir, log, **env)
 
 
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+# What upstream's .promu.yml builds with, less `builtinassets` (the React UI, which `make assets` compiles with npm):
+# without it web/ui/ui.go serves the UI from web/ui/static on disk, absent here, while the HTTP API (/api/v1/*,
+# /-/ready) needs no assets. remove_all_sd leaves out the cloud service discoveries (plugins/plugin_*.go); static,
+# file and HTTP discovery stay (plugins/minimum.go). Both are documented in its README ("Building from source").
+PROMETHEUS_TAGS = "netgo,remove_all_sd"
+
+
+def _build_prometheus(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
+    """cmd/prometheus with `go install module/cmd/prometheus@version` (its go.mod has no replace directives, and
+    go install ignores the go.work the module ships), the version set as .promu.yml's ldflags set it."""
+    module = f"{PROMETHEUS_MODULE}@{PROMETHEUS_MODULE_VERSION}"
+    env = _toolchain_env(go, module, workdir)
+    ldflags = f"-s -w -X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION.lstrip('v')}"
+    _run([go, "install", "-trimpath", "-tags", PROMETHEUS_TAGS, "-ldflags", ldflags,
+          f"{PROMETHEUS_MODULE}/cmd/prometheus@{PROMETHEUS_MODULE_VERSION}"], workdir, log, GOBIN=str(out.resolve()),
+         **env)
+
+
 Recipe = Callable[[str, list[Tool], Path, Path, Path], None]
 RECIPES: dict[str, Recipe] = {
     "kubernetes": _build_kubernetes,
@@ -356,6 +400,7 @@ RECIPES: dict[str, Recipe] = {
     "upstreamcheck": _build_upstreamcheck,
     "kueue": _build_kueue,
     "karpenter": _build_karpenter,
+    "prometheus": _build_prometheus,
 }
 
 

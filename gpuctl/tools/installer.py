@@ -44,6 +44,13 @@ def cached_path(tool: Tool) -> Path:
     return tools_dir() / tool.name / tool.version / tool.name
 
 
+def is_cached(tool: Tool) -> bool:
+    """Whether the cache holds the tool: its binary and every extra its recipe leaves beside it (a cache
+    filled by an older gpuctl may lack an extra added since: the tool is built again)."""
+    path = cached_path(tool)
+    return path.exists() and all((path.parent / extra).exists() for extra in tool.extras)
+
+
 def reports_version(binary: Path | str, tool: Tool) -> bool:
     """True if `binary` runs and prints the pinned version (etcd prints it without the 'v')."""
     try:
@@ -126,8 +133,8 @@ def _build(tools: list[Tool], go: str, progress: Progress) -> None:
 
 def find_tool(name: str) -> Path | None:
     """The cached binary for `name` at its pinned version, or None (never installs)."""
-    path = cached_path(TOOLS[name])
-    return path if path.exists() else None
+    tool = TOOLS[name]
+    return cached_path(tool) if is_cached(tool) else None
 
 
 def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> list[InstalledTool]:
@@ -138,7 +145,7 @@ def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> l
         missing: list[Tool] = []
         for tool in wanted:
             log.debug("%s %s: looking in %s", tool.name, tool.version, cached_path(tool))
-            if cached_path(tool).exists():
+            if is_cached(tool):
                 result[tool.name] = InstalledTool(tool.name, tool.version, cached_path(tool), "cached")
             elif (linked := _link_from_path(tool)) is not None:
                 result[tool.name] = InstalledTool(tool.name, tool.version, linked, "PATH")

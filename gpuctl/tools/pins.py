@@ -19,6 +19,10 @@ CONTROLLER_TOOLS_VERSION = "v0.20.1"
 KARPENTER_VERSION = "v1.15.0"
 # gpuctl's own checker, built from gpuctl/tools/upstreamcheck; must equal `Version` in its main.go.
 UPSTREAMCHECK_VERSION = "v1"
+# Prometheus for the sim's monitoring (simulator/prometheus.py): the newest 3.x the Go module proxy serves. Its Go
+# module github.com/prometheus/prometheus numbers release v3.X.Y as v0.3XX.Y (VERSION file 3.16.0 in v0.316.0).
+PROMETHEUS_VERSION = "v3.16.0"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,8 @@ class Tool:
     member: str | None = None  # path inside the .tar.gz at `url`; None for a bare binary
     checksum_url: str | None = None  # sha256 published beside the download
     # What the recipe leaves in its out dir beside the binary, kept next to it in the cache (see
-    # installer.cached_path); a tool with extras never comes from PATH, which cannot supply them.
+    # installer.cached_path); a tool with extras never comes from PATH, which cannot supply them, and a cached
+    # binary missing one (cached by a gpuctl that made fewer) is built again.
     extras: tuple[str, ...] = ()
 
 
@@ -53,6 +58,8 @@ def _tools() -> dict[str, Tool]:
     helm = f"https://get.helm.sh/helm-{HELM_VERSION}-{os_name}-{arch}.tar.gz"
     etcd_dir = f"etcd-{ETCD_VERSION}-{os_name}-{arch}"
     etcd = f"https://github.com/etcd-io/etcd/releases/download/{ETCD_VERSION}"
+    prometheus = f"https://github.com/prometheus/prometheus/releases/download/{PROMETHEUS_VERSION}"
+    prometheus_dir = f"prometheus-{PROMETHEUS_VERSION.lstrip('v')}.{os_name}-{arch}"
     tools = [
         Tool("helm", HELM_VERSION, ("version", "--short"), "helm", helm,
              member=f"{os_name}-{arch}/helm", checksum_url=helm + ".sha256sum"),
@@ -65,19 +72,24 @@ def _tools() -> dict[str, Tool]:
         _kube_tool("kube-scheduler", ("--version",)),
         _kube_tool("kubectl", ("version", "--client")),
         Tool("upstreamcheck", UPSTREAMCHECK_VERSION, ("--version",), "upstreamcheck", None),
-        # Kueue's controller manager (--version is gpuctl's build patch) and its CRDs, generated from
-        # its API types by controller-gen: gpuctl/tools/gobuild.py, _build_kueue.
-        Tool("kueue", KUEUE_VERSION, ("--version",), "kueue", None, extras=("kueue-crds",)),
+        # Kueue's controller manager (--version is gpuctl's build patch), its CRDs and its webhook manifests
+        # (kueue-webhooks/manifests.yaml), generated from its source by controller-gen: gpuctl/tools/gobuild.py,
+        # _build_kueue.
+        Tool("kueue", KUEUE_VERSION, ("--version",), "kueue", None, extras=("kueue-crds", "kueue-webhooks")),
         # Karpenter's kwok provider (--version is gpuctl's build patch) and its CRDs from controller-gen:
         # gpuctl/tools/gobuild.py, _build_karpenter.
         Tool("karpenter-kwok", KARPENTER_VERSION, ("--version",), "karpenter", None, extras=("karpenter-crds",)),
+        # Prometheus's server, `prometheus --version` printing "prometheus, version 3.16.0 (...)": the release
+        # tarball, else cmd/prometheus built from the module proxy (gpuctl/tools/gobuild.py, _build_prometheus).
+        Tool("prometheus", PROMETHEUS_VERSION, ("--version",), "prometheus", f"{prometheus}/{prometheus_dir}.tar.gz",
+             member=f"{prometheus_dir}/prometheus", checksum_url=f"{prometheus}/sha256sums.txt"),
     ]
     return {t.name: t for t in tools}
 
 
 TOOLS: dict[str, Tool] = _tools()
 CHECK_TOOLS: tuple[str, ...] = ("upstreamcheck",)  # check gpuctl's outputs against upstream Go code
-# Built only when something asks for them (kueue: simulator/kueue.py).
-ON_DEMAND_TOOLS: tuple[str, ...] = ("kueue", "karpenter-kwok")
+# Built only when something asks for them (kueue: simulator/kueue.py; prometheus: simulator/prometheus.py).
+ON_DEMAND_TOOLS: tuple[str, ...] = ("kueue", "karpenter-kwok", "prometheus")
 # The sim cluster needs every other one (its device plugin uses upstreamcheck).
 SIM_TOOLS: tuple[str, ...] = tuple(name for name in TOOLS if name not in ON_DEMAND_TOOLS)

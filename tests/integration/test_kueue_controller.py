@@ -3,8 +3,8 @@
 Nothing here imitates Kueue: its own manager decides admission against ClusterQueue quota. The cluster
 gets the CRDs controller-gen generated from Kueue's API types (first held against upstream's committed
 ones in ../shared/upstream), a ResourceFlavor for the sim's A100 nodes, and two ClusterQueues of 4 GPUs
-in one cohort; Jobs are created suspended with the queue-name label, as Kueue's (absent) webhook would
-make them. Expected outcomes follow Kueue's documented semantics (apis/kueue/v1beta2/clusterqueue_types.go):
+in one cohort; Jobs are created suspended with the queue-name label (as Kueue's Job webhook, registered by
+start_kueue, would also make them). Expected outcomes follow Kueue's documented semantics (apis/kueue/v1beta2/clusterqueue_types.go):
 - a ClusterQueue may use its nominal quota plus what it may borrow (`borrowingLimit`; unused quota of
   the cohort);
 - borrowed quota is not taken back while `preemption.reclaimWithinCohort` is `Never` (the default), so

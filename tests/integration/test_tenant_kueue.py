@@ -2,13 +2,18 @@
 runs Kueue (CRDs generated from its API types, its v0.19.2 manager), `tenant add` writes the teams'
 flavors and queues, and a Job over a team's nominal quota is admitted only by borrowing its cohort's idle
 quota. Nothing in gpuctl admits anything (tests/integration/test_kueue_controller.py covers the manager
-itself)."""
+itself). Kueue's own webhooks are in force (gpuctl/simulator/kueue_webhooks.py): a Job written as for plain
+Kubernetes, without a queue label, goes to the team's LocalQueue `default`, suspended until Kueue admits it."""
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +35,10 @@ def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     assert proc.returncode == 0, proc.stderr
     steps = {s["step"]: s["outcome"] for s in json.loads(proc.stdout)["steps"]}
     assert steps["install-kueue"] == "created"
-    for team, flags in (("team-a", ("--borrow", "2")), ("team-b", ())):
-        proc = run_gpuctl("tenant", "add", team, "--gpus", "4", "--cohort", "pool", *flags, env=env)
+    for team, flags in (("team-a", ("--gpus", "4", "--cohort", "pool", "--borrow", "2")),
+                        ("team-b", ("--gpus", "4", "--cohort", "pool")),
+                        ("team-c", ("--gpus", "2"))):  # a cohort of its own: the first tests fill "pool"
+        proc = run_gpuctl("tenant", "add", team, *flags, env=env)
         assert proc.returncode == 0, proc.stderr
     yield env
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env)
@@ -126,3 +133,163 @@ def test_rerun_keeps_kueue_and_remove_deletes_the_queues(cluster: dict[str, str]
     queues = {q["metadata"]["name"]: q for q in custom.list_cluster_custom_object(GROUP, VERSION, "clusterqueues")["items"]}
     # Kueue keeps a ClusterQueue with admitted workloads until they are gone (its resource-in-use finalizer)
     assert "team-b" not in queues or queues["team-b"]["metadata"].get("deletionTimestamp"), queues.get("team-b")
+
+
+TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def user_job(name: str, gpus: int = 0) -> dict[str, Any]:
+    """A Job as written for plain Kubernetes: no queue label, not suspended."""
+    limits = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "tolerations": TOLERATE_GPU, "containers": [{
+            "name": "main", "image": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04", "command": ["nvidia-smi"],
+            "resources": limits}]}}}}
+
+
+def workload(env: dict[str, str], namespace: str, job: str) -> dict[str, Any] | None:
+    _, custom = clients(env)
+    return next((wl for wl in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "workloads")["items"]
+                 if any(o["name"] == job for o in wl["metadata"].get("ownerReferences", []))), None)
+
+
+def gpuctl_client(env: dict[str, str]) -> Any:
+    from gpuctl.kube.client import api_client
+
+    return api_client(Path(env["KUBECONFIG"]))
+
+
+def test_a_job_written_without_a_queue_is_queued_in_default_and_admitted(cluster: dict[str, str]) -> None:
+    from gpuctl.ops.tenancy.default_queue import wait_default_queue_in_force
+
+    wait_default_queue_in_force(gpuctl_client(cluster), "team-c")  # (what `tenant add` waits for)
+    batch, _ = clients(cluster)
+    created = batch.create_namespaced_job("team-c", user_job("smoke", gpus=1))
+    # Kueue's webhook put it in the namespace's `default` LocalQueue and created it suspended
+    assert created.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+    assert created.spec.suspend is True
+    wl = wait("smoke admitted", lambda: (w := workload(cluster, "team-c", "smoke")) and any(
+        c["type"] == "Admitted" and c["status"] == "True" for c in (w.get("status") or {}).get("conditions") or [])
+        and w)
+    assert wl["spec"]["queueName"] == "default" and wl["status"]["admission"]["clusterQueue"] == "team-c"
+    [podset] = wl["status"]["admission"]["podSetAssignments"]
+    assert podset["resourceUsage"] == {"nvidia.com/gpu": "1"}
+    # Kueue starts it; its pod runs on the GPU node (kwok completes it at once)
+    job = wait("smoke succeeded", lambda: (j := batch.read_namespaced_job("smoke", "team-c")).status.succeeded and j)
+    assert job.spec.suspend is False
+    assert job.spec.template.spec.node_selector["gpuctl.dev/gpu"] == "a100-40gb"  # the flavor's: Kueue's doing
+
+
+def test_a_job_where_no_default_queue_exists_is_left_as_written(cluster: dict[str, str]) -> None:
+    from kubernetes import client, config
+
+    v1 = client.CoreV1Api(config.new_client_from_config(cluster["KUBECONFIG"]))
+    v1.create_namespace({"metadata": {"name": "no-queue"}})
+    try:
+        batch, _ = clients(cluster)
+        plain = batch.create_namespaced_job("no-queue", user_job("plain"))
+        assert "kueue.x-k8s.io/queue-name" not in (plain.metadata.labels or {})
+        assert plain.spec.suspend is False
+        # Kueue's webhook is called here all the same: a Job naming a queue is created suspended
+        queued = user_job("queued")
+        queued["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "elsewhere"}
+        assert batch.create_namespaced_job("no-queue", queued, dry_run="All").spec.suspend is True
+    finally:
+        v1.delete_namespace("no-queue")
+
+
+def kueue_webhooks(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Name -> entry of the webhooks in the two configurations gpuctl registers, read from the API server."""
+    from kubernetes import client, config
+
+    api = client.AdmissionregistrationV1Api(config.new_client_from_config(env["KUBECONFIG"]))
+    docs = [api.read_mutating_webhook_configuration("kueue-mutating-webhook-configuration"),
+            api.read_validating_webhook_configuration("kueue-validating-webhook-configuration")]
+    for doc in docs:
+        assert doc.metadata.labels == {"app.kubernetes.io/managed-by": "gpuctl"}
+    return {h.name: h for doc in docs for h in doc.webhooks}
+
+
+def serving(port: int, ca_bundle: bytes) -> str:
+    """The subject of the certificate served on 127.0.0.1:`port`, verified against `ca_bundle` (TLS, as the
+    API server calls it)."""
+    context = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
+            context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+        return str(tls.getpeercert()["subject"])
+
+
+def manager_port() -> int:
+    import yaml
+
+    from gpuctl.simulator.kwok import KwokCluster
+
+    return int(yaml.safe_load((KwokCluster(CLUSTER).dir / "kueue" / "config.yaml").read_text())["webhook"]["port"])
+
+
+def test_the_webhooks_call_the_manager_on_loopback_with_its_certificate(cluster: dict[str, str]) -> None:
+    hooks = kueue_webhooks(cluster)
+    assert {"mjob.kb.io", "vjob.kb.io", "mclusterqueue.kb.io", "vclusterqueue.kb.io", "vresourceflavor.kb.io",
+            "mworkload.kb.io", "vworkload.kb.io"} <= set(hooks)
+    assert not {"mpod.kb.io", "vpod.kb.io", "mrayjob.kb.io"} & set(hooks)  # integrations the sim does not enable
+    port = manager_port()
+    for name, hook in hooks.items():
+        assert hook.client_config.service is None, name
+        assert hook.client_config.url.startswith(f"https://127.0.0.1:{port}/"), (name, hook.client_config.url)
+        assert (hook.failure_policy, hook.side_effects) == ("Fail", "None"), name
+    assert hooks["mjob.kb.io"].client_config.url == f"https://127.0.0.1:{port}/mutate-batch-v1-job"
+    assert hooks["mjob.kb.io"].namespace_selector.match_expressions[0].values == ["kube-system", "kueue-system"]
+    assert "gpuctl-sim-kueue" in serving(port, hooks["mjob.kb.io"].client_config.ca_bundle)
+
+
+def test_after_a_restart_the_webhooks_call_the_new_manager(cluster: dict[str, str]) -> None:
+    from gpuctl.simulator.kueue import get_kueue_pid, start_kueue, stop_kueue
+
+    before = kueue_webhooks(cluster)["mjob.kb.io"].client_config
+    old = get_kueue_pid(CLUSTER)
+    stop_kueue(CLUSTER)
+    started = time.monotonic()
+    assert start_kueue(CLUSTER) != old
+    print(f"\nKueue's manager restarted, its webhooks in force, in {time.monotonic() - started:.1f}s")
+    after = kueue_webhooks(cluster)["mjob.kb.io"].client_config
+    assert after.ca_bundle != before.ca_bundle  # a new certificate (and port) each start
+    assert "gpuctl-sim-kueue" in serving(manager_port(), after.ca_bundle)
+    # start_kueue returned once the default queues apply again: no wait here
+    batch, _ = clients(cluster)
+    answer = batch.create_namespaced_job("team-c", user_job("after-restart", gpus=1), dry_run="All")
+    assert (answer.metadata.labels["kueue.x-k8s.io/queue-name"], answer.spec.suspend) == ("default", True)
+
+
+def test_an_adopted_namespaces_own_default_queue_is_left_alone(cluster: dict[str, str]) -> None:
+    """A `default` LocalQueue gpuctl did not make keeps its ClusterQueue through `tenant add` and `tenant remove`."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(cluster["KUBECONFIG"])
+    v1, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    v1.create_namespace({"metadata": {"name": "adopted"}})
+    custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": "theirs"},
+        "spec": {"namespaceSelector": {}}})
+    custom.create_namespaced_custom_object(GROUP, VERSION, "adopted", "localqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "default"},
+        "spec": {"clusterQueue": "theirs"}})
+
+    def default_queue() -> dict[str, Any]:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, "adopted", "localqueues", "default")
+
+    try:
+        proc = run_gpuctl("tenant", "add", "adopted", "--gpus", "1", "--adopt", env=cluster)
+        assert proc.returncode == 0, proc.stderr
+        theirs = default_queue()
+        assert theirs["spec"]["clusterQueue"] == "theirs" and not theirs["metadata"].get("labels"), theirs
+        ours = custom.get_namespaced_custom_object(GROUP, VERSION, "adopted", "localqueues", "adopted")
+        assert ours["spec"]["clusterQueue"] == "adopted"
+        proc = run_gpuctl("tenant", "remove", "adopted", "--yes", env=cluster)
+        assert proc.returncode == 0, proc.stderr
+        assert default_queue()["spec"]["clusterQueue"] == "theirs"
+        names = {q["metadata"]["name"] for q in custom.list_namespaced_custom_object(
+            GROUP, VERSION, "adopted", "localqueues")["items"]}
+        assert names == {"default"}
+    finally:
+        v1.delete_namespace("adopted")
+        custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", "theirs")

@@ -66,6 +66,11 @@ def test_manifests_hold_only_the_flavors_the_queue_uses_then_the_queues() -> Non
     team = make_tenant("team-a", 2, {}, None, False, "tenant", cohort="pool")
     docs = queue_manifests(team, NODES)
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
-        ("ResourceFlavor", "gpuctl-t4-time-slicing-4"), ("ClusterQueue", "team-a"), ("LocalQueue", "team-a")]
+        ("ResourceFlavor", "gpuctl-t4-time-slicing-4"), ("ClusterQueue", "team-a"), ("LocalQueue", "team-a"),
+        ("LocalQueue", "default")]
     assert docs[1]["spec"]["cohortName"] == "pool" and docs[2]["metadata"]["namespace"] == "team-a"
+    # Kueue's Job webhook puts a Job without a queue label in its namespace's LocalQueue `default`: the team's
+    assert docs[3]["metadata"] == {"name": "default", "namespace": "team-a",
+                                   "labels": {"app.kubernetes.io/managed-by": "gpuctl"}}
+    assert docs[3]["spec"] == {"clusterQueue": "team-a"}
     assert team.hard() == {"requests.nvidia.com/gpu": "2"}

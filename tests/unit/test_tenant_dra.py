@@ -90,7 +90,7 @@ def test_a_template_per_gpu_model_and_per_mig_profile_with_guessable_names() -> 
 def test_dra_queue_covers_the_mapped_resources_on_one_flavor_without_node_labels() -> None:
     team = make_tenant("team-a", 4, {"3g.20gb": 2, "2g.10gb": 1}, None, False, "tenant", borrow=2, lend=3,
                        cohort="pool")
-    flavor, queue, local = queue_manifests(team, NODES, dra=True)
+    flavor, queue, local, default = queue_manifests(team, NODES, dra=True)
     assert flavor == {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                       "metadata": {"name": DRA_FLAVOR, "labels": {"app.kubernetes.io/managed-by": "gpuctl"}},
                       # the taint every GPU node carries; odd-0 carries none, so none is common to all
@@ -103,11 +103,11 @@ def test_dra_queue_covers_the_mapped_resources_on_one_flavor_without_node_labels
                                                                                      "resources": [
         {"name": MIG_DEVICES, "nominalQuota": 3, "borrowingLimit": 2, "lendingLimit": 3},
         {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 2, "lendingLimit": 3}]}]}
-    assert (queue["metadata"]["name"], queue["spec"]["cohortName"], local["spec"]["clusterQueue"]) == (
-        "team-a", "pool", "team-a")
+    assert (queue["metadata"]["name"], queue["spec"]["cohortName"], local["spec"]["clusterQueue"],
+            default["spec"]["clusterQueue"]) == ("team-a", "pool", "team-a", "team-a")
     # outside DRA mode nothing changes: the device plugin's resources, a flavor per model
     plugin = [node("a100-dp", {"gpuctl.dev/gpu": "a100-40gb"}, [GPU_TAINT], gpus=4)]
-    flavor, queue, _ = queue_manifests(team, plugin)
+    flavor, queue, _, _ = queue_manifests(team, plugin)
     assert flavor["metadata"]["name"] == "gpuctl-a100-40gb"
     assert flavor["spec"]["nodeLabels"] == {"gpuctl.dev/gpu": "a100-40gb"}
     assert [g["coveredResources"] for g in queue["spec"]["resourceGroups"]] == [["nvidia.com/gpu"]]

@@ -1,7 +1,12 @@
 """Kueue queues of tenants (kueue.x-k8s.io/v1beta2, Kueue v0.19): a ResourceFlavor per GPU model and
 sharing mode the cluster's GPU nodes show (from their labels), a ClusterQueue per team in a shared
-cohort with its nominal quota and borrowing/lending limits, and a LocalQueue of the team's name in its
-namespace (jobs opt in with the label kueue.x-k8s.io/queue-name: <team>).
+cohort with its nominal quota and borrowing/lending limits, and two LocalQueues in the team's namespace
+feeding it: one of the team's name, and one named `default`. A job is queued without asking: Kueue's Job
+webhook gives a Job created without the label kueue.x-k8s.io/queue-name the queue `default` of its namespace
+and suspends it until Kueue admits it (Kueue v0.19.2 pkg/controller/jobs/job/job_webhook.go Default,
+pkg/controller/jobframework/defaults.go; unconditional since the LocalQueueDefaulting gate went GA);
+a job may still name either queue. A `default` LocalQueue gpuctl did not make (an adopted namespace's) is
+left as it is, and kept on removal. default_queue.py waits until the webhook applies the default.
 
 Kueue's rules this follows (its ClusterQueue CRD and docs): a resource is covered by one resource group
 only; every flavor of a group lists every covered resource; a flavor is in one group only; borrowing
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DEFAULT_QUEUE = "default"  # Kueue v0.19.2 pkg/controller/constants/constants.go L27, DefaultLocalQueueName
 FLAVOR_PREFIX = "gpuctl-"
 PLURALS = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
 OURS = {L.MANAGED_BY: L.MANAGER}
@@ -158,18 +164,28 @@ def cluster_queue_manifest(tenant: Tenant, flavors: list[Flavor], dra: bool = Fa
                      "resourceGroups": resource_groups(tenant, flavors, dra)}}
 
 
-def local_queue_manifest(tenant: Tenant) -> dict[str, Any]:
+def local_queue_manifest(tenant: Tenant, name: str | None = None) -> dict[str, Any]:
+    """The LocalQueue `name` (default: the team's) in the team's namespace, feeding its ClusterQueue."""
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
-            "metadata": {"name": tenant.name, "namespace": tenant.name, "labels": dict(OURS)},
+            "metadata": {"name": name or tenant.name, "namespace": tenant.name, "labels": dict(OURS)},
             "spec": {"clusterQueue": tenant.name}}
 
 
 def queue_manifests(tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> list[dict[str, Any]]:
-    """Flavors the team's queue uses, its ClusterQueue and LocalQueue, in the order they must exist."""
+    """Flavors the team's queue uses, its ClusterQueue and LocalQueues (the team's, `default`), in the order
+    they must exist."""
     flavors = [dra_flavor(nodes)] if dra else flavors_of(nodes)
     queue = cluster_queue_manifest(tenant, flavors, dra)
     used = {f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]}
-    return [*(flavor_manifest(f) for f in flavors if f.name in used), queue, local_queue_manifest(tenant)]
+    return [*(flavor_manifest(f) for f in flavors if f.name in used), queue, local_queue_manifest(tenant),
+            local_queue_manifest(tenant, DEFAULT_QUEUE)]
+
+
+def _not_ours_to_change(doc: dict[str, Any], current: dict[str, Any]) -> bool:
+    """A flavor or a `default` LocalQueue that exists and that gpuctl did not make: others may rely on it."""
+    shared = doc["kind"] == "ResourceFlavor" or (doc["kind"] == "LocalQueue"
+                                                 and doc["metadata"]["name"] == DEFAULT_QUEUE)
+    return shared and not is_managed(current)
 
 
 class Queues:
@@ -229,14 +245,15 @@ def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:
 
 
 def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
-    """Apply the team's flavors and queues where they differ; flavors gpuctl did not make are left alone."""
+    """Apply the team's flavors and queues where they differ; flavors and a `default` LocalQueue gpuctl did not
+    make are left alone."""
     queues = Queues(client)
     created = updated = False
     for doc in queue_manifests(tenant, nodes, dra):
         meta = doc["metadata"]
         current = queues.get(doc["kind"], meta["name"], meta.get("namespace"))
         if current is not None and (contains(_quantities(current), _quantities(doc))
-                                    or (doc["kind"] == "ResourceFlavor" and not is_managed(current))):
+                                    or _not_ours_to_change(doc, current)):
             continue
         queues.apply(doc)
         created, updated = created or current is None, updated or current is not None
@@ -254,11 +271,11 @@ def _quantities(doc: Any) -> Any:
 
 
 def remove_queues(client: ApiClient, name: str) -> None:
-    """Delete the team's ClusterQueue and LocalQueue if gpuctl made them, then gpuctl's flavors no queue uses."""
+    """Delete the team's ClusterQueue and LocalQueues if gpuctl made them, then gpuctl's flavors no queue uses."""
     queues = Queues(client)
-    local = queues.get("LocalQueue", name, name)
-    if is_managed(local):
-        queues.delete("LocalQueue", name, name)
+    for local in (name, DEFAULT_QUEUE):
+        if is_managed(queues.get("LocalQueue", local, name)):
+            queues.delete("LocalQueue", local, name)
     if is_managed(queues.get("ClusterQueue", name)):
         queues.delete("ClusterQueue", name)
     used = {f["name"] for q in queues.list("ClusterQueue") if q["metadata"]["name"] != name

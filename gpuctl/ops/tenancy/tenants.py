@@ -26,7 +26,14 @@ from gpuctl.kube.objects import apply, contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant
-from gpuctl.ops.tenancy.queues import Queues, check_queue_ownership, ensure_queues, queue_usage, remove_queues
+from gpuctl.ops.tenancy.queues import (
+    DEFAULT_QUEUE,
+    Queues,
+    check_queue_ownership,
+    ensure_queues,
+    queue_usage,
+    remove_queues,
+)
 from gpuctl.util.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
@@ -113,6 +120,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
 
     from gpuctl.kube.dra import dra_mode
     from gpuctl.kube.gpu_nodes import gpu_nodes
+    from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
     from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
     from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
     from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
@@ -151,6 +159,10 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     templates = ensure_claim_templates(client, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
     if kueue:
         queued = ensure_queues(client, tenant, nodes, dra)
+        if job_defaulting_registered(client):  # Kueue's CRDs alone, without its webhooks: no default to wait for
+            waited = wait_default_queue_in_force(client, tenant.name)
+            _report(f"tenant {tenant.name!r}: Jobs without a queue label go to its LocalQueue "
+                    f"'{DEFAULT_QUEUE}' (waited {waited:.1f}s)")
     else:
         queued = Change.NO_CHANGE
         _warn_no_kueue(tenant)
