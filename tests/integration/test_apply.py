@@ -97,7 +97,9 @@ def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, 
         applied = subprocess.run([*kubectl, "apply", "-f", str(tmp_path / "out" / "manifests")],
                                  capture_output=True, text=True, timeout=60)
         assert applied.returncode == 0, applied.stderr
-        assert applied.stdout.count("created") == 10  # with gpuctl-node-groups, the record of each node group
+        # with gpuctl-node-groups (the record of each node group), the fence's and the GPU tolerations' policies
+        # and bindings
+        assert applied.stdout.count("created") == 14
         quota = subprocess.run([*kubectl, "get", "resourcequota", "-n", "team-b", "gpuctl-gpu-quota", "-o",
                                 "jsonpath={.spec.hard}"], capture_output=True, text=True, timeout=30).stdout
         assert json.loads(quota) == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "2"}
