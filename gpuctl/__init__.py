@@ -19,7 +19,8 @@ _API = frozenset({
     "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
     "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
     "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
-    "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns",
+    "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
+    "top_table", "advise", "advice_text",
 })
 
 

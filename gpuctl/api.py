@@ -43,7 +43,8 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
-           "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns"]
+           "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
+           "top_table", "advise", "advice_text"]
 
 
 def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
@@ -243,6 +244,63 @@ def status_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     from gpuctl.ops.status import status_columns as columns
 
     return columns(rows)
+
+
+def _metrics_inputs(since: str, prometheus: str | None) -> str:
+    """The window of `since` (a Prometheus duration), and `prometheus` judged as a URL, before any request."""
+    from gpuctl.kube.prometheus import check_prometheus_url
+    from gpuctl.model.promql import parse_window
+
+    window = parse_window(since, "--since")
+    if prometheus is not None:
+        check_prometheus_url(prometheus, "--prometheus")
+    return window
+
+
+def top(prometheus: str | None = None, since: str = "1h", nodegroup: str | None = None, tenant: str | None = None,
+        kubeconfig: Path | None = None, context: str | None = None) -> dict[str, Any]:
+    """The GPUs at work, from Prometheus (`prometheus`, else $GPUCTL_PROMETHEUS_URL, else a sim cluster's
+    own): per node and GPU (and MIG instance) SM activity, utilisation, memory and pods; per tenant the GPUs
+    held against its quota and how busy they were over `since` (gpuctl.ops.top)."""
+    from gpuctl.model.naming import check_name
+    from gpuctl.model.tenant import check_tenant_name
+    from gpuctl.ops.gpu_metrics import prometheus_for
+    from gpuctl.ops.top import top as read_top
+
+    window = _metrics_inputs(since, prometheus)
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    if tenant is not None:
+        check_tenant_name(tenant, "--tenant")
+    client = _client(kubeconfig, context)
+    return read_top(client, prometheus_for(client, prometheus), window, nodegroup, tenant)
+
+
+def top_table(view: dict[str, Any], width: int = 80) -> str:
+    """`top`'s view as text at most `width` columns wide."""
+    from gpuctl.ops.top import render_table
+
+    return render_table(view, width)
+
+
+def advise(prometheus: str | None = None, since: str = "1h", kubeconfig: Path | None = None,
+           context: str | None = None) -> dict[str, Any]:
+    """Concrete changes the window's metrics call for, each with its figures and the command that applies it
+    (gpuctl.ops.advise); changes nothing."""
+    from gpuctl.kube.kubeconfig import current_context
+    from gpuctl.ops.advise import advise as read_advice
+    from gpuctl.ops.gpu_metrics import prometheus_for
+
+    window = _metrics_inputs(since, prometheus)
+    client = _client(kubeconfig, context)
+    return read_advice(client, prometheus_for(client, prometheus), window, context or current_context(kubeconfig))
+
+
+def advice_text(result: dict[str, Any]) -> str:
+    """`advise`'s result as numbered paragraphs ("nothing to advise" when there is none)."""
+    from gpuctl.ops.advise import render_text
+
+    return render_text(result)
 
 
 def validate_cluster(nodegroup: str | None = None, image: str = SMOKE_IMAGE, timeout: float = 120.0,

@@ -39,7 +39,7 @@ def apply(
 def render(
     ctx: typer.Context,
     filename: SpecFile,
-    out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="PATH", help="Write manifests/ and helm/ here (default: stdout).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="PATH", help="Write manifests/, helm/ and grafana/ (a dashboard of the GPUs at work) here (default: manifests and values on stdout).")] = None,
 ) -> None:
     """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
     from gpuctl import api

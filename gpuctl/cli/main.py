@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("gpus", "gpus"),
     "status": ("status", "status"),
     "validate": ("validate", "validate"),
+    "top": ("top", "top"),
+    "advise": ("advise", "advise"),
     "cluster": ("cluster", "app"),
     "nodegroup": ("nodegroup", "app"),
     "mig": ("mig", "app"),

@@ -19,6 +19,9 @@ GpusPerNode = Annotated[
 ]
 Gpu = Annotated[str, typer.Option("--gpu", help="GPU model from 'gpuctl gpus' (t4, a100-40gb, ...).")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+# The GPU metrics `top` and `advise` read.
+Prometheus = Annotated[Optional[str], typer.Option("--prometheus", metavar="URL", help="Prometheus's base URL (default: $GPUCTL_PROMETHEUS_URL; on a sim cluster, the sim's own).")]
+Since = Annotated[str, typer.Option("--since", metavar="DURATION", help="The window averages and peaks are taken over, e.g. 15m, 1h, 7d.")]
 
 # Cloud-specific options, shared by every command that talks to a cloud (see gpuctl.model.cloud_options).
 Region = Annotated[Optional[str], typer.Option("--region", help="Cloud region (EKS, OpenStack).")]

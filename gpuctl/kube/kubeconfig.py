@@ -67,6 +67,17 @@ def check_kubeconfig(path: Path | None) -> None:
             read_kubeconfig(candidate)
 
 
+def current_context(path: Path | None) -> str | None:
+    """The context a client of `path` (else $KUBECONFIG, else ~/.kube/config) uses without --context: the first
+    current-context set in the files it reads, as kubectl merges them."""
+    for candidate in read_paths(path):
+        if candidate.exists():
+            context = read_kubeconfig(candidate).get("current-context")
+            if context:
+                return str(context)
+    return None
+
+
 def _load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"apiVersion": "v1", "kind": "Config", "preferences": {}}

@@ -15,6 +15,7 @@ class Capabilities:
     karpenter: bool = False  # writes Karpenter NodePools for its node groups (--karpenter)
     flavor: bool = False  # a node group may name the cloud's flavor (OpenStack)
     instance_type: bool = False  # a node group may name the cloud's instance type (EC2)
+    monitoring: bool = False  # runs Prometheus and a DCGM exporter itself: Provider.prometheus_url
 
 
 CapabilitiesOf = Callable[[str], Capabilities]  # a known cloud's name -> what its provider declares

@@ -14,6 +14,8 @@ import yaml
 from gpuctl.kube.objects import MANAGED
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.converge import gpu_config_data
+from gpuctl.ops.dashboard import FILE as DASHBOARD_FILE
+from gpuctl.ops.dashboard import dashboard_text
 from gpuctl.ops.tenancy.fence import fence_manifests
 from gpuctl.ops.tenancy.tenant_claims import claim_templates
 from gpuctl.ops.tenancy.tenants import tenant_manifests
@@ -21,6 +23,8 @@ from gpuctl.ops.tenancy.tolerations import policy_manifests
 from gpuctl.stack.dra_driver import dra_release
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
+from gpuctl.util.errors import ToolError
+from gpuctl.util.output import info
 
 
 class _Dumper(yaml.SafeDumper):
@@ -79,9 +83,10 @@ def _values_text(entry: dict[str, Any]) -> str:
 
 
 def render(spec: PlatformSpec, out: Path | None, field: str = "--out") -> list[Path] | str:
-    """Write manifests/ and helm/ under `out`, or return everything as one YAML stream. Every file is
-    rendered, and every path it goes to judged (paths.check_target, errors naming `field`), before the
-    first is written."""
+    """Write manifests/, helm/ and grafana/ (the dashboard of gpuctl.ops.dashboard) under `out`, or return
+    the manifests and values as one YAML stream (`kubectl apply -f -` takes it: no dashboard there). Every
+    file is rendered, and every path it goes to judged (paths.check_target, errors naming `field`), before
+    the first is written."""
     objects = manifests(spec)
     values = helm_values(spec)
     if out is None:
@@ -91,6 +96,10 @@ def render(spec: PlatformSpec, out: Path | None, field: str = "--out") -> list[P
 
     files = {out / "manifests" / name: _dump(obj) for name, obj in objects.items()}
     files.update({out / "helm" / name: _values_text(entry) for name, entry in values.items()})
+    try:
+        files[out / "grafana" / DASHBOARD_FILE] = dashboard_text(spec)
+    except ToolError as exc:  # Python 3.10: no Grafana SDK; the manifests are what apply needs
+        info(f"warning: {exc.one_line()}: grafana/{DASHBOARD_FILE} not written")
     check_target(out, field, directory=True)
     for path in files:
         check_target(path, field)

@@ -87,3 +87,12 @@ class RunsKueue(Protocol):
     """A provider whose capabilities say runs_kueue: it runs Kueue's CRDs and controller itself (no chart)."""
 
     def ensure_kueue(self, cluster: str) -> Change: ...
+
+
+class RunsMonitoring(Protocol):
+    """A provider whose capabilities say monitoring: it runs a Prometheus scraping a DCGM exporter beside the
+    cluster itself (the sim), for `gpuctl top` and `gpuctl advise` where no --prometheus is given."""
+
+    def prometheus_url(self, cluster: str) -> str:
+        """The base URL of the cluster's Prometheus, started first where it does not run."""
+        ...

@@ -158,6 +158,11 @@ def _pci(index: int) -> tuple[str, str]:
     return f"0000:{root + 1 + index % 2:02x}:00.0", f"pci0000:{root:02x}"
 
 
+def pci_address(index: int) -> str:
+    """GPU `index`'s PCI address as the DRA driver publishes it (the sim's DCGM exporter reports the same GPU)."""
+    return _pci(index)[0]
+
+
 def _common_attributes(model: GpuModel, index: int) -> dict[str, dict[str, str]]:
     """What a GPU and its MIG devices share: deviceinfo.go:152-189, mig.go:139-182. addressingMode is left
     out, as the driver leaves it out where NVML gives no mode (nvlib.go:519-530, go-nvlib device.go:153-166):

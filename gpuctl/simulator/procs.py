@@ -22,6 +22,7 @@ from pathlib import Path
 from gpuctl import __version__
 
 OPERATOR_MODULE = "gpuctl.simulator.operator"
+DCGM_EXPORTER_MODULE = "gpuctl.simulator.dcgm_exporter"  # the sim's DCGM exporter (dcgm_exporter.py)
 KILL_TIMEOUT_S = 10.0
 # `from gpuctl.x import a, b` (names possibly in parentheses over several lines) and `import gpuctl.x`.
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(gpuctl(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
@@ -104,6 +105,18 @@ def is_karpenter(argv: tuple[str, ...], cluster_dir: Path) -> bool:
     return bool(argv) and Path(argv[0]).name == "karpenter-kwok" and types.startswith(str(cluster_dir) + os.sep)
 
 
+def is_dcgm_exporter(argv: tuple[str, ...], kubeconfig: Path) -> bool:
+    """The sim's DCGM exporter (dcgm_exporter.py) of the cluster whose kubeconfig is `kubeconfig`."""
+    return DCGM_EXPORTER_MODULE in argv and flag(argv, "--kubeconfig") == str(kubeconfig)
+
+
+def is_prometheus(argv: tuple[str, ...], cluster_dir: Path) -> bool:
+    """The sim's Prometheus (prometheus.py) of the cluster at `cluster_dir`: the binary named prometheus, from
+    the tool cache, reading its configuration from inside the cluster's dir."""
+    config = flag(argv, "--config.file") or ""
+    return bool(argv) and Path(argv[0]).name == "prometheus" and config.startswith(str(cluster_dir) + os.sep)
+
+
 def cluster_procs(workdir: Path, name: str, helm_context: str | None = None) -> tuple[list[Proc], list[Proc]]:
     """(processes that drive the cluster, every other process of it) for the cluster `name` under
     `workdir`: drivers are kwokctl and, given its kubeconfig context, a helm a killed gpuctl left."""
@@ -119,7 +132,8 @@ def cluster_procs(workdir: Path, name: str, helm_context: str | None = None) -> 
               or (Path(proc.argv[0]).name == "kubectl" and any(a.startswith(inside) for a in proc.argv[1:]))
               # the sim's Kueue manager (kueue.py) runs from the tool cache with a config inside the cluster's dir
               or (Path(proc.argv[0]).name == "kueue" and (flag(proc.argv, "--config") or "").startswith(inside))
-              or is_karpenter(proc.argv, cluster_dir)):
+              or is_karpenter(proc.argv, cluster_dir)
+              or is_dcgm_exporter(proc.argv, cluster_dir / "kubeconfig.yaml") or is_prometheus(proc.argv, cluster_dir)):
             others.append(proc)
     return drivers, others
 
@@ -173,10 +187,16 @@ def _module_file(root: Path, module: str) -> Path | None:
 def operator_stamp() -> str:
     """The gpuctl version and a digest of the source of every gpuctl module the simulated operator
     imports: an operator started from other code is restarted (also one of an older gpuctl)."""
+    return code_stamp(OPERATOR_MODULE)
+
+
+def code_stamp(entry: str) -> str:
+    """The gpuctl version and a digest of the source of module `entry` and every gpuctl module it imports: a sim
+    process (the operator, the DCGM exporter) that runs other code is restarted."""
     root = Path(__file__).resolve().parents[2]  # holds the gpuctl package
     files: set[Path] = set()
     done: set[str] = set()
-    todo = [OPERATOR_MODULE]
+    todo = [entry]
     while todo:
         parts = todo.pop().split(".")
         for module in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):  # and the packages on its way

@@ -79,3 +79,13 @@ def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
         assert run["gpus"] == run["claims"]  # g4dn.xlarge: one T4 each
     assert figures["runs"]["no overlay"]["overlay_applied"] == 0
     assert figures["runs"]["overlay"]["overlay_applied"] == figures["runs"]["overlay"]["claims"]
+
+
+def test_bench_top_runs(sim_env: dict[str, str]) -> None:
+    # 16 GPUs here; 1,000 in the README's figure. Timings on a shared CI machine are printed; the run must
+    # show every GPU and refuse an unreachable Prometheus with exit 5 naming it.
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "top"), "--gpus", "16", "--runs", "1",
+                           "--max-seconds", "60"], capture_output=True, text=True, env=sim_env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert figures["gpus"] == figures["shown"] == 16 and figures["unreachable_exit"] == 5

@@ -3,6 +3,8 @@ module's go.mod asks for, and the on-demand Karpenter tool's pin."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuctl.tools.gobuild import KARPENTER_PATCHES, KUEUE_MAIN_PATCHES, RECIPES, apply_patches, needed_toolchain
@@ -67,3 +69,26 @@ def test_karpenter_kwok_is_built_on_demand_with_its_crds() -> None:
     assert tool.version_args == ("--version",) and tool.recipe in RECIPES
     assert "karpenter-kwok" in ON_DEMAND_TOOLS and "karpenter-kwok" not in SIM_TOOLS
     assert "kueue" in ON_DEMAND_TOOLS and "kueue" not in SIM_TOOLS
+
+
+def test_prometheus_is_an_on_demand_tool_whose_module_version_is_its_release() -> None:
+    from gpuctl.tools.pins import PROMETHEUS_MODULE_VERSION, PROMETHEUS_VERSION
+
+    tool = TOOLS["prometheus"]
+    assert tool.version == PROMETHEUS_VERSION and tool.recipe == "prometheus" and tool.recipe in RECIPES
+    assert "prometheus" in ON_DEMAND_TOOLS and "prometheus" not in SIM_TOOLS
+    # github.com/prometheus/prometheus tags release v3.X.Y as module version v0.3XX.Y
+    major, minor, patch = PROMETHEUS_VERSION.lstrip("v").split(".")
+    assert PROMETHEUS_MODULE_VERSION == f"v0.{major}{int(minor):02d}.{patch}"
+    assert tool.url is not None and tool.member is not None and tool.url.endswith(f"/{tool.member.split('/')[0]}.tar.gz")
+
+
+def test_the_installer_reads_the_version_prometheus_prints(tmp_path: Path) -> None:
+    from gpuctl.tools.installer import reports_version
+
+    fake = tmp_path / "prometheus"
+    fake.write_text("#!/bin/sh\necho 'prometheus, version 3.16.0 (branch: , revision: unknown)'\n")
+    fake.chmod(0o755)
+    assert reports_version(fake, TOOLS["prometheus"])
+    fake.write_text("#!/bin/sh\necho 'prometheus, version 3.16.01 (branch: , revision: unknown)'\n")
+    assert not reports_version(fake, TOOLS["prometheus"])

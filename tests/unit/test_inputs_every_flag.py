@@ -29,6 +29,8 @@ BASE: dict[str, tuple[list[str], list[str]]] = {
     "gpus": ([], []),
     "status": ([], []),
     "validate": ([], []),
+    "top": ([], ["--prometheus", "http://127.0.0.1:1"]),
+    "advise": ([], ["--prometheus", "http://127.0.0.1:1"]),
     "cluster create": ([], ["--cloud", "sim", "--gpu", "t4"]),
     "cluster list": ([], ["--cloud", "sim"]),
     "cluster delete": ([], ["--name", "demo", "--yes"]),

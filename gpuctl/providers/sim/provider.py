@@ -159,6 +159,13 @@ class SimProvider:
 
         return Change.CREATED if ensure_kueue(name) else Change.NO_CHANGE
 
+    def prometheus_url(self, name: str) -> str:
+        """The sim's Prometheus, scraping its simulated DCGM exporters (gpuctl.simulator.prometheus), started
+        where it does not run: its base URL."""
+        from gpuctl.simulator.prometheus import ensure_monitoring
+
+        return ensure_monitoring(name)
+
     def _repair(self, kwok: KwokCluster, fresh: bool = False) -> Change:
         """Converge a complete cluster; STARTED when a component had to be started, UPDATED when
         anything else was missing (each repair is reported on stderr, unless `fresh`ly created)."""

@@ -1,0 +1,23 @@
+"""`gpuctl advise`: what the GPU metrics of a window call for; changes nothing."""
+
+from __future__ import annotations
+
+import typer
+
+from gpuctl.cli.options import Prometheus, Since
+from gpuctl.cli.settings import settings
+from gpuctl.util.output import emit
+
+
+def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h") -> None:
+    """Recommendations from the window's metrics and the cluster's configuration, each with the figures behind it and
+    the command that applies it: share idle whole GPUs, ease saturated time-slicing, a MIG layout for the demand,
+    lower unused tenant quotas. Reads only."""
+    from gpuctl import api
+
+    opts = settings(ctx)
+    result = api.advise(prometheus, since, opts.kubeconfig, opts.context)
+    if opts.output == "table":
+        print(api.advice_text(result))
+    else:
+        emit(result, opts.output)

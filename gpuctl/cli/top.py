@@ -1,0 +1,30 @@
+"""`gpuctl top`: the GPUs at work, from Prometheus."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from gpuctl.cli.options import Prometheus, Since
+from gpuctl.cli.settings import settings
+from gpuctl.util.output import emit
+
+
+def top(
+    ctx: typer.Context,
+    prometheus: Prometheus = None,
+    since: Since = "1h",
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Show this node group's GPUs only.")] = None,
+    tenant: Annotated[Optional[str], typer.Option("--tenant", help="Show this tenant and the GPUs its pods use only.")] = None,
+) -> None:
+    """Per node and GPU (and MIG instance): SM activity, utilisation, memory and the pods on it; per tenant: GPUs held
+    against its quota, and how busy they were over --since. A GPU several pods share shows the GPU's figures, marked."""
+    from gpuctl import api
+
+    opts = settings(ctx)
+    view = api.top(prometheus, since, nodegroup, tenant, opts.kubeconfig, opts.context)
+    if opts.output == "table":
+        print(api.top_table(view))
+    else:
+        emit(view, opts.output)

@@ -1,0 +1,351 @@
+"""`gpuctl advise`: what to change, from a window of GPU metrics (gpuctl.ops.gpu_metrics) and the cluster's
+configuration (the node groups gpuctl recorded, tenants and their quotas). Reads only; each piece of advice
+carries the figures behind it and the gpuctl command that applies it.
+
+Rules (thresholds below):
+- whole GPUs allocated but idle (utilisation peaked <= 30%, memory <= half) -> share them N ways, N at most
+  100 / peak utilisation, at most total memory / peak memory, at most what the device plugin takes;
+- a time-sliced group whose GPUs saturate (>= 90% on average) -> MPS, or fewer replicas;
+- MIG instances that sat idle while pods asking for another profile are Pending -> a layout that fits the
+  busy instances and that demand, checked on the GPU's real slot geometry (gpuctl.model.mig);
+- a tenant whose pods held at most a quarter of its quota over the window -> a lower quota.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.model.mig import check_layout, parse_layout
+from gpuctl.model.sharing import MAX_REPLICAS, max_replicas
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS
+from gpuctl.ops.gpu_metrics import (
+    GPU,
+    MIG_PREFIX,
+    ClusterView,
+    Device,
+    NodeInfo,
+    cluster_of,
+    coverage_note,
+    node_groups,
+    read_cluster,
+    read_metrics,
+    read_queues,
+    recorded_groups,
+)
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from gpuctl.kube.prometheus import Prometheus
+    from gpuctl.model.catalog import GpuModel
+    from gpuctl.model.spec import GroupPlan
+
+IDLE_UTIL_PCT = 30.0  # a whole GPU whose utilisation peaked at or below this ...
+IDLE_MEMORY_SHARE = 0.5  # ... and whose memory peaked at or below this share of its total: share it
+SATURATED_PCT = 90.0  # a shared GPU at or above this on average is saturated
+MIG_IDLE_PCT = 10.0  # a MIG instance no pod used, or whose SM activity peaked at or below this, sat idle
+QUOTA_UNUSED = 0.25  # a tenant whose pods held at most this share of its quota on average
+NOTHING = "nothing to advise"
+
+
+def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None = None) -> dict[str, Any]:
+    """{prometheus, window, advice: [...]}: each piece of advice with its figures and command. Prometheus is
+    read first (what is most likely unreachable), then the cluster."""
+    metrics = read_metrics(prom, window)
+    view = read_cluster(client)
+    read_queues(client, view)
+    identity = cluster_identity(client.configuration.host, context)
+    advice = advice_of(view, recorded_groups(client), metrics.devices, metrics.usage, window, identity)
+    notes = [n for n in (coverage_note(metrics.coverage, window),) if n is not None]
+    return {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage, "advice": advice,
+            "notes": notes}
+
+
+def advice_of(view: ClusterView, records: dict[str, GroupPlan], devices: dict[Any, Device],
+              usage: dict[str, dict[str, Any]], window: str, identity: tuple[str, str]) -> list[dict[str, Any]]:
+    """Every rule on what was read: per node group (its devices), then per tenant."""
+    advice: list[dict[str, Any]] = []
+    for group, nodes in sorted(node_groups(view).items()):
+        names = {n.name for n in nodes}
+        mine = [d for d in devices.values() if d.node in names]
+        if not mine:
+            continue
+        setup = GroupSetup(group, nodes, records.get(group), *identity)
+        for rule in (idle_whole_gpus, saturated_sharing, idle_mig_instances):
+            found = rule(setup, mine, view, window)
+            if found is not None:
+                advice.append(found)
+    for name in sorted(view.tenants):
+        found = unused_quota(name, view, usage.get(name, {}), window)
+        if found is not None:
+            advice.append(found)
+    return advice
+
+
+def cluster_identity(server: str, context: str | None) -> tuple[str, str]:
+    """(cloud, cluster) for the commands: a sim cluster by its API server's URL, else the context gpuctl wrote
+    (`gpuctl-<cloud>-<cluster>`, Provider.context_name); else placeholders the user fills in."""
+    from gpuctl.providers import PROVIDERS
+
+    found = cluster_of(server)
+    if found is not None:
+        return found
+    for cloud in PROVIDERS:
+        if context and context.startswith(f"gpuctl-{cloud}-") and len(context) > len(f"gpuctl-{cloud}-"):
+            return cloud, context.removeprefix(f"gpuctl-{cloud}-")
+    return "CLOUD", "CLUSTER"
+
+
+class GroupSetup:
+    """A node group as the advice needs it: its nodes, GPU model, sharing and MIG layout (its record where
+    gpuctl made it, else its nodes' labels), and the `cluster create` line that converges it."""
+
+    def __init__(self, name: str, nodes: list[NodeInfo], record: GroupPlan | None, cloud: str, cluster: str) -> None:
+        self.name, self.nodes, self.record = name, nodes, record
+        first = nodes[0]
+        self.model: GpuModel | None = record.spec.gpu if record else first.model
+        self.strategy = record.sharing.strategy if record else first.sharing
+        self.replicas = record.sharing.replicas if record else first.replicas
+        self.mig = record.mig.name if record and record.mig else (
+            first.mig_config if first.mig_config not in (None, "all-disabled") else None)
+        self.cloud, self.cluster = cloud, cluster
+
+    def create_command(self, sharing: list[str]) -> str:
+        """`gpuctl cluster create` of this group as it is, with `sharing` flags instead of its own."""
+        words = ["gpuctl cluster create", f"--cloud {self.cloud}", f"--name {self.cluster}",
+                 f"--nodegroup-name {self.name}", f"--gpu {self.model.name if self.model else 'GPU'}",
+                 f"--nodes {len(self.nodes)}"]
+        if self.record is not None:
+            spec = self.record.spec
+            if self.model is not None and spec.gpus_per_node != self.model.default_gpus_per_node:
+                words.append(f"--gpus-per-node {spec.gpus_per_node}")
+            if spec.taints != DEFAULT_GPU_TAINTS:
+                words += [f"--taint {t}" for t in spec.taints]
+        return " ".join(words + sharing)
+
+    def spec_hint(self, section: str) -> str:
+        return (f"or, where a spec file made the cluster: nodeGroups[{self.name}].sharing: {section}, then "
+                "'gpuctl apply -f SPEC'")
+
+
+def _peak_util(d: Device) -> float | None:
+    """The higher of DCGM's utilisation and SM activity: a GPU counts as busy by either."""
+    values = [v for v in (d.values.get("gpu_util_peak"), d.values.get("sm_active_peak")) if v is not None]
+    return max(values) if values else None
+
+
+def _avg_util(d: Device) -> float | None:
+    values = [v for v in (d.values.get("gpu_util_avg"), d.values.get("sm_active_avg")) if v is not None]
+    return max(values) if values else None
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def idle_whole_gpus(group: GroupSetup, devices: list[Device], view: ClusterView, window: str) -> dict[str, Any] | None:
+    """Whole GPUs, not shared, each with a pod on it, whose utilisation and memory stayed low: share them."""
+    if group.strategy != "none" or group.mig is not None:
+        return None
+    whole = [d for d in devices if d.mig_profile is None]
+    held = [d for d in whole if view.workloads(d.pods_window)]
+    if not held:
+        return None
+    peaks = [_peak_util(d) for d in held]
+    memory = [d.values.get("fb_used_peak_mib") for d in held]
+    totals = [d.values.get("fb_total_mib") for d in held]
+    if any(v is None for v in peaks + memory + totals):
+        return None
+    peak, mem, total = max(peaks), max(memory), min(totals)  # type: ignore[type-var]
+    assert peak is not None and mem is not None and total is not None
+    if peak > IDLE_UTIL_PCT or mem > IDLE_MEMORY_SHARE * total:
+        return None
+    by_util = math.floor(100 / max(peak, 1.0))
+    by_memory = math.floor(total / max(mem, 1.0))
+    limit = max_replicas("time-slicing", group.model) if group.model else MAX_REPLICAS
+    slices = min(by_util, by_memory, limit)
+    if slices < 2:
+        return None
+    return {
+        "rule": "share-idle-gpus", "nodegroup": group.name,
+        "summary": f"node group {group.name}: share each GPU {slices} ways (time-slicing)",
+        "figures": {"gpus": len(held), "peak_util_pct": round(peak, 1), "peak_memory_mib": round(mem),
+                    "memory_mib": round(total), "slices": slices, "by_util": by_util, "by_memory": by_memory,
+                    "max_replicas": limit},
+        "why": [f"{len(held)} whole GPU(s) held by pods over {window}: utilisation peaked at {peak:.0f}% "
+                f"(<= {IDLE_UTIL_PCT:.0f}%), memory at {_gib(mem)} of {_gib(total)} (<= half)",
+                f"{slices} = min(floor(100 / {max(peak, 1.0):.0f}%) = {by_util}, floor({_gib(total)} / "
+                f"{_gib(max(mem, 1.0))}) = {by_memory}, {limit} (the device plugin's most replicas))"],
+        "command": group.create_command([f"--slices {slices}"]),
+        "alternative": group.spec_hint(f"{{timeSlicing: {{replicas: {slices}}}}}"),
+    }
+
+
+def saturated_sharing(group: GroupSetup, devices: list[Device], view: ClusterView,
+                      window: str) -> dict[str, Any] | None:
+    """A time-sliced group whose GPUs were busy >= 90% on average: MPS, or fewer replicas."""
+    if group.strategy != "time-slicing":
+        return None
+    averages = [a for d in devices if d.mig_profile is None and (a := _avg_util(d)) is not None]
+    if not averages or sum(averages) / len(averages) < SATURATED_PCT:
+        return None
+    mean = sum(averages) / len(averages)
+    pods = max((len(view.workloads(d.pods_window)) for d in devices), default=0)
+    fewer = max(group.replicas // 2, 1)
+    commands = []
+    mps_limit = max_replicas("mps", group.model) if group.model else None
+    if group.mig is None and mps_limit is not None and group.replicas <= mps_limit:
+        commands.append(group.create_command(["--sharing mps", f"--slices {group.replicas}"]))
+    commands.append(group.create_command([f"--slices {fewer}"] if fewer > 1 else ["--sharing none"]))
+    return {
+        "rule": "saturated-sharing", "nodegroup": group.name,
+        "summary": f"node group {group.name}: its time-sliced GPUs are saturated: MPS, or {fewer} replica(s) "
+                   f"instead of {group.replicas}",
+        "figures": {"gpus": len(averages), "avg_util_pct": round(mean, 1), "replicas": group.replicas,
+                    "most_pods_on_a_gpu": pods, "fewer_replicas": fewer},
+        "why": [f"{len(averages)} GPU(s) shared {group.replicas} ways were {mean:.0f}% busy on average over "
+                f"{window} (>= {SATURATED_PCT:.0f}%), up to {pods} pod(s) on one GPU: time-slices queue behind "
+                "each other",
+                "MPS runs the pods' kernels side by side with a fixed share of SMs each; fewer replicas give each "
+                "pod a larger slice (and need more GPUs for as many pods)"],
+        "command": commands[0],
+        "alternative": " or ".join(commands[1:]) or None,
+    }
+
+
+def idle_mig_instances(group: GroupSetup, devices: list[Device], view: ClusterView,
+                       window: str) -> dict[str, Any] | None:
+    """MIG instances that sat idle while pods asking for another profile were Pending: a layout fitting the
+    busy instances and that demand, placed on the GPU's slot geometry."""
+    if group.mig is None or group.model is None or group.model.mig is None:
+        return None
+    instances = [d for d in devices if d.mig_profile is not None]
+    idle = [d for d in instances if not view.workloads(d.pods_window)
+            or (d.values.get("sm_active_peak") or 0.0) <= MIG_IDLE_PCT]
+    if not idle:
+        return None
+    idle_profiles = Counter(str(d.mig_profile) for d in idle)
+    pending: Counter[str] = Counter()
+    for pod in view.pods:
+        if pod.phase == "Pending":
+            for resource, n in pod.gpu_requests.items():
+                profile = resource.removeprefix(MIG_PREFIX)
+                if resource.startswith(MIG_PREFIX) and profile not in idle_profiles \
+                        and group.model.mig.profile(profile) is not None:
+                    pending[profile] += n
+    if not pending:
+        return None
+    gpus = len({(d.node, d.gpu) for d in instances}) or 1
+    busy = Counter(str(d.mig_profile) for d in instances if all(d is not i for i in idle))
+    per_gpu = [p for p, n in busy.items() for _ in range(math.ceil(n / gpus))]
+    if per_gpu and not check_layout(_layout(per_gpu), group.model)[0]:
+        return None
+    added: Counter[str] = Counter()
+    for profile, wanted in pending.most_common():
+        for _ in range(math.ceil(wanted / gpus)):
+            if not check_layout(_layout([*per_gpu, profile]), group.model)[0]:
+                break
+            per_gpu.append(profile)
+            added[profile] += 1
+    if not added:
+        return None
+    layout = parse_layout(_layout(per_gpu), group.model).name
+    if layout == group.mig:
+        return None
+    return {
+        "rule": "mig-layout", "nodegroup": group.name,
+        "summary": f"node group {group.name}: MIG layout {layout} instead of {group.mig}",
+        "figures": {"layout": group.mig, "proposed": layout, "gpus": gpus,
+                    "idle_instances": dict(sorted(idle_profiles.items())),
+                    "busy_instances": dict(sorted(busy.items())), "pending_pods": dict(sorted(pending.items()))},
+        "why": [f"over {window}, idle MIG instance(s): "
+                + ", ".join(f"{n} x {p}" for p, n in sorted(idle_profiles.items()))
+                + f" (no pod, or SM activity <= {MIG_IDLE_PCT:.0f}%)",
+                "Pending pods ask for: " + ", ".join(f"{n} x {p}" for p, n in sorted(pending.items())),
+                f"{layout} keeps the busy instances and fits the GPU's slots ('gpuctl mig plan {layout} "
+                f"--gpu {group.model.name}')"],
+        "command": f"gpuctl mig apply {layout} --nodegroup {group.name}",
+        "alternative": group.spec_hint(f"{{mig: {{layout: {layout}}}}}"),
+    }
+
+
+def _layout(profiles: list[str]) -> str:
+    return "-".join(f"{n}x{p}" for p, n in Counter(profiles).items())
+
+
+def _queue_settings(queue: dict[str, Any] | None) -> tuple[int, int | None, str | None]:
+    """(borrow, lend, cohort) of a tenant's ClusterQueue, as `tenant add` wrote them."""
+    if queue is None:
+        return 0, None, None
+    spec = queue.get("spec") or {}
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                return int(res.get("borrowingLimit") or 0), res.get("lendingLimit"), spec.get("cohortName")
+    return 0, None, spec.get("cohortName")
+
+
+def unused_quota(name: str, view: ClusterView, usage: dict[str, Any], window: str) -> dict[str, Any] | None:
+    """A tenant whose pods held at most a quarter of its quota on average: the quota its peak needs."""
+    tenant = view.tenants[name]
+    borrow, lend, cohort = _queue_settings(tenant.queue)
+    now: Counter[str] = Counter()
+    for pod in view.pods:
+        if pod.namespace == name and pod.node and pod.phase not in ("Succeeded", "Failed"):
+            now.update(pod.gpu_requests)
+    nominal = {r: max(q - borrow, 0) for r, q in tenant.quota.items() if r == GPU or r.startswith(MIG_PREFIX)}
+    proposed = dict(nominal)
+    why = []
+    for resource, quota in nominal.items():
+        avg = usage.get("allocated_avg", {}).get(resource, 0.0)
+        peak = usage.get("allocated_peak", {}).get(resource, 0.0)
+        if quota <= 0 or avg > QUOTA_UNUSED * quota:
+            continue
+        wanted = max(math.ceil(peak), now[resource], 1)
+        if wanted >= quota:
+            continue
+        proposed[resource] = wanted
+        what = "GPUs" if resource == GPU else resource.removeprefix(MIG_PREFIX) + " instances"
+        why.append(f"{what}: quota {quota}, held {avg:.2f} on average over {window} (<= {QUOTA_UNUSED:.0%}), "
+                   f"at most {peak:g}, {now[resource]} requested now -> {wanted}")
+    if proposed == nominal:
+        return None
+    words = [f"gpuctl tenant add {name}", f"--gpus {proposed.get(GPU, 0)}"]
+    words += [f"--mig {r.removeprefix(MIG_PREFIX)}={n}" for r, n in sorted(proposed.items()) if r != GPU and n > 0]
+    if tenant.group:
+        words.append(f"--group {tenant.group}")
+    if borrow:
+        words.append(f"--borrow {borrow}")
+    if lend is not None:
+        words.append(f"--lend {lend}")
+    if cohort and cohort != "gpuctl":
+        words.append(f"--cohort {cohort}")
+    return {
+        "rule": "unused-quota", "tenant": name,
+        "summary": f"tenant {name}: lower its quota to what it uses",
+        "figures": {"quota": nominal, "proposed": proposed,
+                    "allocated_avg": {r: round(v, 2) for r, v in usage.get("allocated_avg", {}).items()},
+                    "allocated_peak": usage.get("allocated_peak", {}), "allocated_now": dict(now)},
+        "why": why,
+        "command": " ".join(words),
+        "alternative": "or, where a spec file made the cluster: the tenant's gpus and mig there, then "
+                       "'gpuctl apply -f SPEC'",
+    }
+
+
+def render_text(result: dict[str, Any]) -> str:
+    """The advice as numbered paragraphs, each with its figures and command (the table form)."""
+    notes = [f"note: {n}" for n in result.get("notes", [])]
+    if not result["advice"]:
+        return "\n".join([NOTHING, *notes])
+    lines = []
+    for i, item in enumerate(result["advice"], 1):
+        lines.append(f"{i}. {item['summary']}")
+        lines += [f"   {w}" for w in item["why"]]
+        lines.append(f"   apply: {item['command']}")
+        if item.get("alternative"):
+            lines.append(f"   {item['alternative']}")
+        lines.append("")
+    return "\n".join(lines + notes).rstrip()

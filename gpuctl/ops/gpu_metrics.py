@@ -1,0 +1,323 @@
+"""What `gpuctl top` and `gpuctl advise` read: the GPU series in Prometheus (gpuctl.model.promql), per device
+and per tenant, joined with what the cluster says (nodes and their node groups, tenants and their quotas, the
+pods and what they request).
+
+Which Prometheus: `--prometheus URL`, else GPUCTL_PROMETHEUS_URL, else, on a cluster whose provider runs
+monitoring itself (the sim), the provider's (Provider.prometheus_url).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuctl.kube.errors import requesting
+from gpuctl.kube.gpu_nodes import gpu_nodes, model_of, nodegroup_of
+from gpuctl.kube.objects import count
+from gpuctl.kube.prometheus import URL_ENV, Prometheus, Sample, check_prometheus_url
+from gpuctl.model import labels as L
+from gpuctl.model import promql
+from gpuctl.model.catalog import GpuModel
+from gpuctl.model.mig import resource_name
+from gpuctl.model.tenant import TENANT_LABEL
+from gpuctl.ops.tenancy.tenants import BINDING, QUOTA
+from gpuctl.util.errors import UsageError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from gpuctl.model.spec import GroupPlan
+
+GPU = L.GPU_RESOURCE
+MIG_PREFIX = "nvidia.com/mig-"
+DONE = ("Succeeded", "Failed")
+
+
+def prometheus_for(client: ApiClient, url: str | None) -> Prometheus:
+    """The Prometheus to read: `url` (--prometheus), else $GPUCTL_PROMETHEUS_URL, else the one the cluster's
+    provider runs (a sim cluster, recognised by its API server's URL); else a UsageError saying how to give one."""
+    if url is not None:
+        return Prometheus(check_prometheus_url(url, "--prometheus"), "--prometheus")
+    if env := os.environ.get(URL_ENV, "").strip():
+        return Prometheus(check_prometheus_url(env, URL_ENV), URL_ENV)
+    served = provider_prometheus(client.configuration.host)
+    if served is not None:
+        return Prometheus(check_prometheus_url(served, "the sim's Prometheus"), "the sim's Prometheus")
+    raise UsageError("--prometheus", "no Prometheus to read GPU metrics from",
+                     f"pass --prometheus URL or set {URL_ENV}, e.g. after "
+                     "'kubectl port-forward -n monitoring svc/prometheus 9090': http://127.0.0.1:9090")
+
+
+def provider_prometheus(server: str) -> str | None:
+    """The base URL of the Prometheus a provider runs beside the cluster served at `server` (providers whose
+    capabilities say `monitoring`: the sim), started if it is not running; None for any other cluster."""
+    from gpuctl.providers import PROVIDERS, capabilities_of, get_provider
+
+    for cloud in PROVIDERS:
+        if not capabilities_of(cloud).monitoring:
+            continue
+        provider = get_provider(cloud)
+        for cluster in provider.list_clusters():
+            if cluster.endpoint and cluster.endpoint.rstrip("/") == server.rstrip("/"):
+                from typing import cast
+
+                from gpuctl.providers.base import RunsMonitoring
+
+                return cast("RunsMonitoring", provider).prometheus_url(cluster.name)
+    return None
+
+
+def cluster_of(server: str) -> tuple[str, str] | None:
+    """(cloud, cluster) of a cluster a monitoring provider runs at `server` (the sim's), else None."""
+    from gpuctl.providers import PROVIDERS, capabilities_of, get_provider
+
+    for cloud in PROVIDERS:
+        if capabilities_of(cloud).monitoring:
+            for cluster in get_provider(cloud).list_clusters():
+                if cluster.endpoint and cluster.endpoint.rstrip("/") == server.rstrip("/"):
+                    return cloud, cluster.name
+    return None
+
+
+# -- devices -------------------------------------------------------------------------------------------
+
+@dataclass
+class Device:
+    """One GPU or MIG instance as dcgm-exporter reports it, with its figures (None: no series)."""
+
+    node: str
+    gpu: str  # index on the node
+    uuid: str
+    model: str  # NVML's name, e.g. "Tesla T4"
+    mig_profile: str | None
+    mig_id: str | None
+    values: dict[str, float | None] = field(default_factory=dict)
+    pods: set[tuple[str, str]] = field(default_factory=set)  # (namespace, pod) now
+    pods_window: set[tuple[str, str]] = field(default_factory=set)  # every pod seen in the window
+
+    @property
+    def name(self) -> str:
+        """`0`, or `0/3g.20gb#1` for a MIG instance: the GPU index and the instance's profile and id."""
+        return self.gpu if self.mig_profile is None else f"{self.gpu}/{self.mig_profile}#{self.mig_id}"
+
+    @property
+    def resource(self) -> str:
+        """The extended resource a pod asks for to get this device."""
+        return GPU if self.mig_profile is None else resource_name(self.mig_profile)
+
+
+def device_key(labels: dict[str, str]) -> tuple[str, str, str, str]:
+    node = next((labels[k] for k in promql.NODE_LABELS if labels.get(k)), "")
+    return node, labels.get("gpu", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
+
+
+def _value(sample: Sample) -> float | None:
+    return None if math.isnan(sample.value) else sample.value
+
+
+def read_devices(prom: Prometheus, where: promql.Where) -> dict[tuple[str, str, str, str], Device]:
+    """Every device the series show, its figures now and over `where.window`, and the pods on it."""
+    devices: dict[tuple[str, str, str, str], Device] = {}
+
+    def device(labels: dict[str, str]) -> Device:
+        key = device_key(labels)
+        if key not in devices:
+            devices[key] = Device(key[0], key[1], key[2], labels.get("modelName", ""),
+                                  labels.get("GPU_I_PROFILE") or None, labels.get("GPU_I_ID") or None)
+        return devices[key]
+
+    for name, build in {**promql.DEVICE_NOW, **promql.DEVICE_WINDOW}.items():
+        for sample in prom.query(build(where)):
+            if device_key(sample.labels)[0]:
+                device(sample.labels).values[name] = _value(sample)
+    for build, attr in ((promql.pods_now, "pods"), (promql.pods_over, "pods_window")):
+        for sample in prom.query(build(where)):
+            if device_key(sample.labels)[0] and sample.labels.get("pod") and sample.labels.get("namespace"):
+                getattr(device(sample.labels), attr).add((sample.labels["namespace"], sample.labels["pod"]))
+    return devices
+
+
+def read_tenant_series(prom: Prometheus, where: promql.Where) -> dict[str, dict[str, Any]]:
+    """namespace -> allocated_avg and allocated_peak ({resource: devices}) and busy_avg (GPU-equivalents)."""
+    usage: dict[str, dict[str, Any]] = {}
+    for name, build in promql.TENANT_WINDOW.items():
+        for sample in prom.query(build(where)):
+            namespace = sample.labels.get("namespace")
+            if not namespace or math.isnan(sample.value):
+                continue
+            row = usage.setdefault(namespace, {"allocated_avg": {}, "allocated_peak": {}, "busy_avg": 0.0})
+            if name == "busy_avg":
+                row[name] = sample.value
+            else:
+                profile = sample.labels.get("GPU_I_PROFILE") or None
+                row[name][GPU if profile is None else resource_name(profile)] = sample.value
+    return usage
+
+
+def read_coverage(prom: Prometheus, where: promql.Where) -> float | None:
+    """The share of the window's steps with GPU series (promql.coverage); None without any."""
+    samples = [s.value for s in prom.query(promql.coverage(where)) if not math.isnan(s.value)]
+    return samples[0] if samples else None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything `top` and `advise` read from Prometheus, in one place: the dashboard shows the same."""
+
+    devices: dict[tuple[str, str, str, str], Device]
+    usage: dict[str, dict[str, Any]]  # per namespace (read_tenant_series)
+    coverage: float | None
+
+
+def read_metrics(prom: Prometheus, window: str) -> Metrics:
+    where = promql.Where(window=window)
+    return Metrics(read_devices(prom, where), read_tenant_series(prom, where), read_coverage(prom, where))
+
+
+def coverage_note(coverage: float | None, window: str) -> str | None:
+    """A note where the metrics cover less than 90% of the window."""
+    if coverage is None or coverage >= 0.9:
+        return None
+    return (f"GPU series cover {coverage:.0%} of the {window} window (Prometheus started, or stopped scraping, "
+            "within it): averages are over the part they cover")
+
+
+# -- the cluster -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    nodegroup: str | None
+    model: GpuModel | None
+    sharing: str  # none | time-slicing | mps (the device plugin's label)
+    replicas: int
+    mig_config: str | None
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    requests: dict[str, int]  # nvidia.com/gpu, nvidia.com/mig-*: what the pod asks for
+    claims: bool = False  # it has ResourceClaims (GPUs by DRA: none counted in `requests`)
+
+    @property
+    def gpu_requests(self) -> dict[str, int]:
+        return {k: v for k, v in self.requests.items() if k == GPU or k.startswith(MIG_PREFIX)}
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    name: str
+    quota: dict[str, int]  # resource -> the ResourceQuota's hard limit (quota + what Kueue lets it borrow)
+    group: str | None
+    queue: dict[str, Any] | None  # its Kueue ClusterQueue, where it has one
+
+
+@dataclass
+class ClusterView:
+    nodes: dict[str, NodeInfo]
+    pods: list[PodInfo]
+    tenants: dict[str, TenantInfo]
+
+    def gpu_pods(self) -> dict[tuple[str, str], PodInfo]:
+        return {(p.namespace, p.name): p for p in self.pods if p.gpu_requests or p.claims}
+
+    def workloads(self, seen: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The pods of `seen` (series' pod labels) that are workloads: a pod the cluster has that asks for no
+        GPU, by request or claim (the exporter itself, named in `pod` where a scrape does not rename it), is
+        not."""
+        known = {(p.namespace, p.name) for p in self.pods}
+        gpu = self.gpu_pods()
+        return {p for p in seen if p in gpu or p not in known}
+
+
+def _pod_requests(pod: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for container in pod.spec.containers or []:
+        resources = container.resources
+        wanted = dict((resources.limits or {}) if resources else {})
+        wanted.update((resources.requests or {}) if resources else {})
+        for key, value in wanted.items():
+            if key == GPU or key.startswith(MIG_PREFIX):
+                total[key] = total.get(key, 0) + count(value)
+    return total
+
+
+def read_cluster(client: ApiClient) -> ClusterView:
+    """GPU nodes, pods (with their GPU requests) and tenants, in four LISTs."""
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+    v1 = CoreV1Api(client)
+    nodes = {}
+    for node in gpu_nodes(v1):
+        labels = node.metadata.labels or {}
+        nodes[node.metadata.name] = NodeInfo(node.metadata.name, nodegroup_of(node), model_of(labels),
+                                             labels.get("nvidia.com/gpu.sharing-strategy", "none"),
+                                             int(labels.get("nvidia.com/gpu.replicas", "1") or 1),
+                                             labels.get(L.MIG_CONFIG))
+    with requesting("listing pods"):
+        items = v1.list_pod_for_all_namespaces().items
+    pods = [PodInfo(p.metadata.namespace, p.metadata.name, p.spec.node_name, str(p.status.phase), _pod_requests(p),
+                    bool(getattr(p.spec, "resource_claims", None))) for p in items]
+    tenants = {}
+    with requesting("listing tenants"):
+        namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
+        quotas = {q.metadata.namespace: q for q in v1.list_resource_quota_for_all_namespaces(
+            field_selector=f"metadata.name={QUOTA}").items}
+        rbac = RbacAuthorizationV1Api(client)
+        bindings = {b.metadata.namespace: b for b in rbac.list_role_binding_for_all_namespaces(
+            field_selector=f"metadata.name={BINDING}").items} if namespaces else {}
+    for ns in namespaces:
+        name = ns.metadata.name
+        quota = quotas.get(name)
+        hard = (quota.status.hard or quota.spec.hard or {}) if quota is not None else {}
+        binding = bindings.get(name)
+        group = next((s.name for s in (binding.subjects or []) if s.kind == "Group"), None) if binding else None
+        tenants[name] = TenantInfo(name, {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())
+                                          if k.startswith("requests.nvidia.com/")}, group, None)
+    return ClusterView(nodes, pods, tenants)
+
+
+def read_queues(client: ApiClient, view: ClusterView) -> None:
+    """Each tenant's Kueue ClusterQueue (its borrowing and lending limits, cohort), where Kueue runs."""
+    from dataclasses import replace
+
+    from gpuctl.ops.tenancy.queues import Queues
+
+    queues = Queues(client)
+    if not view.tenants or not queues.installed():
+        return
+    for name, tenant in list(view.tenants.items()):
+        queue = queues.get("ClusterQueue", name)
+        if queue is not None:
+            view.tenants[name] = replace(tenant, queue=queue)
+
+
+def node_groups(view: ClusterView) -> dict[str, list[NodeInfo]]:
+    groups: dict[str, list[NodeInfo]] = {}
+    for node in view.nodes.values():
+        groups.setdefault(node.nodegroup or "-", []).append(node)
+    return groups
+
+
+def check_nodegroup(view: ClusterView, nodegroup: str | None) -> None:
+    if nodegroup is not None and nodegroup not in node_groups(view):
+        raise UsageError("--nodegroup", f"no GPU nodes in node group {nodegroup!r}",
+                         "see 'gpuctl status' for the node groups")
+
+
+def check_tenant(view: ClusterView, tenant: str | None) -> None:
+    if tenant is not None and tenant not in view.tenants:
+        raise UsageError("--tenant", f"no tenant {tenant!r}", "see 'gpuctl tenant list'")
+
+
+def recorded_groups(client: ApiClient) -> dict[str, GroupPlan]:
+    """The node groups recorded on the cluster (their sharing and MIG layout as gpuctl set them)."""
+    from gpuctl.ops.converge import read_recorded_groups
+
+    return read_recorded_groups(client)

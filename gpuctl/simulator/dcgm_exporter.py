@@ -1,0 +1,285 @@
+"""The sim's DCGM exporter: what NVIDIA's dcgm-exporter (4.6.0-4.8.3, the image GPU Operator v26.7.0 runs on
+every GPU node) serves, for every GPU and MIG GPU instance of every GPU node of a sim cluster, from one process
+beside the cluster. The load comes from sim-only pod annotations (dcgm_series.UTILIZATION_ANNOTATION,
+MEMORY_ANNOTATION); docs/research/dcgm-exporter.md has the upstream facts, dcgm_series.py the rules.
+
+It runs as a detached process of this machine like the sim's Kueue and Karpenter (daemons.py): pid file and
+command line under the cluster's dir, a free loopback port, ready once /metrics answers, stopped with the cluster
+(procs.cluster_procs). Every second it lists the nodes and running pods through the cluster's kubeconfig; each
+scrape serves the latest list. Exposition by prometheus_client (text format 0.0.4, as dcgm-exporter's expfmt
+MetricFamilyToText), families sorted by name and series by labels, as render_metrics.go Render sorts them.
+
+Run: python -m gpuctl.simulator.dcgm_exporter --kubeconfig FILE --listen 127.0.0.1:PORT [--stamp STAMP]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.model import labels as L
+from gpuctl.model.mig import MigLayout, layout_from_counts, parse_mig_parted_config
+from gpuctl.simulator.daemons import free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.dcgm_series import (
+    FAMILIES,
+    MEMORY_ANNOTATION,
+    UTILIZATION_ANNOTATION,
+    Assignment,
+    Claim,
+    Device,
+    Sample,
+    assign,
+    node_devices,
+    number,
+    render_samples,
+)
+from gpuctl.simulator.dra import gpu_uuid, node_layout, pci_address
+from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.simulator.nodes import DRIVER_VERSION
+from gpuctl.simulator.procs import (
+    DCGM_EXPORTER_MODULE,
+    Proc,
+    all_procs,
+    code_stamp,
+    flag,
+    is_dcgm_exporter,
+    kill_and_wait,
+    read_argv,
+)
+from gpuctl.util.errors import ClusterError, UsageError
+from gpuctl.util.files import write_atomic
+
+log = logging.getLogger("gpuctl.sim.dcgm-exporter")
+
+REFRESH_S = 1.0
+READY_TIMEOUT_S = 60.0
+GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")  # what the device plugin serves (kubernetes.go: the pod
+# mapper keeps nvidia.com/gpu and nvidia.com/mig-* devices, iterateGPUDevices)
+
+
+# -- the process --------------------------------------------------------------------------------------
+
+
+def _claims(pod: Any) -> list[Claim]:
+    """A running pod's containers that hold GPUs (an extended resource's request equals its limit)."""
+    meta, spec = pod.metadata, pod.spec
+    if pod.status.phase != "Running" or not spec.node_name:
+        return []
+    annotations = meta.annotations or {}
+    util = number(annotations.get(UTILIZATION_ANNOTATION), 100.0)
+    memory = number(annotations.get(MEMORY_ANNOTATION))
+    created = meta.creation_timestamp.isoformat() if meta.creation_timestamp else ""
+    claims = []
+    for container in spec.containers or []:
+        resources = container.resources
+        wanted = {**((resources.requests if resources else None) or {}),
+                  **((resources.limits if resources else None) or {})}
+        for resource, quantity in sorted(wanted.items()):
+            if GPU_REQUEST.match(resource) and (count := int(number(str(quantity)))) > 0:
+                claims.append(Claim(meta.uid, meta.namespace, meta.name, container.name, resource, count, util,
+                                    memory, created))
+    return claims
+
+
+class Exporter:
+    """What the exporter serves: a refresh lists the cluster, a scrape reads the latest samples."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        from kubernetes.client import AppsV1Api, CustomObjectsApi
+
+        from gpuctl.kube.client import api_client, core
+
+        client = api_client(kubeconfig)
+        self.v1 = core(client)
+        self.custom = CustomObjectsApi(client)
+        self.apps = AppsV1Api(client)
+        self.assignment: Assignment = {}
+        self.samples: list[Sample] = []
+        self.lock = threading.Lock()
+
+    def _mig_configs(self) -> dict[str, dict[str, int] | None]:
+        """The mig-parted configs the MIG manager applies: the ClusterPolicy's migManager.config ConfigMap in the
+        operator's namespace, as the simulated operator reads it (operator.py _reconcile_operator)."""
+        from gpuctl.kube.client import get_or_none
+        from gpuctl.kube.errors import KubeNotFound
+        from gpuctl.simulator.operands import CLUSTER_POLICY, Policy
+        from gpuctl.stack.existing import OPERATOR_SELECTOR
+        from gpuctl.stack.values import NAMESPACE
+
+        try:
+            items = self.custom.list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
+        except KubeNotFound:
+            return {}
+        if not items:
+            return {}
+        first = sorted(items, key=lambda i: i["metadata"]["creationTimestamp"])[0]
+        name, _ = Policy(first["metadata"]["name"], first["metadata"]["uid"], first.get("spec") or {}).mig_config
+        operators = self.apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
+        namespace = sorted(operators, key=lambda d: d.metadata.creation_timestamp)[0].metadata.namespace \
+            if operators else NAMESPACE
+        found = get_or_none(self.v1.read_namespaced_config_map, name, namespace) if name else None
+        try:
+            return parse_mig_parted_config(((found.data if found else None) or {}).get("config.yaml", "") or "{}")
+        except ValueError:
+            return {}
+
+    def _layout(self, labels: dict[str, str], configs: dict[str, dict[str, int] | None] | None,
+                model: Any) -> tuple[MigLayout | None, dict[str, dict[str, int] | None] | None]:
+        """The MIG layout applied to a node's GPUs: its nvidia.com/mig.config once the MIG manager answered
+        success, read from the operator's mig-parted ConfigMap, else from the name gpuctl gave it."""
+        name = labels.get(L.MIG_CONFIG)
+        if model.mig is None or not name or labels.get(L.MIG_STATE) != "success":
+            return None, configs
+        if configs is None:
+            configs = self._mig_configs()
+        if name in configs:
+            return layout_from_counts(name, configs[name]), configs
+        try:
+            return node_layout(labels, model), configs
+        except ValueError as exc:
+            log.warning("%s", exc)
+            return None, configs
+
+    def refresh(self) -> None:
+        nodes = self.v1.list_node().items
+        pods = self.v1.list_pod_for_all_namespaces(field_selector="status.phase=Running").items
+        devices: list[Device] = []
+        configs: dict[str, dict[str, int] | None] | None = None
+        for node in sorted(nodes, key=lambda n: n.metadata.name):
+            labels = node.metadata.labels or {}
+            model = model_of(labels)
+            count = labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or "0"
+            if model is None or not count.isdigit() or int(count) == 0:
+                continue
+            layout, configs = self._layout(labels, configs, model)
+            try:
+                devices += node_devices(node.metadata.name, model, int(count), labels, layout, gpu_uuid, pci_address)
+            except (UsageError, KeyError) as exc:  # a layout the GPU cannot hold: the MIG manager would fail it
+                log.warning("node %s: MIG config %s: %s", node.metadata.name, labels.get(L.MIG_CONFIG), exc)
+                devices += node_devices(node.metadata.name, model, int(count), labels, None, gpu_uuid, pci_address)
+        claims: dict[str, list[Claim]] = {}
+        for pod in pods:
+            claims.setdefault(pod.spec.node_name or "", []).extend(_claims(pod))
+        assignment: Assignment = {}
+        for node in {d.node for d in devices}:
+            assignment |= assign([d for d in devices if d.node == node], claims.get(node, []), self.assignment)
+        all_claims = [c for node in sorted({d.node for d in devices}) for c in claims.get(node, [])]
+        samples = render_samples(devices, all_claims, assignment, DRIVER_VERSION)
+        with self.lock:
+            self.assignment, self.samples = assignment, samples
+
+    def collect(self) -> Iterator[Any]:
+        """prometheus_client's Collector protocol: one gauge family per FAMILIES entry that has series."""
+        from prometheus_client.metrics_core import Metric
+
+        with self.lock:
+            samples = list(self.samples)
+        families = {f.name: Metric(f.name, f.help, "gauge") for f in FAMILIES}
+        for sample in sorted(samples, key=lambda s: sorted(s.labels.items())):
+            families[sample.family].add_sample(sample.family, sample.labels, sample.value)
+        yield from (families[name] for name in sorted(families) if families[name].samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="gpuctl's simulated DCGM exporter for one sim cluster")
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--listen", required=True, help="HOST:PORT to serve /metrics on")
+    parser.add_argument("--stamp", default="", help="the gpuctl code it runs (procs.code_stamp)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    exporter = Exporter(args.kubeconfig)
+    while True:  # serve only once there is something true to serve: ready means listed
+        try:
+            exporter.refresh()
+            break
+        except Exception:
+            log.exception("listing the cluster failed; retrying")
+            time.sleep(REFRESH_S)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exporter)
+    host, _, port = args.listen.rpartition(":")
+    start_http_server(int(port), addr=host, registry=registry)
+    log.info("serving http://%s/metrics", args.listen)
+    while True:
+        time.sleep(REFRESH_S)
+        try:
+            exporter.refresh()
+        except Exception:
+            log.exception("listing the cluster failed; serving the last list")
+
+
+# -- run it beside a sim cluster ------------------------------------------------------------------------
+
+
+def _pid_file(cluster: str) -> Path:
+    return KwokCluster(cluster).dir / "monitoring" / "dcgm-exporter.pid"
+
+
+def log_path(cluster: str) -> Path:
+    return KwokCluster(cluster).dir / "logs" / "dcgm-exporter.log"
+
+
+def _procs(cluster: str) -> list[Proc]:
+    kubeconfig = KwokCluster(cluster).kubeconfig_path
+    return [p for p in all_procs() if p.pid != os.getpid() and is_dcgm_exporter(p.argv, kubeconfig)]
+
+
+def get_dcgm_exporter_pid(cluster: str) -> int | None:
+    return live_pid(_pid_file(cluster), lambda argv: is_dcgm_exporter(argv, KwokCluster(cluster).kubeconfig_path))
+
+
+def dcgm_exporter_address(cluster: str) -> str | None:
+    """HOST:PORT of the cluster's running exporter; None when it does not run."""
+    pid = get_dcgm_exporter_pid(cluster)
+    return flag(read_argv(pid) or (), "--listen") if pid is not None else None
+
+
+def ensure_dcgm_exporter(cluster: str, timeout: float = READY_TIMEOUT_S) -> str:
+    """The sim's DCGM exporter of a sim cluster, started unless one of the current code runs; its HOST:PORT once
+    /metrics answers. Takes the cluster's lock."""
+    kwok = KwokCluster(cluster)
+    stamp = code_stamp(DCGM_EXPORTER_MODULE)
+    with kwok.lock():
+        if not kwok.complete:
+            raise ClusterError(f"no sim cluster {cluster!r}",
+                               f"create it: gpuctl cluster create --cloud sim --name {cluster}")
+        procs = _procs(cluster)
+        # the same code under the same interpreter, however it was spelled (.venv/bin/python or python3)
+        current = next((p for p in procs if flag(p.argv, "--stamp") == stamp
+                        and Path(p.argv[0]).resolve() == Path(sys.executable).resolve()), None)
+        kill_and_wait([p for p in procs if p is not current])
+        if current is None:
+            argv = [sys.executable, "-m", DCGM_EXPORTER_MODULE, "--kubeconfig", str(kwok.kubeconfig_path),
+                    "--listen", f"127.0.0.1:{free_port()}", "--stamp", stamp]
+            env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}  # --kubeconfig names the cluster's
+            start_detached(argv, env, log_path(cluster), _pid_file(cluster))
+        elif get_dcgm_exporter_pid(cluster) != current.pid:
+            write_atomic(_pid_file(cluster), f"{current.pid}\n")
+    address = dcgm_exporter_address(cluster)
+    if address is None:
+        raise ClusterError(f"the DCGM exporter of sim cluster {cluster!r} exited at once",
+                           f"its log is {log_path(cluster)}")
+    wait_ready(f"http://{address}/metrics", lambda: get_dcgm_exporter_pid(cluster) is not None,
+               f"the DCGM exporter of sim cluster {cluster!r}", log_path(cluster), timeout)
+    return address
+
+
+def stop_dcgm_exporter(cluster: str) -> None:
+    """Stop the cluster's exporter, whether or not its pid file names it (found through /proc)."""
+    kill_and_wait(_procs(cluster))
+    _pid_file(cluster).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""A real Prometheus (pinned in gpuctl/tools/pins.py, built by gpuctl/tools/gobuild.py) beside a sim cluster,
+scraping the sim's DCGM exporter (dcgm_exporter.py): the data plane `gpuctl top` and `advise` query.
+
+Both run as detached processes of this machine like the sim's Kueue and Karpenter (daemons.py), under
+<cluster dir>/monitoring (Prometheus's config and TSDB, pid files) with their logs in <cluster dir>/logs, on free
+loopback ports, and go with the cluster (procs.cluster_procs). The scrape job is named as the GPU Operator's
+ServiceMonitor names it (assets/state-dcgm-exporter/0500_service_monitor.yaml: jobLabel app, whose value is
+nvidia-dcgm-exporter); its interval is 1 s instead of the operator's 15 s (values.yaml
+dcgmExporter.serviceMonitor.interval), so that a test sees a change at once. A static target adds no
+namespace/pod/container labels of its own, so the exporter's pod labels arrive as they are; under the operator's
+ServiceMonitor (honorLabels false) they arrive as exported_pod, exported_namespace, exported_container.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from gpuctl.simulator.daemons import free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.dcgm_exporter import ensure_dcgm_exporter
+from gpuctl.simulator.kwok import KwokCluster
+from gpuctl.simulator.procs import Proc, all_procs, flag, is_prometheus, kill_and_wait, read_argv
+from gpuctl.tools.installer import ensure_tools
+from gpuctl.util.errors import ClusterError
+from gpuctl.util.files import write_atomic
+from gpuctl.util.output import info
+
+TOOL = "prometheus"
+JOB = "nvidia-dcgm-exporter"
+SCRAPE_INTERVAL = "1s"
+RETENTION = "2d"  # the sim's data plane is for looking at now, not for history
+READY_TIMEOUT_S = 60.0
+
+
+def _dir(cluster: str) -> Path:
+    return KwokCluster(cluster).dir / "monitoring"
+
+
+def _config_path(cluster: str) -> Path:
+    return _dir(cluster) / "prometheus.yml"
+
+
+def _pid_file(cluster: str) -> Path:
+    return _dir(cluster) / "prometheus.pid"
+
+
+def log_path(cluster: str) -> Path:
+    return KwokCluster(cluster).dir / "logs" / "prometheus.log"
+
+
+def render_prometheus_config(exporter: str) -> str:
+    """Prometheus's configuration: one job scraping the exporter at HOST:PORT `exporter`."""
+    config = {
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
+                   "evaluation_interval": SCRAPE_INTERVAL},
+        "scrape_configs": [{"job_name": JOB, "metrics_path": "/metrics",
+                            "static_configs": [{"targets": [exporter]}]}],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _argv(binary: Path, cluster: str, port: int) -> list[str]:
+    return [str(binary), f"--config.file={_config_path(cluster)}", f"--storage.tsdb.path={_dir(cluster) / 'data'}",
+            f"--storage.tsdb.retention.time={RETENTION}", f"--web.listen-address=127.0.0.1:{port}"]
+
+
+def _procs(cluster: str) -> list[Proc]:
+    directory = KwokCluster(cluster).dir
+    return [p for p in all_procs() if p.pid != os.getpid() and is_prometheus(p.argv, directory)]
+
+
+def get_prometheus_pid(cluster: str) -> int | None:
+    return live_pid(_pid_file(cluster), lambda argv: is_prometheus(argv, KwokCluster(cluster).dir))
+
+
+def monitoring_url(cluster: str) -> str | None:
+    """The base URL of the sim cluster's Prometheus (http://127.0.0.1:PORT, its HTTP API under /api/v1) when it
+    runs; None otherwise."""
+    pid = get_prometheus_pid(cluster)
+    address = flag(read_argv(pid) or (), "--web.listen-address") if pid is not None else None
+    return f"http://{address}" if address else None
+
+
+def ensure_monitoring(cluster: str, timeout: float = READY_TIMEOUT_S) -> str:
+    """The sim's DCGM exporter and a Prometheus scraping it, for a sim cluster: started where they do not run
+    (Prometheus again where its configuration changed, e.g. a new exporter port; its data stays), and the
+    Prometheus base URL returned once it is ready (/-/ready). Idempotent. Builds Prometheus on first use
+    (minutes); ClusterError for a cluster that does not exist."""
+    [tool] = ensure_tools([TOOL], info)  # before the lock: a first build takes minutes
+    exporter = ensure_dcgm_exporter(cluster, timeout)
+    kwok = KwokCluster(cluster)
+    with kwok.lock():
+        if not kwok.complete:
+            raise ClusterError(f"no sim cluster {cluster!r}",
+                               f"create it: gpuctl cluster create --cloud sim --name {cluster}")
+        config = render_prometheus_config(exporter)
+        path = _config_path(cluster)
+        stale = not path.exists() or path.read_text() != config
+        if stale:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_atomic(path, config)  # read at start only (gpuctl sends no reload): a new one, a new process
+        procs = _procs(cluster)
+        current = next((p for p in procs if Path(p.argv[0]) == tool.path and not stale), None)
+        kill_and_wait([p for p in procs if p is not current])
+        if current is None:
+            env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+            start_detached(_argv(tool.path, cluster, free_port()), env, log_path(cluster), _pid_file(cluster))
+        elif get_prometheus_pid(cluster) != current.pid:
+            write_atomic(_pid_file(cluster), f"{current.pid}\n")
+    url = monitoring_url(cluster)
+    if url is None:
+        raise ClusterError(f"Prometheus of sim cluster {cluster!r} exited at once", f"its log is {log_path(cluster)}")
+    wait_ready(f"{url}/-/ready", lambda: get_prometheus_pid(cluster) is not None,
+               f"Prometheus of sim cluster {cluster!r}", log_path(cluster), timeout)
+    _wait_scraped(url, cluster, timeout)
+    return url
+
+
+def _wait_scraped(url: str, cluster: str, timeout: float) -> None:
+    """Return once Prometheus has scraped the exporter (`up` of the job is 1): a ready Prometheus that has not
+    scraped yet answers every query with nothing, and `gpuctl top` would say there are no GPUs."""
+    import json
+    import time
+    import urllib.parse
+    import urllib.request
+
+    from gpuctl.util.errors import WaitTimeout
+
+    query = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": f'up{{job="{JOB}"}} == 1'})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(query, timeout=5) as answer:
+                if json.load(answer)["data"]["result"]:
+                    return
+        except (OSError, ValueError, KeyError):
+            pass  # not answering yet: wait
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"Prometheus of sim cluster {cluster!r} has not scraped the DCGM exporter after "
+                              f"{timeout:.0f}s", f"see its log {log_path(cluster)}")
+        time.sleep(0.2)
+
+
+def stop_monitoring(cluster: str) -> None:
+    """Stop the cluster's Prometheus and DCGM exporter, whether or not their pid files name them."""
+    from gpuctl.simulator.dcgm_exporter import stop_dcgm_exporter
+
+    kill_and_wait(_procs(cluster))
+    _pid_file(cluster).unlink(missing_ok=True)
+    stop_dcgm_exporter(cluster)

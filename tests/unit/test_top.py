@@ -1,0 +1,157 @@
+"""`gpuctl top` (gpuctl/ops/top.py) on dcgm-exporter-shaped answers from a FAKE Prometheus on 127.0.0.1 (real
+sockets, canned answers: tests/unit/fake_prometheus.py) and a cluster given as data: devices, pods and tenants
+read, the exporter's own pod never taken for a workload, a shared GPU's figures marked as the GPU's, and the
+table within 80 columns."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from gpuctl.kube.prometheus import Prometheus
+from gpuctl.model import promql
+from gpuctl.model.catalog import GPUS
+from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, read_devices, read_tenant_series
+from gpuctl.ops.top import SHARED_NOTE, render_table, top_of
+from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
+
+T4_MIB = 15360
+
+
+def cluster() -> ClusterView:
+    nodes = {
+        "gpu-0": NodeInfo("gpu-0", "gpu", GPUS["t4"], "none", 1, None),
+        "inference-0": NodeInfo("inference-0", "inference", GPUS["t4"], "time-slicing", 4, None),
+        "training-0": NodeInfo("training-0", "training", GPUS["a100-40gb"], "none", 1, "all-balanced"),
+    }
+    pods = [
+        PodInfo("team-a", "train-1", "gpu-0", "Running", {"nvidia.com/gpu": 1}),
+        PodInfo("team-b", "serve-1", "inference-0", "Running", {"nvidia.com/gpu": 1}),
+        PodInfo("team-b", "serve-2", "inference-0", "Running", {"nvidia.com/gpu": 1}),
+        PodInfo("team-a", "serve-3", "inference-0", "Running", {"nvidia.com/gpu": 1}),
+        PodInfo("team-b", "finetune", "training-0", "Running", {"nvidia.com/mig-3g.20gb": 1}),
+        PodInfo("gpu-operator", "nvidia-dcgm-exporter-x7", "gpu-0", "Running", {}),
+    ]
+    tenants = {"team-a": TenantInfo("team-a", {"nvidia.com/gpu": 4}, "team-a-devs", None),
+               "team-b": TenantInfo("team-b", {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 2}, None, None)}
+    return ClusterView(nodes, pods, tenants)
+
+
+def canned() -> Canned:
+    c = Canned()
+    # a whole GPU with one pod, and one with none where the exporter's own pod fills `pod` (a ServiceMonitor
+    # with honorLabels true: nothing renamed it)
+    add_device(c, device("gpu-0", 0), sm=12.0, util=15.0, used=3072, total=T4_MIB, pods=[("team-a", "train-1")],
+               sm_avg=10.0)
+    add_device(c, device("gpu-0", 1), sm=0.0, util=0.0, used=0, total=T4_MIB,
+               pods=[("gpu-operator", "nvidia-dcgm-exporter-x7")])
+    # a time-sliced GPU three pods share, from a dcgm-exporter that spells the node label `hostname` (#655)
+    add_device(c, device("inference-0", 0, node_label="hostname"), sm=50.0, util=55.0, used=9216, total=T4_MIB,
+               pods=[("team-b", "serve-1"), ("team-b", "serve-2"), ("team-a", "serve-3")])
+    # a MIG instance: no GPU_UTIL
+    add_device(c, device("training-0", 0, "NVIDIA A100-SXM4-40GB", mig=("3g.20gb", 1)), sm=70.0, util=None,
+               used=10240, total=20096, pods=[("team-b", "finetune")])
+    add_tenant(c, "team-a", allocated_avg=1.5, allocated_peak=2, busy_avg=0.35)
+    add_tenant(c, "team-b", allocated_avg=2, allocated_peak=2, busy_avg=1.0)
+    add_tenant(c, "team-b", allocated_avg=1, allocated_peak=1, busy_avg=1.0, profile="3g.20gb")
+    add_tenant(c, "gpu-operator", allocated_avg=1, allocated_peak=1, busy_avg=0)
+    return c
+
+
+def read(c: Canned) -> tuple[dict, dict]:
+    with fake_prometheus(c) as url:
+        prom = Prometheus(url)
+        where = promql.Where()
+        return read_devices(prom, where), read_tenant_series(prom, where)
+
+
+def test_devices_are_read_by_node_gpu_and_mig_instance_whatever_the_node_label() -> None:
+    devices, _ = read(canned())
+    by_name = {(d.node, d.name): d for d in devices.values()}
+    assert set(by_name) == {("gpu-0", "0"), ("gpu-0", "1"), ("inference-0", "0"), ("training-0", "0/3g.20gb#1")}
+    t4 = by_name["gpu-0", "0"]
+    assert t4.values["sm_active"] == 12.0 and t4.values["gpu_util"] == 15.0 and t4.values["sm_active_avg"] == 10.0
+    assert t4.model == "Tesla T4" and t4.pods == {("team-a", "train-1")}
+    mig = by_name["training-0", "0/3g.20gb#1"]
+    assert mig.mig_profile == "3g.20gb" and "gpu_util" not in mig.values and mig.resource == "nvidia.com/mig-3g.20gb"
+    assert len(by_name["inference-0", "0"].pods) == 3
+
+
+def test_every_query_reads_the_workload_from_exported_labels_where_a_scrape_renamed_them() -> None:
+    where = promql.Where()
+    for query in (promql.pods_now(where), promql.pods_over(where), promql.tenant_busy_avg(where),
+                  promql.tenant_allocated_avg(where)):
+        assert 'label_replace(' in query and '"pod", "$1", "exported_pod", "(.+)"' in query
+        assert '"namespace", "$1", "exported_namespace", "(.+)"' in query
+    tenant = promql.tenant_busy_avg(promql.Where(namespace="team-a"))
+    assert 'exported_namespace="team-a"' in tenant and 'namespace="team-a",exported_namespace=""' in tenant
+
+
+def test_top_marks_a_shared_gpu_and_never_splits_its_figures() -> None:
+    devices, usage = read(canned())
+    view = top_of(cluster(), devices, usage)
+    rows = {(g["node"], g["gpu"], g["mig_profile"]): g for g in view["gpus"]}
+    shared = rows["inference-0", "0", None]
+    assert shared["attribution"] == "device" and shared["sm_active"] == 50.0
+    assert shared["pods"] == ["team-a/serve-3", "team-b/serve-1", "team-b/serve-2"]
+    assert rows["gpu-0", "0", None]["attribution"] == "pod"
+    assert SHARED_NOTE in view["notes"] and "#307" in SHARED_NOTE
+
+
+def test_the_exporters_own_pod_is_not_a_workload() -> None:
+    devices, usage = read(canned())
+    row = next(g for g in top_of(cluster(), devices, usage)["gpus"] if g["node"] == "gpu-0" and g["gpu"] == "1")
+    assert row["pods"] == [] and row["attribution"] is None
+
+
+def test_tenants_show_quota_requests_and_the_windows_use() -> None:
+    devices, usage = read(canned())
+    tenants = {t["tenant"]: t for t in top_of(cluster(), devices, usage)["tenants"]}
+    assert set(tenants) == {"team-a", "team-b"}  # gpu-operator's series are no tenant's
+    a, b = tenants["team-a"], tenants["team-b"]
+    assert a["quota"] == {"nvidia.com/gpu": 4} and a["allocated"] == {"nvidia.com/gpu": 2}
+    assert a["allocated_avg"] == {"nvidia.com/gpu": 1.5} and a["busy_avg"] == 0.35 and a["busy_pct"] == 23.3
+    assert a["shared_gpus"] is True  # serve-3 shares inference-0 with team-b
+    assert b["allocated"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
+    assert b["allocated_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
+
+
+def test_filters_narrow_to_a_node_group_or_a_tenant() -> None:
+    devices, usage = read(canned())
+    by_group = top_of(cluster(), devices, usage, nodegroup="inference")
+    assert [g["node"] for g in by_group["gpus"]] == ["inference-0"]
+    by_tenant = top_of(cluster(), devices, usage, tenant="team-a")
+    assert {g["node"] for g in by_tenant["gpus"]} == {"gpu-0", "inference-0"}
+    assert [t["tenant"] for t in by_tenant["tenants"]] == ["team-a"]
+
+
+def test_the_table_fits_80_columns_and_json_and_yaml_carry_the_same_data() -> None:
+    c = canned()
+    many = [(f"team-{i}", f"a-very-long-pod-name-{i:02d}-7f9c8d6b5-xk2p9") for i in range(9)]
+    add_device(c, device("ip-10-0-123-234.eu-west-1.compute.internal", 3), sm=99.0, util=100.0, used=15000,
+               total=T4_MIB, pods=many)
+    devices, usage = read(c)
+    view = {"prometheus": "http://127.0.0.1:9090", "window": "1h", **top_of(cluster(), devices, usage)}
+    text = render_table(view)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "gpu-0 (node group gpu)" in text and "inference-0 (node group inference)" in text
+    assert "3*: team-a/serve-3" in text and "9*: " in text and "+" in text
+    assert "0/3g.20gb" in text and "10.0/19.6" in text
+    assert "TENANT" in text and "team-a" in text
+    assert json.loads(json.dumps(view)) == view
+    assert yaml.safe_load(yaml.safe_dump(view, sort_keys=False)) == view
+
+
+def test_no_series_says_so() -> None:
+    view = top_of(cluster(), {}, {}, source="Prometheus at http://127.0.0.1:9")
+    assert any("no dcgm-exporter series" in n for n in view["notes"])
+    assert "no GPU series" in render_table({"window": "1h", **view})
+
+
+def test_a_pod_with_gpus_by_claim_is_a_workload() -> None:
+    """DRA: a pod's GPU is a ResourceClaim, not a request; it is no exporter for having no requests."""
+    view = cluster()
+    view.pods.append(PodInfo("team-a", "claimer", "gpu-0", "Running", {}, claims=True))
+    assert view.workloads({("team-a", "claimer"), ("gpu-operator", "nvidia-dcgm-exporter-x7"),
+                           ("team-a", "finished-long-ago")}) == {("team-a", "claimer"), ("team-a", "finished-long-ago")}
