@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 URL_ENV = "GPUCTL_PROMETHEUS_URL"
 MAX_ANSWER = 64 * 1024 * 1024  # bytes of one answer: a cluster's GPU series are far fewer
 CONNECT_RETRIES = 2  # a refused connection again at once, twice (a port-forward that is still starting)
+QUERY_THREADS = 8  # queries of one command in flight at once (query_all)
 _URL_MAX = 2048
 
 
@@ -102,6 +103,16 @@ class Prometheus:
         if kind != "vector" or not isinstance(result, list):
             raise self._odd(f"an instant query answered resultType {kind!r}, not a vector")
         return [Sample(dict(s.get("metric") or {}), _number(s["value"][1])) for s in result]
+
+    def query_all(self, exprs: Mapping[str, str]) -> dict[str, list[Sample]]:
+        """Each named instant query, all at once (Prometheus evaluates them in parallel); the first error in the
+        order given is raised."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._manager()  # one connection pool for all, made before the threads share it
+        with ThreadPoolExecutor(max_workers=max(1, min(QUERY_THREADS, len(exprs)))) as pool:
+            futures = {name: pool.submit(self.query, expr) for name, expr in exprs.items()}
+            return {name: future.result() for name, future in futures.items()}
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         """Each series of `expr` from `start` to `end` every `step` seconds: (labels, [(time, value)])."""

@@ -29,8 +29,7 @@ from gpuctl.ops.gpu_metrics import (
     cluster_of,
     coverage_note,
     node_groups,
-    read_cluster,
-    read_metrics,
+    read_all,
     read_queues,
     recorded_groups,
 )
@@ -53,8 +52,7 @@ NOTHING = "nothing to advise"
 def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None = None) -> dict[str, Any]:
     """{prometheus, window, advice: [...]}: each piece of advice with its figures and command. Prometheus is
     read first (what is most likely unreachable), then the cluster."""
-    metrics = read_metrics(prom, window)
-    view = read_cluster(client)
+    metrics, view = read_all(client, prom, window)
     read_queues(client, view)
     identity = cluster_identity(client.configuration.host, context)
     advice = advice_of(view, recorded_groups(client), metrics.devices, metrics.usage, window, identity)

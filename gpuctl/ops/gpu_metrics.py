@@ -8,9 +8,11 @@ monitoring itself (the sim), the provider's (Provider.prometheus_url).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import requesting
@@ -117,8 +119,9 @@ def _value(sample: Sample) -> float | None:
     return None if math.isnan(sample.value) else sample.value
 
 
-def read_devices(prom: Prometheus, where: promql.Where) -> dict[tuple[str, str, str, str], Device]:
-    """Every device the series show, its figures now and over `where.window`, and the pods on it."""
+def read_devices(answers: dict[str, list[Sample]]) -> dict[tuple[str, str, str, str], Device]:
+    """Every device the series show, its figures now and over the window, and the pods on it (from the answers to
+    queries())."""
     devices: dict[tuple[str, str, str, str], Device] = {}
 
     def device(labels: dict[str, str]) -> Device:
@@ -128,22 +131,22 @@ def read_devices(prom: Prometheus, where: promql.Where) -> dict[tuple[str, str, 
                                   labels.get("GPU_I_PROFILE") or None, labels.get("GPU_I_ID") or None)
         return devices[key]
 
-    for name, build in {**promql.DEVICE_NOW, **promql.DEVICE_WINDOW}.items():
-        for sample in prom.query(build(where)):
+    for name in {**promql.DEVICE_NOW, **promql.DEVICE_WINDOW}:
+        for sample in answers[name]:
             if device_key(sample.labels)[0]:
                 device(sample.labels).values[name] = _value(sample)
-    for build, attr in ((promql.pods_now, "pods"), (promql.pods_over, "pods_window")):
-        for sample in prom.query(build(where)):
+    for attr in ("pods", "pods_window"):
+        for sample in answers[attr]:
             if device_key(sample.labels)[0] and sample.labels.get("pod") and sample.labels.get("namespace"):
                 getattr(device(sample.labels), attr).add((sample.labels["namespace"], sample.labels["pod"]))
     return devices
 
 
-def read_tenant_series(prom: Prometheus, where: promql.Where) -> dict[str, dict[str, Any]]:
+def read_tenant_series(answers: dict[str, list[Sample]]) -> dict[str, dict[str, Any]]:
     """namespace -> allocated_avg and allocated_peak ({resource: devices}) and busy_avg (GPU-equivalents)."""
     usage: dict[str, dict[str, Any]] = {}
-    for name, build in promql.TENANT_WINDOW.items():
-        for sample in prom.query(build(where)):
+    for name in promql.TENANT_WINDOW:
+        for sample in answers[f"tenant/{name}"]:
             namespace = sample.labels.get("namespace")
             if not namespace or math.isnan(sample.value):
                 continue
@@ -156,10 +159,18 @@ def read_tenant_series(prom: Prometheus, where: promql.Where) -> dict[str, dict[
     return usage
 
 
-def read_coverage(prom: Prometheus, where: promql.Where) -> float | None:
+def read_coverage(answers: dict[str, list[Sample]]) -> float | None:
     """The share of the window's steps with GPU series (promql.coverage); None without any."""
-    samples = [s.value for s in prom.query(promql.coverage(where)) if not math.isnan(s.value)]
+    samples = [s.value for s in answers["coverage"] if not math.isnan(s.value)]
     return samples[0] if samples else None
+
+
+def queries(where: promql.Where) -> dict[str, str]:
+    """Every query `top` and `advise` send, by name."""
+    return {**{name: build(where) for name, build in {**promql.DEVICE_NOW, **promql.DEVICE_WINDOW}.items()},
+            "pods": promql.pods_now(where), "pods_window": promql.pods_over(where),
+            **{f"tenant/{name}": build(where) for name, build in promql.TENANT_WINDOW.items()},
+            "coverage": promql.coverage(where)}
 
 
 @dataclass(frozen=True)
@@ -172,8 +183,19 @@ class Metrics:
 
 
 def read_metrics(prom: Prometheus, window: str) -> Metrics:
-    where = promql.Where(window=window)
-    return Metrics(read_devices(prom, where), read_tenant_series(prom, where), read_coverage(prom, where))
+    answers = prom.query_all(queries(promql.Where(window=window)))
+    return Metrics(read_devices(answers), read_tenant_series(answers), read_coverage(answers))
+
+
+def read_all(client: ApiClient, prom: Prometheus, window: str) -> tuple[Metrics, ClusterView]:
+    """The metrics and the cluster, read at the same time; Prometheus's error first where both fail (it is what
+    is most likely unreachable)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        cluster = pool.submit(read_cluster, client)
+        metrics = read_metrics(prom, window)
+        return metrics, cluster.result()
 
 
 def coverage_note(coverage: float | None, window: str) -> str | None:
@@ -224,24 +246,27 @@ class ClusterView:
     pods: list[PodInfo]
     tenants: dict[str, TenantInfo]
 
+    @cached_property
     def gpu_pods(self) -> dict[tuple[str, str], PodInfo]:
         return {(p.namespace, p.name): p for p in self.pods if p.gpu_requests or p.claims}
+
+    @cached_property
+    def _known(self) -> set[tuple[str, str]]:
+        return {(p.namespace, p.name) for p in self.pods}
 
     def workloads(self, seen: set[tuple[str, str]]) -> set[tuple[str, str]]:
         """The pods of `seen` (series' pod labels) that are workloads: a pod the cluster has that asks for no
         GPU, by request or claim (the exporter itself, named in `pod` where a scrape does not rename it), is
-        not."""
-        known = {(p.namespace, p.name) for p in self.pods}
-        gpu = self.gpu_pods()
-        return {p for p in seen if p in gpu or p not in known}
+        not. (Called per GPU: the pod indexes are built once.)"""
+        return {p for p in seen if p in self.gpu_pods or p not in self._known}
 
 
-def _pod_requests(pod: Any) -> dict[str, int]:
+def _pod_requests(pod: dict[str, Any]) -> dict[str, int]:
+    """A pod's GPU requests (its containers', limits or requests), from the pod as JSON."""
     total: dict[str, int] = {}
-    for container in pod.spec.containers or []:
-        resources = container.resources
-        wanted = dict((resources.limits or {}) if resources else {})
-        wanted.update((resources.requests or {}) if resources else {})
+    for container in pod["spec"].get("containers") or []:
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
         for key, value in wanted.items():
             if key == GPU or key.startswith(MIG_PREFIX):
                 total[key] = total.get(key, 0) + count(value)
@@ -260,10 +285,11 @@ def read_cluster(client: ApiClient) -> ClusterView:
                                              labels.get("nvidia.com/gpu.sharing-strategy", "none"),
                                              int(labels.get("nvidia.com/gpu.replicas", "1") or 1),
                                              labels.get(L.MIG_CONFIG))
-    with requesting("listing pods"):
-        items = v1.list_pod_for_all_namespaces().items
-    pods = [PodInfo(p.metadata.namespace, p.metadata.name, p.spec.node_name, str(p.status.phase), _pod_requests(p),
-                    bool(getattr(p.spec, "resource_claims", None))) for p in items]
+    with requesting("listing pods"):  # as JSON: thousands of pods typed by the client cost seconds
+        items = json.loads(v1.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    pods = [PodInfo(p["metadata"]["namespace"], p["metadata"]["name"], p["spec"].get("nodeName"),
+                    str((p.get("status") or {}).get("phase")), _pod_requests(p), bool(p["spec"].get("resourceClaims")))
+            for p in items]
     tenants = {}
     with requesting("listing tenants"):
         namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items

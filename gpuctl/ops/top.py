@@ -19,8 +19,7 @@ from gpuctl.ops.gpu_metrics import (
     check_nodegroup,
     check_tenant,
     coverage_note,
-    read_cluster,
-    read_metrics,
+    read_all,
 )
 
 if TYPE_CHECKING:
@@ -38,8 +37,7 @@ def top(client: ApiClient, prom: Prometheus, window: str, nodegroup: str | None 
         tenant: str | None = None) -> dict[str, Any]:
     """The view `gpuctl top` prints: {prometheus, window, gpus: [...], tenants: [...], notes: [...]}. Prometheus
     is read first (what is most likely unreachable), then the cluster."""
-    metrics = read_metrics(prom, window)
-    view = read_cluster(client)
+    metrics, view = read_all(client, prom, window)
     check_nodegroup(view, nodegroup)
     check_tenant(view, tenant)
     found = top_of(view, metrics.devices, metrics.usage, nodegroup, tenant, f"Prometheus at {prom.url.shown}")

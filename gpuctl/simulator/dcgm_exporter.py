@@ -211,12 +211,16 @@ def main() -> None:
     host, _, port = args.listen.rpartition(":")
     start_http_server(int(port), addr=host, registry=registry)
     log.info("serving http://%s/metrics", args.listen)
+    took = 0.0
     while True:
-        time.sleep(REFRESH_S)
+        # a big cluster's lists cost seconds: the refresh waits twice as long as it took (a third of a core)
+        time.sleep(max(REFRESH_S, 2 * took))
+        started = time.monotonic()
         try:
             exporter.refresh()
         except Exception:
             log.exception("listing the cluster failed; serving the last list")
+        took = time.monotonic() - started
 
 
 # -- run it beside a sim cluster ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import Taint
 from gpuctl.ops.advise import NOTHING, advice_of, cluster_identity, render_text
-from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, read_devices, read_tenant_series
+from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, queries, read_devices, read_tenant_series
 from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
 
 T4 = GPUS["t4"]
@@ -27,9 +27,8 @@ IDENTITY = ("sim", "demo")
 
 def run(canned: Canned, view: ClusterView, records: dict[str, GroupPlan]) -> list[dict[str, Any]]:
     with fake_prometheus(canned) as url:
-        prom = Prometheus(url)
-        devices = read_devices(prom, promql.Where())
-        usage = read_tenant_series(prom, promql.Where())
+        answers = Prometheus(url).query_all(queries(promql.Where()))
+        devices, usage = read_devices(answers), read_tenant_series(answers)
     return advice_of(view, records, devices, usage, "1h", IDENTITY)
 
 

@@ -12,7 +12,7 @@ import yaml
 from gpuctl.kube.prometheus import Prometheus
 from gpuctl.model import promql
 from gpuctl.model.catalog import GPUS
-from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, read_devices, read_tenant_series
+from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, queries, read_devices, read_tenant_series
 from gpuctl.ops.top import SHARED_NOTE, render_table, top_of
 from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
 
@@ -61,9 +61,8 @@ def canned() -> Canned:
 
 def read(c: Canned) -> tuple[dict, dict]:
     with fake_prometheus(c) as url:
-        prom = Prometheus(url)
-        where = promql.Where()
-        return read_devices(prom, where), read_tenant_series(prom, where)
+        answers = Prometheus(url).query_all(queries(promql.Where()))
+        return read_devices(answers), read_tenant_series(answers)
 
 
 def test_devices_are_read_by_node_gpu_and_mig_instance_whatever_the_node_label() -> None:
