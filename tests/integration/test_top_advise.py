@@ -62,6 +62,15 @@ def wait_for(what: str, done: Callable[[], Any], timeout: float = WAIT_S) -> Any
     return result
 
 
+def prometheus(url: str, query: str) -> list[dict[str, Any]]:
+    """A query straight to Prometheus's HTTP API, gpuctl aside."""
+    import urllib.parse
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=30) as answer:
+        return json.load(answer)["data"]["result"]
+
+
 def gpuctl_json(env: dict[str, str], *args: str) -> dict[str, Any]:
     proc = run_gpuctl("-o", "json", *args, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -94,6 +103,10 @@ def test_top_shows_each_gpu_its_pods_and_the_shared_gpus_figures_once(loaded: di
     for i in range(4):
         assert gpus[f"gpu-{i}"]["gpu_util"] == 10 and gpus[f"gpu-{i}"]["fb_used_mib"] == 2048
         assert gpus[f"gpu-{i}"]["attribution"] == "pod" and gpus[f"gpu-{i}"]["nodegroup"] == "gpu"
+    direct = {(s["metric"]["hostname"], s["metric"]["gpu"], name): float(s["value"][1])  # the same series, asked directly
+              for name, family in (("gpu_util", "DCGM_FI_DEV_GPU_UTIL"), ("fb_used_mib", "DCGM_FI_DEV_FB_USED"))
+              for s in prometheus(view["prometheus"], f"max by (hostname, gpu) ({family})")}
+    assert {(g["node"], g["gpu"], name): g[name] for g in view["gpus"] for name in ("gpu_util", "fb_used_mib")} == direct
     shared = gpus["slices-0"]
     assert shared["gpu_util"] == 50 and shared["attribution"] == "device"
     assert shared["pods"] == ["team-a/serve-3", "team-b/serve-1", "team-b/serve-2"]
