@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from gpuctl.util import redact
 from gpuctl.util.errors import CloudError, ClusterError, ExitCode, RequestTimeout, UsageError
 from gpuctl.util.timeouts import Deadlines, request_deadlines
 from tests.conftest import run_gpuctl
+from tests.unit import local_servers
 from tests.unit.local_servers import hanging_server, http_server
 
 SHORT = "1"  # GPUCTL_REQUEST_TIMEOUT in these tests: one second to connect and to answer
@@ -46,11 +46,7 @@ def silent_server() -> Iterator[str]:
 
 @pytest.fixture
 def closed_port() -> str:
-    """http://127.0.0.1:PORT where nothing listens (connections are refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return local_servers.closed_port()
 
 
 class _Echo(BaseHTTPRequestHandler):

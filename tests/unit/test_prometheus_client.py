@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from gpuctl.kube.prometheus import Prometheus, check_prometheus_url
 from gpuctl.util import redact
 from gpuctl.util.errors import ClusterError, CredentialsError, ExitCode, RequestTimeout, UsageError
 from tests.conftest import run_gpuctl
+from tests.unit import local_servers
 from tests.unit.fake_prometheus import Canned, fake_prometheus
 from tests.unit.local_servers import hanging_server
 
@@ -31,10 +31,7 @@ def _no_secrets_between_tests() -> Iterator[None]:
 
 @pytest.fixture
 def closed_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return local_servers.closed_port()
 
 
 def test_an_instant_query_gives_labels_and_values() -> None:
