@@ -189,13 +189,25 @@ def read_metrics(prom: Prometheus, window: str) -> Metrics:
 
 def read_all(client: ApiClient, prom: Prometheus, window: str) -> tuple[Metrics, ClusterView]:
     """The metrics and the cluster, read at the same time; Prometheus's error first where both fail (it is what
-    is most likely unreachable)."""
-    from concurrent.futures import ThreadPoolExecutor
+    is most likely unreachable), at once: the cluster is read by a daemon thread, which an exit does not wait
+    for."""
+    import threading
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        cluster = pool.submit(read_cluster, client)
-        metrics = read_metrics(prom, window)
-        return metrics, cluster.result()
+    read: dict[str, Any] = {}
+
+    def cluster() -> None:
+        try:
+            read["view"] = read_cluster(client)
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread, below)
+            read["error"] = exc
+
+    reader = threading.Thread(target=cluster, name="read-cluster", daemon=True)
+    reader.start()
+    metrics = read_metrics(prom, window)
+    reader.join()
+    if "error" in read:
+        raise read["error"]
+    return metrics, read["view"]
 
 
 def coverage_note(coverage: float | None, window: str) -> str | None:
