@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from gpuctl.model.spec import GroupPlan
 
 NAME = "gpuctl-gpu-tolerations"  # the policy's and the binding's
-API = "admissionregistration.k8s.io/v1"
 PLURAL = "mutatingadmissionpolicies"
 IN_FORCE_TIMEOUT_S = 30.0
 _POLL_S = 0.05
