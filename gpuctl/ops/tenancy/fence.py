@@ -5,14 +5,11 @@ with the last."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeNotFound, requesting
-from gpuctl.kube.objects import apply, contains, is_managed
+from gpuctl.kube.admission_objects import ensure_objects, remove_objects
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.util.resources import data_dir
@@ -29,26 +26,6 @@ def fence_manifests() -> list[dict[str, Any]]:
     for doc in docs:
         doc["metadata"]["labels"] = {L.MANAGED_BY: L.MANAGER}
     return docs
-
-
-def _calls(client: ApiClient) -> dict[str, tuple[Any, Any, Any]]:
-    """kind -> (read, apply, delete) of the admissionregistration API, reads as plain JSON."""
-    from kubernetes.client import AdmissionregistrationV1Api
-
-    api = AdmissionregistrationV1Api(client)
-    return {
-        "ValidatingAdmissionPolicy": (api.read_validating_admission_policy, api.patch_validating_admission_policy,
-                                      api.delete_validating_admission_policy),
-        "ValidatingAdmissionPolicyBinding": (api.read_validating_admission_policy_binding,
-                                             api.patch_validating_admission_policy_binding,
-                                             api.delete_validating_admission_policy_binding),
-    }
-
-
-def _read(read: Any, name: str) -> dict[str, Any] | None:
-    with requesting(f"reading {name}"):
-        found = get_or_none(read, name, _preload_content=False)
-        return None if found is None else json.loads(found.data)
 
 
 def probe_pods() -> list[dict[str, Any]]:
@@ -80,32 +57,9 @@ def wait_fence_in_force(client: ApiClient, namespace: str) -> float:
 
 def ensure_fence(client: ApiClient) -> Change:
     """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
-    calls = _calls(client)
-    created = updated = False
-    for doc in fence_manifests():  # the policy before the binding that names it
-        read, patch, _ = calls[doc["kind"]]
-        current = _read(read, NAME)
-        if current is not None and contains(current, doc):
-            continue
-        with requesting(f"applying the GPU fence ({doc['kind']} {NAME})"):
-            apply(patch, NAME, doc)
-        created, updated = created or current is None, updated or current is not None
-    return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+    return ensure_objects(client, fence_manifests(), "the GPU fence")
 
 
 def remove_fence(client: ApiClient) -> Change:
-    """Delete the policy and binding if gpuctl made them (binding first: no binding names a missing policy)."""
-    calls = _calls(client)
-    outcome = Change.NO_CHANGE
-    for doc in reversed(fence_manifests()):
-        read, _, delete = calls[doc["kind"]]
-        current = _read(read, NAME)
-        if not is_managed(current):
-            continue
-        try:
-            with requesting(f"deleting the GPU fence ({doc['kind']} {NAME})"):
-                delete(NAME)
-        except KubeNotFound:
-            pass  # gone already
-        outcome = Change.DELETED
-    return outcome
+    """Delete the policy and binding if gpuctl made them (binding first)."""
+    return remove_objects(client, fence_manifests(), "the GPU fence")

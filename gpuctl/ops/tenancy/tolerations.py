@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
-from gpuctl.kube.objects import apply, contains, is_managed
+from gpuctl.kube.admission_objects import ensure_objects, observe_objects, read_object, remove_objects
+from gpuctl.kube.errors import KubeApiError, requesting
+from gpuctl.kube.objects import is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.change import Change
@@ -112,72 +112,24 @@ def by_hand(groups: Iterable[GroupPlan]) -> str:
     return ", ".join(json.dumps(t.toleration(), separators=(",", ":")) for t in taints)
 
 
-def _calls(client: ApiClient) -> dict[str, tuple[Any, Any, Any]]:
-    """kind -> (read, apply, delete) of the admissionregistration API."""
-    from kubernetes.client import AdmissionregistrationV1Api
-
-    api = AdmissionregistrationV1Api(client)
-    return {
-        "MutatingAdmissionPolicy": (api.read_mutating_admission_policy, api.patch_mutating_admission_policy,
-                                    api.delete_mutating_admission_policy),
-        "MutatingAdmissionPolicyBinding": (api.read_mutating_admission_policy_binding,
-                                           api.patch_mutating_admission_policy_binding,
-                                           api.delete_mutating_admission_policy_binding),
-    }
-
-
-def _read(read: Any) -> dict[str, Any] | None:
-    with requesting(f"reading {NAME}"):
-        found = get_or_none(read, NAME, _preload_content=False)
-        return None if found is None else json.loads(found.data)
-
-
 def in_place(client: ApiClient) -> bool:
     """Whether gpuctl's policy is on the cluster (a tenant has been onboarded)."""
-    return is_managed(_read(_calls(client)["MutatingAdmissionPolicy"][0]))
+    return is_managed(read_object(client, "MutatingAdmissionPolicy", NAME))
 
 
 def observe_tolerations(client: ApiClient, groups: Iterable[GroupPlan]) -> Change:
     """What ensure_tolerations would do."""
-    calls = _calls(client)
-    changes = []
-    for doc in policy_manifests(groups):
-        current = _read(calls[doc["kind"]][0])
-        changes.append(Change.CREATED if current is None else Change.NO_CHANGE if contains(current, doc)
-                       else Change.UPDATED)
-    return next((c for c in changes if c is not Change.NO_CHANGE), Change.NO_CHANGE)
+    return observe_objects(client, policy_manifests(groups))
 
 
 def ensure_tolerations(client: ApiClient, groups: Iterable[GroupPlan]) -> Change:
     """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
-    calls = _calls(client)
-    created = updated = False
-    for doc in policy_manifests(groups):  # the policy before the binding that names it
-        read, patch, _ = calls[doc["kind"]]
-        current = _read(read)
-        if current is not None and contains(current, doc):
-            continue
-        with requesting(f"applying the GPU tolerations ({doc['kind']} {NAME})"):
-            apply(patch, NAME, doc)
-        created, updated = created or current is None, updated or current is not None
-    return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+    return ensure_objects(client, policy_manifests(groups), "the GPU tolerations")
 
 
 def remove_tolerations(client: ApiClient) -> Change:
     """Delete the policy and binding if gpuctl made them (binding first)."""
-    calls = _calls(client)
-    outcome = Change.NO_CHANGE
-    for kind in ("MutatingAdmissionPolicyBinding", "MutatingAdmissionPolicy"):
-        read, _, delete = calls[kind]
-        if not is_managed(_read(read)):
-            continue
-        try:
-            with requesting(f"deleting the GPU tolerations ({kind} {NAME})"):
-                delete(NAME)
-        except KubeNotFound:
-            pass  # gone already
-        outcome = Change.DELETED
-    return outcome
+    return remove_objects(client, policy_manifests(()), "the GPU tolerations")
 
 
 def probe_pod() -> dict[str, Any]:
