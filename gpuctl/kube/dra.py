@@ -3,10 +3,10 @@ NVIDIA's DRA driver serves, and which slices count)."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import KubeNotFound, requesting
+from gpuctl.kube.listing import list_items
 from gpuctl.model.dra import DRIVER, GPU_CLASS
 
 if TYPE_CHECKING:
@@ -27,10 +27,11 @@ def dra_mode(client: ApiClient) -> bool:
 
 def list_slices(client: ApiClient) -> list[dict[str, Any]]:
     """The GPU driver's ResourceSlices (as JSON), every generation: model/dra.py current_slices keeps those the
-    scheduler allocates from."""
-    from kubernetes.client import ResourceV1Api
+    scheduler allocates from. KubeNotFound where the cluster serves no resource.k8s.io/v1."""
+    return list_items(client, "/apis/resource.k8s.io/v1/resourceslices", "listing ResourceSlices",
+                      fieldSelector=f"spec.driver={DRIVER}")
 
-    with requesting("listing ResourceSlices"):
-        response = ResourceV1Api(client).list_resource_slice(field_selector=f"spec.driver={DRIVER}",
-                                                             _preload_content=False)
-        return json.loads(response.data)["items"]
+
+def list_claims(client: ApiClient) -> list[dict[str, Any]]:
+    """Every ResourceClaim (as JSON). KubeNotFound where the cluster serves no resource.k8s.io/v1."""
+    return list_items(client, "/apis/resource.k8s.io/v1/resourceclaims", "listing ResourceClaims")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import requesting
+from gpuctl.kube.listing import list_items
 from gpuctl.kube.objects import count
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api, V1Node
+    from kubernetes.client import ApiClient, CoreV1Api, V1Node
 
 # Node-group labels set by each provider (sim, EKS managed node groups, Magnum).
 NODEGROUP_LABELS = (L.NODEGROUP, "eks.amazonaws.com/nodegroup", "magnum.openstack.org/nodegroup")
@@ -19,7 +21,11 @@ GPU_NODE_SELECTOR = f"{L.NFD_NVIDIA_PCI}=true"
 
 
 def nodegroup_of(node: V1Node) -> str | None:
-    labels = node.metadata.labels or {}
+    return nodegroup_in(node.metadata.labels or {})
+
+
+def nodegroup_in(labels: Mapping[str, str]) -> str | None:
+    """The node group a node's labels name."""
     return next((labels[k] for k in NODEGROUP_LABELS if k in labels), None)
 
 
@@ -36,6 +42,11 @@ def gpu_nodes(v1: CoreV1Api, nodegroup: str | None = None, selector: str | None 
     return nodes
 
 
+def gpu_node_items(client: ApiClient) -> list[dict[str, Any]]:
+    """GPU nodes as JSON (kube/listing.py: what a read-only command on a large cluster reads)."""
+    return list_items(client, "/api/v1/nodes", f"listing nodes {GPU_NODE_SELECTOR}", labelSelector=GPU_NODE_SELECTOR)
+
+
 def gpu_resources(node: V1Node, kind: str = "allocatable") -> dict[str, int]:
     """nvidia.com/gpu and nvidia.com/mig-* quantities of a node, non-zero only."""
     values: dict[str, Any] = getattr(node.status, kind) or {}
@@ -43,7 +54,7 @@ def gpu_resources(node: V1Node, kind: str = "allocatable") -> dict[str, int]:
     return {k: n for k, n in counts.items() if n > 0}
 
 
-def model_of(labels: dict[str, str]) -> GpuModel | None:
+def model_of(labels: Mapping[str, str]) -> GpuModel | None:
     """The catalog GPU of a node: gpuctl's own label, else GFD's product (with -SHARED/-MIG-... suffixes)."""
     product = labels.get(L.GPU_PRODUCT, "")
     return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(

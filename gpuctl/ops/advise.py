@@ -56,9 +56,19 @@ def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None
     read_queues(client, view)
     identity = cluster_identity(client.configuration.host, context)
     advice = advice_of(view, recorded_groups(client), metrics.devices, metrics.usage, window, identity)
-    notes = [n for n in (coverage_note(metrics.coverage, window),) if n is not None]
+    notes = [n for n in (coverage_note(metrics.coverage, window), claims_note(view)) if n is not None]
     return {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage, "advice": advice,
             "notes": notes}
+
+
+def claims_note(view: ClusterView) -> str | None:
+    """Where pods hold GPUs through ResourceClaims (DRA), why the sharing rules leave those GPUs out."""
+    if not view.claimed:
+        return None
+    return (f"{len(view.claimed)} device(s) held through ResourceClaims (DRA): dcgm-exporter, as the GPU Operator "
+            "runs it, names no pod on their series, so the rules that weigh the window's pods (sharing idle or "
+            "saturated GPUs) leave them out; under DRA a GPU is shared through its claim's config (the driver's "
+            "GpuConfig sharing), not with --slices")
 
 
 def advice_of(view: ClusterView, records: dict[str, GroupPlan], devices: dict[Any, Device],

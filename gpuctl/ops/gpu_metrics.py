@@ -8,20 +8,22 @@ monitoring itself (the sim), the provider's (Provider.prometheus_url).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.errors import requesting
-from gpuctl.kube.gpu_nodes import gpu_nodes, model_of, nodegroup_of
+from gpuctl.kube.dra import list_claims, list_slices
+from gpuctl.kube.errors import KubeNotFound
+from gpuctl.kube.gpu_nodes import gpu_node_items, model_of, nodegroup_in
+from gpuctl.kube.listing import list_items
 from gpuctl.kube.objects import count
 from gpuctl.kube.prometheus import URL_ENV, Prometheus, Sample, check_prometheus_url
 from gpuctl.model import labels as L
 from gpuctl.model import promql
 from gpuctl.model.catalog import GpuModel
+from gpuctl.model.dra import DRIVER, device_type, slice_devices
 from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import TENANT_LABEL
 from gpuctl.ops.tenancy.tenants import BINDING, QUOTA
@@ -252,11 +254,22 @@ class TenantInfo:
     queue: dict[str, Any] | None  # its Kueue ClusterQueue, where it has one
 
 
+@dataclass(frozen=True)
+class ClaimedDevice:
+    """A GPU or MIG device a ResourceClaim holds (DRA), and the pods the claim is reserved for."""
+
+    node: str
+    uuid: str  # the GPU's UUID; a MIG device's parent's, as dcgm-exporter's series name it
+    mig_profile: str | None
+    pods: frozenset[tuple[str, str]]
+
+
 @dataclass
 class ClusterView:
     nodes: dict[str, NodeInfo]
     pods: list[PodInfo]
     tenants: dict[str, TenantInfo]
+    claimed: list[ClaimedDevice] = field(default_factory=list)
 
     @cached_property
     def gpu_pods(self) -> dict[tuple[str, str], PodInfo]:
@@ -286,39 +299,78 @@ def _pod_requests(pod: dict[str, Any]) -> dict[str, int]:
 
 
 def read_cluster(client: ApiClient) -> ClusterView:
-    """GPU nodes, pods (with their GPU requests) and tenants, in four LISTs."""
-    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
-
-    v1 = CoreV1Api(client)
+    """GPU nodes, pods (with their GPU requests) and tenants, in five LISTs read as JSON (kube/listing.py)."""
     nodes = {}
-    for node in gpu_nodes(v1):
-        labels = node.metadata.labels or {}
-        nodes[node.metadata.name] = NodeInfo(node.metadata.name, nodegroup_of(node), model_of(labels),
-                                             labels.get("nvidia.com/gpu.sharing-strategy", "none"),
-                                             int(labels.get("nvidia.com/gpu.replicas", "1") or 1),
-                                             labels.get(L.MIG_CONFIG))
-    with requesting("listing pods"):  # as JSON: thousands of pods typed by the client cost seconds
-        items = json.loads(v1.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    for node in gpu_node_items(client):
+        labels = node["metadata"].get("labels") or {}
+        name = node["metadata"]["name"]
+        nodes[name] = NodeInfo(name, nodegroup_in(labels), model_of(labels),
+                               labels.get("nvidia.com/gpu.sharing-strategy", "none"),
+                               int(labels.get("nvidia.com/gpu.replicas", "1") or 1), labels.get(L.MIG_CONFIG))
     pods = [PodInfo(p["metadata"]["namespace"], p["metadata"]["name"], p["spec"].get("nodeName"),
                     str((p.get("status") or {}).get("phase")), _pod_requests(p), bool(p["spec"].get("resourceClaims")))
-            for p in items]
+            for p in list_items(client, "/api/v1/pods", "listing pods")]
+    namespaces = list_items(client, "/api/v1/namespaces", "listing tenants", labelSelector=TENANT_LABEL)
+    quotas = {q["metadata"]["namespace"]: q for q in list_items(
+        client, "/api/v1/resourcequotas", "listing tenants' quotas", fieldSelector=f"metadata.name={QUOTA}")}
+    bindings = {b["metadata"]["namespace"]: b for b in list_items(
+        client, "/apis/rbac.authorization.k8s.io/v1/rolebindings", "listing tenants' role bindings",
+        fieldSelector=f"metadata.name={BINDING}")} if namespaces else {}
     tenants = {}
-    with requesting("listing tenants"):
-        namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
-        quotas = {q.metadata.namespace: q for q in v1.list_resource_quota_for_all_namespaces(
-            field_selector=f"metadata.name={QUOTA}").items}
-        rbac = RbacAuthorizationV1Api(client)
-        bindings = {b.metadata.namespace: b for b in rbac.list_role_binding_for_all_namespaces(
-            field_selector=f"metadata.name={BINDING}").items} if namespaces else {}
     for ns in namespaces:
-        name = ns.metadata.name
-        quota = quotas.get(name)
-        hard = (quota.status.hard or quota.spec.hard or {}) if quota is not None else {}
-        binding = bindings.get(name)
-        group = next((s.name for s in (binding.subjects or []) if s.kind == "Group"), None) if binding else None
+        name = ns["metadata"]["name"]
+        quota = quotas.get(name) or {}
+        hard = (quota.get("status") or {}).get("hard") or (quota.get("spec") or {}).get("hard") or {}
+        subjects = (bindings.get(name) or {}).get("subjects") or []
+        group = next((s.get("name") for s in subjects if s.get("kind") == "Group"), None)
         tenants[name] = TenantInfo(name, {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())
                                           if k.startswith("requests.nvidia.com/")}, group, None)
-    return ClusterView(nodes, pods, tenants)
+    return ClusterView(nodes, pods, tenants, read_claimed(client))
+
+
+def read_claimed(client: ApiClient) -> list[ClaimedDevice]:
+    """The GPU driver's devices that ResourceClaims hold for pods: the claims' allocations (pool = node, device
+    name) looked up in the driver's ResourceSlices (its uuid, or a MIG device's parentUUID and profile attributes).
+    None where the cluster serves no resource.k8s.io/v1. An adminAccess result holds no device and is skipped."""
+    try:
+        slices, claims = list_slices(client), list_claims(client)
+    except KubeNotFound:
+        return []
+    published = {(node, d["name"]): d for node, devices in slice_devices(slices).items() for d in devices}
+    found = []
+    for claim in claims:
+        status = claim.get("status") or {}
+        pods = frozenset((claim["metadata"]["namespace"], r["name"]) for r in status.get("reservedFor") or []
+                         if r.get("resource") == "pods" and r.get("name"))
+        for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+            device = published.get((result.get("pool"), result.get("device")))
+            if not pods or result.get("driver") != DRIVER or result.get("adminAccess") or device is None:
+                continue
+            attributes = device.get("attributes") or {}
+            mig = device_type(device) == "mig"
+            uuid = (attributes.get("parentUUID" if mig else "uuid") or {}).get("string")
+            if uuid:
+                found.append(ClaimedDevice(result["pool"], uuid, (attributes.get("profile") or {}).get("string")
+                                           if mig else None, pods))
+    return found
+
+
+def attach_claimed(devices: dict[Any, Device], claimed: list[ClaimedDevice]) -> list[str]:
+    """Add to each device the pods that hold it through a ResourceClaim: dcgm-exporter names DRA devices' pods
+    only with KUBERNETES_ENABLE_DRA, which the GPU Operator's ClusterPolicy does not set. A MIG device is found
+    by its GPU and profile; where that GPU has several instances of the profile the series cannot say which one
+    it is, and a note says so instead."""
+    notes = []
+    for claim in claimed:
+        matches = [d for d in devices.values() if d.uuid == claim.uuid and d.mig_profile == claim.mig_profile]
+        if len(matches) == 1:
+            matches[0].pods |= claim.pods
+        elif matches:
+            pods = ", ".join(f"{ns}/{name}" for ns, name in sorted(claim.pods))
+            notes.append(f"{pods} hold(s) a {claim.mig_profile} MIG device of GPU {claim.uuid} on {claim.node} through "
+                         f"a ResourceClaim; the GPU has {len(matches)} {claim.mig_profile} instances and the series "
+                         "do not say which")
+    return notes
 
 
 def read_queues(client: ApiClient, view: ClusterView) -> None:

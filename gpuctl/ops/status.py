@@ -7,7 +7,6 @@ row then also says `kubelet_plugin`, `devices`, `allocated` and `free`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,14 +72,9 @@ def claim_allocations(claims: Iterable[Mapping[str, Any]]) -> dict[str, set[str]
 
 def read_node_devices(client: ApiClient) -> dict[str, NodeDevices]:
     """Node -> its devices and allocations, from one LIST of ResourceSlices and one of ResourceClaims."""
-    from kubernetes.client import ResourceV1Api
+    from gpuctl.kube.dra import list_claims, list_slices
 
-    from gpuctl.kube.dra import list_slices
-
-    slices = list_slices(client)
-    with requesting("listing ResourceClaims"):
-        claims = json.loads(ResourceV1Api(client).list_resource_claim_for_all_namespaces(
-            _preload_content=False).data)["items"]
+    slices, claims = list_slices(client), list_claims(client)
     published, allocated = slice_devices(slices), claim_allocations(claims)
     return {node: NodeDevices(tuple(devices), frozenset(allocated.get(node, ())))
             for node, devices in published.items()}

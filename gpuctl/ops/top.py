@@ -16,6 +16,7 @@ from gpuctl.ops.gpu_metrics import (
     GPU,
     ClusterView,
     Device,
+    attach_claimed,
     check_nodegroup,
     check_tenant,
     coverage_note,
@@ -40,7 +41,9 @@ def top(client: ApiClient, prom: Prometheus, window: str, nodegroup: str | None 
     metrics, view = read_all(client, prom, window)
     check_nodegroup(view, nodegroup)
     check_tenant(view, tenant)
+    unplaced = attach_claimed(metrics.devices, view.claimed)
     found = top_of(view, metrics.devices, metrics.usage, nodegroup, tenant, f"Prometheus at {prom.url.shown}")
+    found["notes"] += unplaced
     if (note := coverage_note(metrics.coverage, window)) is not None:
         found["notes"].append(note)
     return {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage, **found}

@@ -5,9 +5,10 @@ MEMORY_ANNOTATION); docs/research/dcgm-exporter.md has the upstream facts, dcgm_
 
 It runs as a detached process of this machine like the sim's Kueue and Karpenter (daemons.py): pid file and
 command line under the cluster's dir, a free loopback port, ready once /metrics answers, stopped with the cluster
-(procs.cluster_procs). Every second it lists the nodes and running pods through the cluster's kubeconfig; each
-scrape serves the latest list. Exposition by prometheus_client (text format 0.0.4, as dcgm-exporter's expfmt
-MetricFamilyToText), families sorted by name and series by labels, as render_metrics.go Render sorts them.
+(procs.cluster_procs). Every second it lists the nodes, running pods and ResourceClaims through the cluster's
+kubeconfig; each scrape serves the latest list. Exposition by prometheus_client (text format 0.0.4, as
+dcgm-exporter's expfmt MetricFamilyToText), families sorted by name and series by labels, as render_metrics.go
+Render sorts them.
 
 Run: python -m gpuctl.simulator.dcgm_exporter --kubeconfig FILE --listen 127.0.0.1:PORT [--stamp STAMP]
 """
@@ -25,21 +26,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.listing import list_items
 from gpuctl.model import labels as L
 from gpuctl.model.mig import MigLayout, layout_from_counts, parse_mig_parted_config
 from gpuctl.simulator.daemons import free_port, live_pid, start_detached, wait_ready
 from gpuctl.simulator.dcgm_series import (
     FAMILIES,
-    MEMORY_ANNOTATION,
-    UTILIZATION_ANNOTATION,
     Assignment,
     Claim,
     Device,
     Sample,
     assign,
+    claimed_slots,
     node_devices,
     number,
+    pod_load,
     render_samples,
 )
 from gpuctl.simulator.dra import gpu_uuid, node_layout, pci_address
@@ -69,24 +72,21 @@ GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")  # what the device plugi
 # -- the process --------------------------------------------------------------------------------------
 
 
-def _claims(pod: Any) -> list[Claim]:
-    """A running pod's containers that hold GPUs (an extended resource's request equals its limit)."""
-    meta, spec = pod.metadata, pod.spec
-    if pod.status.phase != "Running" or not spec.node_name:
+def _claims(pod: dict[str, Any]) -> list[Claim]:
+    """A running pod's containers that hold GPUs through the device plugin (an extended resource's request equals
+    its limit); the pod as JSON."""
+    meta, spec = pod["metadata"], pod["spec"]
+    if (pod.get("status") or {}).get("phase") != "Running" or not spec.get("nodeName"):
         return []
-    annotations = meta.annotations or {}
-    util = number(annotations.get(UTILIZATION_ANNOTATION), 100.0)
-    memory = number(annotations.get(MEMORY_ANNOTATION))
-    created = meta.creation_timestamp.isoformat() if meta.creation_timestamp else ""
+    util, memory = pod_load(pod)
     claims = []
-    for container in spec.containers or []:
-        resources = container.resources
-        wanted = {**((resources.requests if resources else None) or {}),
-                  **((resources.limits if resources else None) or {})}
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
         for resource, quantity in sorted(wanted.items()):
             if GPU_REQUEST.match(resource) and (count := int(number(str(quantity)))) > 0:
-                claims.append(Claim(meta.uid, meta.namespace, meta.name, container.name, resource, count, util,
-                                    memory, created))
+                claims.append(Claim(meta["uid"], meta["namespace"], meta["name"], container["name"], resource, count,
+                                    util, memory, meta.get("creationTimestamp") or ""))
     return claims
 
 
@@ -150,32 +150,43 @@ class Exporter:
             return None, configs
 
     def refresh(self) -> None:
-        nodes = self.v1.list_node().items
-        pods = self.v1.list_pod_for_all_namespaces(field_selector="status.phase=Running").items
+        client = self.v1.api_client  # lists as JSON: a big cluster's pods, every second
+        nodes = list_items(client, "/api/v1/nodes", "listing nodes")
+        pods = list_items(client, "/api/v1/pods", "listing running pods", fieldSelector="status.phase=Running")
         devices: list[Device] = []
         configs: dict[str, dict[str, int] | None] | None = None
-        for node in sorted(nodes, key=lambda n: n.metadata.name):
-            labels = node.metadata.labels or {}
+        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            name, labels = node["metadata"]["name"], node["metadata"].get("labels") or {}
             model = model_of(labels)
             count = labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or "0"
             if model is None or not count.isdigit() or int(count) == 0:
                 continue
             layout, configs = self._layout(labels, configs, model)
             try:
-                devices += node_devices(node.metadata.name, model, int(count), labels, layout, gpu_uuid, pci_address)
+                devices += node_devices(name, model, int(count), labels, layout, gpu_uuid, pci_address)
             except (UsageError, KeyError) as exc:  # a layout the GPU cannot hold: the MIG manager would fail it
-                log.warning("node %s: MIG config %s: %s", node.metadata.name, labels.get(L.MIG_CONFIG), exc)
-                devices += node_devices(node.metadata.name, model, int(count), labels, None, gpu_uuid, pci_address)
+                log.warning("node %s: MIG config %s: %s", name, labels.get(L.MIG_CONFIG), exc)
+                devices += node_devices(name, model, int(count), labels, None, gpu_uuid, pci_address)
         claims: dict[str, list[Claim]] = {}
         for pod in pods:
-            claims.setdefault(pod.spec.node_name or "", []).extend(_claims(pod))
+            claims.setdefault(pod["spec"].get("nodeName") or "", []).extend(_claims(pod))
         assignment: Assignment = {}
-        for node in {d.node for d in devices}:
-            assignment |= assign([d for d in devices if d.node == node], claims.get(node, []), self.assignment)
-        all_claims = [c for node in sorted({d.node for d in devices}) for c in claims.get(node, [])]
-        samples = render_samples(devices, all_claims, assignment, DRIVER_VERSION)
+        for node_name in {d.node for d in devices}:
+            assignment |= assign([d for d in devices if d.node == node_name], claims.get(node_name, []),
+                                 self.assignment)
+        all_claims = [c for node_name in sorted({d.node for d in devices}) for c in claims.get(node_name, [])]
+        by_uid = {p["metadata"]["uid"]: p for p in pods if p["spec"].get("nodeName")}
+        dra_claims, dra_assignment = claimed_slots(self._resource_claims(), by_uid, devices)
+        samples = render_samples(devices, all_claims + dra_claims, assignment | dra_assignment, DRIVER_VERSION)
         with self.lock:
             self.assignment, self.samples = assignment, samples
+
+    def _resource_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim, as JSON; none where the cluster serves no resource.k8s.io/v1."""
+        try:
+            return list_items(self.v1.api_client, "/apis/resource.k8s.io/v1/resourceclaims", "listing ResourceClaims")
+        except KubeNotFound:
+            return []
 
     def collect(self) -> Iterator[Any]:
         """prometheus_client's Collector protocol: one gauge family per FAMILIES entry that has series."""

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, nvml_name
+from gpuctl.model.dra import DRIVER
 from gpuctl.model.mig import MigLayout, place, resource_name
-from gpuctl.simulator.dra import gi_profile
+from gpuctl.simulator.dra import device_name, gi_profile
 
 # Sim-only pod annotations: the load a pod puts on each GPU (or MIG instance) it was given. A pod without them
 # is idle: 0 % and 0 MiB. Values are numbers; anything else reads as 0.
@@ -64,6 +66,7 @@ class Device:
     replicas: int  # containers it takes at once: the time-slicing/MPS replicas, 1 otherwise
     profile: str = ""  # MIG profile of an instance (label GPU_I_PROFILE)
     instance_id: int = -1  # its GPU instance ID (label GPU_I_ID)
+    dra_name: str = ""  # the device the sim's DRA driver publishes for it (a ResourceClaim's allocation names it)
 
     @property
     def key(self) -> str:
@@ -83,6 +86,7 @@ class Claim:
     utilization: float  # UTILIZATION_ANNOTATION, 0-100
     memory_mib: float  # MEMORY_ANNOTATION
     created: str = ""  # the pod's creationTimestamp: earlier pods were allocated first
+    mapped: bool = True  # the exporter names the pod on the device's series (not for DRA: see render_samples)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -129,12 +133,12 @@ def node_devices(node: str, model: GpuModel, gpus: int, labels: Mapping[str, str
         uuid, address = uuid_of(node, index), pci_bus_id(address_of(index))
         if layout is None or not layout.enabled or model.mig is None:
             devices.append(Device(node, index, uuid, address, nvml_name(model), model.memory_mib, L.GPU_RESOURCE,
-                                  replicas))
+                                  replicas, dra_name=device_name(model, index)))
             continue
         for p in place(layout.profiles, model):
             devices.append(Device(node, index, uuid, address, nvml_name(model), gi_profile(model, p.profile).memory_mib,
                                   L.GPU_RESOURCE if single else resource_name(p.profile), 1, p.profile,
-                                  instance_id(model.mig.memory_slots, p.start, p.width)))
+                                  instance_id(model.mig.memory_slots, p.start, p.width), device_name(model, index, p)))
     return devices
 
 
@@ -177,6 +181,39 @@ def assign(devices: list[Device], claims: Iterable[Claim], previous: Mapping[tup
     return result
 
 
+def pod_load(pod: dict[str, Any]) -> tuple[float, float]:
+    """The load a pod declares (the sim's annotations): utilisation 0-100, framebuffer MiB."""
+    annotations = pod["metadata"].get("annotations") or {}
+    return number(annotations.get(UTILIZATION_ANNOTATION), 100.0), number(annotations.get(MEMORY_ANNOTATION))
+
+
+def claimed_slots(resource_claims: list[dict[str, Any]], pods: dict[str, dict[str, Any]],
+                  devices: list[Device]) -> tuple[list[Claim], Assignment]:
+    """The load of pods on the devices ResourceClaims allocated them (driver gpu.nvidia.com, pool = node, device
+    = the name the sim's driver publishes), for the running pods a claim is reserved for (`pods` by uid). The
+    kubelet hands such a device to the pod as it is: no replica to choose, no pod label on the series
+    (Claim.mapped)."""
+    by_name = {(d.node, d.dra_name): d for d in devices}
+    claims: list[Claim] = []
+    assignment: Assignment = {}
+    for claim in resource_claims:
+        meta, status = claim["metadata"], claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        held = [by_name[key] for r in results if r.get("driver") == DRIVER
+                and (key := (r.get("pool", ""), r.get("device", ""))) in by_name]
+        for reserved in status.get("reservedFor") or []:
+            pod = pods.get(reserved.get("uid", "")) if reserved.get("resource") == "pods" else None
+            if pod is None or not held:
+                continue
+            util, memory = pod_load(pod)
+            entry = Claim(pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["metadata"]["name"], "",
+                          f"claim:{meta['namespace']}/{meta['name']}", len(held), util, memory,
+                          pod["metadata"].get("creationTimestamp") or "", mapped=False)
+            claims.append(entry)
+            assignment[entry.key] = tuple((d.key, 0) for d in held)
+    return claims, assignment
+
+
 @dataclass(frozen=True)
 class Sample:
     family: str
@@ -199,7 +236,10 @@ def render_samples(devices: list[Device], claims: Iterable[Claim], assignment: A
     a device with pods has, for each family, one series per (pod, container) with the device's value
     (dcgm-exporter #307, #587), except DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED, which keep the device's
     series and give each pod series the pod's own value (createPerProcessMetrics, from NVML's per-process
-    utilization and memory; #594)."""
+    utilization and memory; #594). A device allocated through a ResourceClaim carries its pods' load but no pod
+    labels (Claim.mapped False): the exporter maps DRA devices to pods only with KUBERNETES_ENABLE_DRA, which the
+    GPU Operator's ClusterPolicy does not set (v26.7.0 assets/state-dcgm-exporter/0800_daemonset.yaml; its
+    ClusterRole, 0210_clusterrole.yaml, does not grant the ResourceSlice reads that mapping needs)."""
     claims_by_key = {c.key: c for c in claims}
     on_device: dict[str, list[tuple[Claim, int]]] = {}
     for key, slots in sorted(assignment.items()):
@@ -209,6 +249,7 @@ def render_samples(devices: list[Device], claims: Iterable[Claim], assignment: A
     for device in devices:
         entries = on_device.get(device.key, [])
         pods = {c.uid: c for c, _ in entries}  # a pod's load counts once per device, whatever its containers
+        named = [(c, r) for c, r in entries if c.mapped]
         want_util = sum(c.utilization for c in pods.values())
         want_memory = sum(c.memory_mib for c in pods.values())
         util = min(100.0, want_util)
@@ -224,9 +265,9 @@ def render_samples(devices: list[Device], claims: Iterable[Claim], assignment: A
         for family in FAMILIES:
             if device.profile and not family.mig:
                 continue
-            if not entries or family.per_process:
+            if not named or family.per_process:
                 samples.append(Sample(family.name, dict(base), values[family.name]))
-            for claim, replica in entries:
+            for claim, replica in named:
                 value: float = values[family.name]
                 if family.name == "DCGM_FI_DEV_GPU_UTIL":
                     value = round(_share(claim.utilization, want_util, 100.0))

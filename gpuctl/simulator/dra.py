@@ -45,7 +45,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, nvml_name
 from gpuctl.model.change import Change
 from gpuctl.model.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
-from gpuctl.model.mig import MigLayout, layout_of_config_name, place
+from gpuctl.model.mig import MigLayout, Placement, layout_of_config_name, place
 from gpuctl.simulator.nodes import CUDA_VERSION, DRIVER_VERSION
 from gpuctl.util.errors import ClusterError
 
@@ -181,10 +181,19 @@ def _common_attributes(model: GpuModel, index: int) -> dict[str, dict[str, str]]
     }
 
 
+def device_name(model: GpuModel, index: int, placement: Placement | None = None) -> str:
+    """The name the driver publishes GPU `index` under (deviceinfo.go:200-207 CanonicalName), or a MIG device
+    at `placement` on it (deviceinfo.go:209-232): what a ResourceClaim's allocation names."""
+    if placement is None:
+        return f"gpu-{index}"
+    info = gi_profile(model, placement.profile)
+    return f"gpu-{index}-mig-{_rfc1123(placement.profile.replace('.', ''))}-{info.id}-{placement.start}"
+
+
 def render_gpu_device(node: str, model: GpuModel, index: int) -> dict[str, Any]:
     """A full GPU: deviceinfo.go:200-207 GetDevice. The minor number is the index, as /dev/nvidia<N>."""
     return {
-        "name": f"gpu-{index}",
+        "name": device_name(model, index),
         "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid(node, index)},
                        **_common_attributes(model, index)},
         "capacity": {"memory": {"value": _quantity(model.memory_mib << 20)}},
@@ -204,7 +213,7 @@ def render_mig_devices(node: str, model: GpuModel, index: int, layout: MigLayout
             **{f"memorySlice{s}": 1 for s in range(placement.start, placement.start + placement.width)},
         }
         devices.append({
-            "name": f"gpu-{index}-mig-{_rfc1123(placement.profile.replace('.', ''))}-{info.id}-{placement.start}",
+            "name": device_name(model, index, placement),
             "attributes": {"type": {"string": "mig"},
                            "uuid": {"string": mig_uuid(node, index, info.id, placement.start)},
                            "parentUUID": {"string": gpu_uuid(node, index)}, "profile": {"string": placement.profile},

@@ -46,6 +46,7 @@ from typing import Any
 from gpuctl.kube.client import api_client, core, get_or_none
 from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.listing import list_items
 from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
@@ -344,13 +345,18 @@ class SimOperator:
     def _run_cuda_samples(self, device_plugin: bool) -> None:
         """Finish the CUDA sample pods that got a GPU: from a ResourceClaim allocated on their node (the DRA
         driver prepared it), or, with the GPU Operator (`device_plugin`), from nvidia.com/gpu limits."""
-        for pod in self.v1.list_pod_for_all_namespaces(field_selector="status.phase=Running").items:
-            if EXIT_CODE in (pod.metadata.annotations or {}) or not pod.spec.node_name:
+        for listed in list_items(self.v1.api_client, "/api/v1/pods", "listing running pods",
+                                 fieldSelector="status.phase=Running"):  # as JSON: a big cluster's pods, each pass
+            meta, spec = listed["metadata"], listed["spec"]
+            if EXIT_CODE in (meta.get("annotations") or {}) or not spec.get("nodeName"):
                 continue
-            container = pod.spec.containers[0]
-            match = CUDA_SAMPLE.match(container.image or "")
+            match = CUDA_SAMPLE.match(spec["containers"][0].get("image") or "")
             if match is None:
                 continue  # not a CUDA sample: it keeps running, as it would on a real GPU
+            pod = get_or_none(self.v1.read_namespaced_pod, meta["name"], meta["namespace"])
+            if pod is None or pod.status.phase != "Running":
+                continue
+            container = pod.spec.containers[0]
             claims = pod_claim_names(pod, container.name)
             if claims:
                 got_gpu = any(self._allocated_on(pod.metadata.namespace, c, pod.spec.node_name) for c in claims)

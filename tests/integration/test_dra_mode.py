@@ -69,11 +69,12 @@ def slices(client: Any) -> list[dict[str, Any]]:
     return json.loads(ResourceV1Api(client).list_resource_slice(_preload_content=False).data)["items"]
 
 
-def claim_pod(client: Any, name: str, namespace: str, template: str, node_selector: dict[str, str]) -> None:
+def claim_pod(client: Any, name: str, namespace: str, template: str, node_selector: dict[str, str],
+              annotations: dict[str, str] | None = None) -> None:
     from kubernetes.client import CoreV1Api
 
     CoreV1Api(client).create_namespaced_pod(namespace, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {"nodeSelector": node_selector, "tolerations": TOLERATE,
                  "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
                  "containers": [{"name": "main", "image": "busybox:1.37", "resources": {"claims": [{"name": "gpu"}]}}]}})
@@ -162,6 +163,33 @@ def test_a_mig_layout_becomes_mig_devices_a_profile_claim_gets(cluster: dict[str
     node, device = allocated_device(cluster["client"], TEAM, "mig-job")
     assert node.startswith("a100-") and "-mig-3g20gb-" in device
     assert run_gpuctl("validate", "--nodegroup", "a100", env=cluster["env"]).returncode == 0
+
+
+def test_top_shows_claimed_gpus_with_their_load_and_pods(cluster: dict[str, Any]) -> None:
+    """dcgm-exporter as the GPU Operator runs it names no pod on a DRA device's series (the sim's exporter serves
+    the load alone); `top` finds the pods through the ResourceClaims: a whole T4, and a MIG device its GPU has
+    one instance of the profile of."""
+    load = {"sim.gpuctl.dev/gpu-utilization": "40", "sim.gpuctl.dev/gpu-memory-mib": "2048"}
+    claim_pod(cluster["client"], "t4-busy", TEAM, "gpu-t4", {"gpuctl.dev/nodegroup": "t4"}, load)
+    assert allocated_device(cluster["client"], TEAM, "t4-busy") == ("t4-0", "gpu-0")
+    deadline = time.monotonic() + 90
+    while True:
+        view = gpuctl_json(cluster["env"], "top")
+        t4 = [g for g in view["gpus"] if g["node"] == "t4-0"]
+        mig = [g for g in view["gpus"] if f"{TEAM}/mig-job" in g["pods"]]
+        if t4 and t4[0]["gpu_util"] == 40 and mig or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert t4 and (t4[0]["gpu_util"], t4[0]["fb_used_mib"], t4[0]["pods"], t4[0]["attribution"]) == \
+        (40, 2048, [f"{TEAM}/t4-busy"], "pod"), view
+    assert [(g["mig_profile"], g["attribution"]) for g in mig] == [("3g.20gb", "pod")], view
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({"query": 'DCGM_FI_DEV_GPU_UTIL{hostname="t4-0"}'})
+    with urllib.request.urlopen(f"{view['prometheus']}/api/v1/query?{query}", timeout=10) as answer:
+        series = json.load(answer)["data"]["result"]
+    assert series and all("pod" not in s["metric"] for s in series)  # the pods came from the claims
 
 
 def test_leaving_dra_mode_is_refused_before_any_write(cluster: dict[str, Any]) -> None:

@@ -192,3 +192,15 @@ def test_the_advised_commands_are_ones_gpuctl_accepts(isolated_env: dict[str, st
     assert "replicas: 7" in proc.stdout and "name: gpu" in proc.stdout
     proc = run_gpuctl("mig", "validate", "3g.20gb-3x1g.5gb", "--gpu", "a100-40gb", env=isolated_env, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_devices_held_by_claim_are_left_out_of_the_sharing_rules_and_it_says_so() -> None:
+    from gpuctl.ops.advise import claims_note
+    from gpuctl.ops.gpu_metrics import ClaimedDevice
+
+    view = ClusterView({}, [], {})
+    assert claims_note(view) is None
+    view.claimed.append(ClaimedDevice("dra-0", "GPU-a", None, frozenset({("team-a", "train")})))
+    note = claims_note(view)
+    assert note is not None and note.startswith("1 device(s) held through ResourceClaims (DRA)")
+    assert "not with --slices" in note

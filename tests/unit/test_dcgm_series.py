@@ -9,6 +9,7 @@ from gpuctl.simulator.dcgm_series import (
     Claim,
     Sample,
     assign,
+    claimed_slots,
     instance_id,
     node_devices,
     number,
@@ -131,3 +132,47 @@ def test_values_read_from_annotations_and_pci_ids() -> None:
     assert pci_bus_id("0000:21:00.0") == "00000000:21:00.0"
     assert [instance_id(8, 0, 8), instance_id(8, 4, 4), instance_id(8, 6, 2), instance_id(8, 6, 1)] == [0, 2, 6, 13]
     assert [instance_id(4, 0, 4), instance_id(4, 2, 2), instance_id(4, 3, 1)] == [0, 2, 6]
+
+
+def resource_claim(name: str, devices: list[tuple[str, str]], pods: list[str], driver: str = "gpu.nvidia.com"):
+    return {"metadata": {"name": name, "namespace": "team-a"},
+            "status": {"allocation": {"devices": {"results": [
+                {"driver": driver, "pool": pool, "device": device, "request": "gpu"} for pool, device in devices]}},
+                "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods]}}
+
+
+def running(name: str, util: str, memory: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}",
+                         "annotations": {"sim.gpuctl.dev/gpu-utilization": util, "sim.gpuctl.dev/gpu-memory-mib": memory}},
+            "spec": {"nodeName": "n-0"}, "status": {"phase": "Running"}}
+
+
+def test_a_claimed_gpu_carries_its_pods_load_without_pod_labels() -> None:
+    devs = devices("a100-40gb", 2)
+    assert [d.dra_name for d in devs] == ["gpu-0", "gpu-1"]  # the names the sim's DRA driver publishes
+    pods = {p["metadata"]["uid"]: p for p in (running("a", "30", "2048"), running("b", "25", "1024"))}
+    claims, assignment = claimed_slots([
+        resource_claim("shared", [("n-0", "gpu-1")], ["a", "b"]),  # one claim, two pods: they share gpu-1
+        resource_claim("other-driver", [("n-0", "gpu-0")], ["a"], driver="example.com"),
+        resource_claim("elsewhere", [("n-9", "gpu-0")], ["a"]),
+        resource_claim("gone", [("n-0", "gpu-0")], ["z"])], pods, devs)
+    assert sorted((c.pod, c.mapped, slots) for c in claims for slots in [assignment[c.key]]) == \
+        [("a", False, ((devs[1].key, 0),)), ("b", False, ((devs[1].key, 0),))]
+    samples = render_samples(devs, claims, assignment, DRIVER)
+    # the exporter as the GPU Operator deploys it maps no DRA device to pods: the GPU's load, no pod labels
+    assert all(set(s.labels) == GPU_LABELS for s in samples)
+    by_gpu = {s.labels["gpu"]: s.value for s in of(samples, "DCGM_FI_DEV_GPU_UTIL")}
+    assert by_gpu == {"0": 0, "1": 55}
+    assert {s.labels["gpu"]: s.value for s in of(samples, "DCGM_FI_DEV_FB_USED")} == {"0": 0, "1": 3072}
+
+
+def test_claimed_mig_devices_are_named_as_the_driver_publishes_them() -> None:
+    devs = devices("a100-40gb", 1, {}, "3g.20gb-2x2g.10gb")
+    assert sorted(d.dra_name for d in devs) == ["gpu-0-mig-2g10gb-14-0", "gpu-0-mig-2g10gb-14-2",
+                                                "gpu-0-mig-3g20gb-9-4"]
+    pods = {"uid-a": running("a", "40", "0")}
+    claims, assignment = claimed_slots([resource_claim("c", [("n-0", "gpu-0-mig-2g10gb-14-2")], ["a"])], pods, devs)
+    samples = render_samples(devs, claims, assignment, DRIVER)
+    busy = {(s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"]): s.value
+            for s in of(samples, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}
+    assert busy == {("3g.20gb", "2"): 0.0, ("2g.10gb", "3"): 0.0, ("2g.10gb", "4"): 0.4}

@@ -154,3 +154,28 @@ def test_a_pod_with_gpus_by_claim_is_a_workload() -> None:
     view.pods.append(PodInfo("team-a", "claimer", "gpu-0", "Running", {}, claims=True))
     assert view.workloads({("team-a", "claimer"), ("gpu-operator", "nvidia-dcgm-exporter-x7"),
                            ("team-a", "finished-long-ago")}) == {("team-a", "claimer"), ("team-a", "finished-long-ago")}
+
+
+def test_pods_holding_devices_by_claim_are_shown_on_them_or_said_unplaceable() -> None:
+    """DRA: the series name no pod; the claims do. A MIG device is placed by its GPU and profile only where
+    the GPU has one instance of that profile."""
+    from gpuctl.ops.gpu_metrics import ClaimedDevice, Device, attach_claimed
+
+    def dev(gpu: str, uuid: str, profile: str | None = None, mig_id: str | None = None) -> Device:
+        return Device("dra-0", gpu, uuid, "NVIDIA A100-SXM4-40GB", profile, mig_id)
+
+    devices = {k: d for k, d in enumerate([dev("0", "GPU-a"), dev("1", "GPU-b", "3g.20gb", "2"),
+                                           dev("1", "GPU-b", "2g.10gb", "3"), dev("1", "GPU-b", "2g.10gb", "4")])}
+    notes = attach_claimed(devices, [
+        ClaimedDevice("dra-0", "GPU-a", None, frozenset({("team-a", "train")})),
+        ClaimedDevice("dra-0", "GPU-b", "3g.20gb", frozenset({("team-a", "infer-1"), ("team-b", "infer-2")})),
+        ClaimedDevice("dra-0", "GPU-b", "2g.10gb", frozenset({("team-b", "small")})),
+        ClaimedDevice("dra-0", "GPU-gone", None, frozenset({("team-b", "lost")}))])
+    assert [sorted(d.pods) for d in devices.values()] == [
+        [("team-a", "train")], [("team-a", "infer-1"), ("team-b", "infer-2")], [], []]
+    assert notes == ["team-b/small hold(s) a 2g.10gb MIG device of GPU GPU-b on dra-0 through a ResourceClaim; "
+                     "the GPU has 2 2g.10gb instances and the series do not say which"]
+    view = cluster()
+    view.pods += [PodInfo("team-a", "train", "dra-0", "Running", {}, claims=True)]
+    rows = top_of(view, devices, {})["gpus"]
+    assert rows[0]["pods"] == ["team-a/train"] and rows[0]["attribution"] == "pod"
