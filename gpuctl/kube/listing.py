@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.errors import requesting
+from gpuctl.kube.errors import KubeApiError, requesting
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -22,4 +22,14 @@ def list_items(client: ApiClient, path: str, what: str, **query: str) -> list[di
     with requesting(what):
         response = client.call_api(method, url, header_params=headers, body=body, post_params=post)
         response.read()
-        return list(json.loads(response.data).get("items") or [])
+        try:
+            answer = json.loads(response.data)
+        except ValueError:  # a proxy's page, say
+            answer = None
+        items = answer["items"] if isinstance(answer, dict) and "items" in answer else ()
+        items = [] if items is None else items  # (an empty list's items may be null)
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise KubeApiError(f"GET {path} answered something that is not a Kubernetes list",
+                               f"check that {client.configuration.host} is a kube-apiserver (--kubeconfig/--context)",
+                               request=f"GET {path}")
+        return items

@@ -170,3 +170,44 @@ def test_an_answer_that_stops_midway_raises_kube_timeout(stalling_server: str,
             read()
         assert time.monotonic() - started < 5
         assert caught.value.exit_code == ExitCode.TIMEOUT and stalling_server in caught.value.message
+
+
+class _Lists(BaseHTTPRequestHandler):
+    """LISTs as a kube-apiserver answers them, and a proxy's page."""
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/api/v1/pods":
+            body, kind = json.dumps({"kind": "PodList", "items": [{"metadata": {"name": "p"}}],
+                                     "query": self.path.partition("?")[2]}).encode(), "application/json"
+        elif path == "/api/v1/nodes":
+            body, kind = b"<html>sign in</html>", "text/html"
+        elif path == "/api/v1/namespaces":
+            body, kind = json.dumps({"kind": "Namespace", "metadata": {"name": "not-a-list"}}).encode(), "application/json"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_list_read_as_json_gets_its_items_and_refuses_what_is_not_a_list() -> None:
+    from gpuctl.kube.listing import list_items
+
+    with http_server(_Lists) as url:
+        client = api_client(config_dict=_config(url))
+        assert list_items(client, "/api/v1/pods", "listing pods", labelSelector="a=b", fieldSelector="") == \
+            [{"metadata": {"name": "p"}}]
+        for path in ("/api/v1/nodes", "/api/v1/namespaces"):
+            with pytest.raises(KubeApiError) as caught:
+                list_items(client, path, "listing")
+            assert caught.value.message.endswith(f"GET {path} answered something that is not a Kubernetes list")
+            assert url in (caught.value.hint or "")
+        with pytest.raises(KubeNotFound):
+            list_items(client, "/apis/resource.k8s.io/v1/resourceclaims", "listing ResourceClaims")
