@@ -35,11 +35,7 @@ def apply_crds(cluster: str, crds: Path, what: str) -> bool:
     from gpuctl.tools.installer import find_tool
 
     kubectl = [str(find_tool("kubectl")), "--kubeconfig", str(KwokCluster(cluster).kubeconfig_path)]
-    probe = subprocess.run([*kubectl, "get", "crd", "-o", "name"], capture_output=True, text=True, timeout=120)
-    have = set(probe.stdout.split())
-    wanted = {f"customresourcedefinition.apiextensions.k8s.io/{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}"
-              for p in crds.glob("*.yaml")}
-    if wanted <= have:
+    if not missing_crds(cluster, crds):
         return False
     proc = subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "--field-manager", "gpuctl",
                            "-f", str(crds)], capture_output=True, text=True, timeout=300)
@@ -50,6 +46,16 @@ def apply_crds(cluster: str, crds: Path, what: str) -> bool:
         raise ClusterError(f"applying {what}'s CRDs to sim cluster {cluster!r} failed: {proc.stderr.strip()}",
                            "see the cluster's kube-apiserver log")
     return True
+
+
+def missing_crds(cluster: str, crds: Path) -> set[str]:
+    """The CRDs in `crds` (files <group>_<plural>.yaml) the cluster does not serve, as <plural>.<group>."""
+    from gpuctl.tools.installer import find_tool
+
+    kubectl = [str(find_tool("kubectl")), "--kubeconfig", str(KwokCluster(cluster).kubeconfig_path)]
+    probe = subprocess.run([*kubectl, "get", "crd", "-o", "name"], capture_output=True, text=True, timeout=120)
+    have = {name.rpartition("/")[2] for name in probe.stdout.split()}
+    return {f"{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}" for p in crds.glob("*.yaml")} - have
 
 
 def live_pid(pid_file: Path, ours: Callable[[tuple[str, ...]], bool]) -> int | None:

@@ -26,12 +26,12 @@ from typing import Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
-from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, missing_crds, start_detached, wait_ready
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import gpu_labels
 from gpuctl.simulator.procs import Proc, all_procs, flag, is_karpenter, kill_and_wait, read_argv
 from gpuctl.stack.karpenter import NodeClass
-from gpuctl.tools.installer import ensure_tools
+from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.util.errors import ClusterError
 from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
@@ -110,6 +110,22 @@ def _procs(cluster: str) -> list[Proc]:
 
 def get_karpenter_pid(cluster: str) -> int | None:
     return live_pid(_pid_file(cluster), lambda argv: is_karpenter(argv, KwokCluster(cluster).dir))
+
+
+def karpenter_drift(cluster: str) -> str | None:
+    """What ensure_karpenter would change, read only (a plan's observation); None where it would change nothing."""
+    tool = find_tool(TOOL)
+    if tool is None:
+        return "build Karpenter's kwok provider, apply its CRDs and start it beside the cluster"
+    types = json.dumps(instance_types(), indent=1, sort_keys=True) + "\n"
+    path = _types_path(cluster)
+    if not path.exists() or path.read_text() != types:
+        return "start Karpenter's kwok provider with the catalog's instance types"
+    if not any(Path(p.argv[0]) == tool for p in _procs(cluster)):
+        return "start Karpenter's kwok provider beside the cluster"
+    if missing := missing_crds(cluster, tool.parent / CRDS_DIR):
+        return f"apply Karpenter's CRDs {', '.join(sorted(missing))}"
+    return None
 
 
 def ensure_karpenter(cluster: str) -> bool:

@@ -127,8 +127,29 @@ def test_apply_runs_karpenter_and_validates_by_launching_a_node(cluster: dict[st
         assert steps[f"validate/{group}"]["outcome"] == "passed"
     again = run_gpuctl("-o", "json", "plan", "-f", cluster["SPEC"], env=cluster)
     assert again.returncode == 0, again.stderr
+    assert {s["step"]: s["action"] for s in json.loads(again.stdout)}["install-karpenter"] == "no change"
     pools = custom(cluster).list_cluster_custom_object(KARPENTER, "v1", "nodepools")["items"]
     assert sorted(p["metadata"]["name"] for p in pools) == ["gpuctl-mig", "gpuctl-slices"]
+
+
+def test_plan_says_what_apply_does_to_a_karpenter_whose_instance_types_are_stale(cluster: dict[str, str]) -> None:
+    """Instance types written by another gpuctl (the catalog changed): plan names the restart, apply makes it."""
+    from gpuctl.simulator.karpenter import get_karpenter_pid, instance_types
+    from gpuctl.simulator.kwok import KwokCluster
+
+    stale = next(KwokCluster(CLUSTER).dir.rglob("instance-types.json"))
+    stale.write_text(json.dumps(instance_types()[:1], indent=1, sort_keys=True) + "\n")
+    before = get_karpenter_pid(CLUSTER)
+    plan = run_gpuctl("-o", "json", "plan", "-f", cluster["SPEC"], env=cluster)
+    assert plan.returncode == 0, plan.stderr
+    step = {s["step"]: s for s in json.loads(plan.stdout)}["install-karpenter"]
+    assert step["action"] == "updated" and "instance types" in step["detail"], step
+    applied = run_gpuctl("-o", "json", "apply", "-f", cluster["SPEC"], env=cluster)
+    assert applied.returncode == 0, applied.stderr
+    assert {s["step"]: s["outcome"] for s in json.loads(applied.stdout)["steps"]}["install-karpenter"] == "updated"
+    assert get_karpenter_pid(CLUSTER) not in (None, before)
+    again = run_gpuctl("-o", "json", "plan", "-f", cluster["SPEC"], env=cluster)
+    assert {s["step"]: s["action"] for s in json.loads(again.stdout)}["install-karpenter"] == "no change"
 
 
 def test_four_one_slice_pods_run_on_one_launched_node(from_zero: dict[str, str]) -> None:

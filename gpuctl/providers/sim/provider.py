@@ -117,12 +117,17 @@ class SimProvider:
         from gpuctl.stack.karpenter import nodepool_step, pool_objects
 
         def observe() -> Observed:
-            running = sim_karpenter.get_karpenter_pid(spec.name) is not None
-            return Observed(Change.NO_CHANGE if running else Change.CREATED,
-                            "" if running else "Karpenter's kwok provider beside the cluster")
+            drift = sim_karpenter.karpenter_drift(spec.name)
+            if drift is None:
+                return Observed(Change.NO_CHANGE, "")
+            fresh = sim_karpenter.get_karpenter_pid(spec.name) is None
+            return Observed(Change.CREATED if fresh else Change.UPDATED, drift)
 
         def install() -> Change:
-            return Change.CREATED if sim_karpenter.ensure_karpenter(spec.name) else Change.NO_CHANGE
+            fresh = sim_karpenter.get_karpenter_pid(spec.name) is None
+            if not sim_karpenter.ensure_karpenter(spec.name):
+                return Change.NO_CHANGE
+            return Change.CREATED if fresh else Change.UPDATED
 
         def objects() -> list[dict[str, Any]]:
             return [sim_karpenter.render_kwok_node_class(),
