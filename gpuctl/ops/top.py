@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import promql
+from gpuctl.model.mig import resource_name
 from gpuctl.ops.gpu_metrics import (
     DONE,
     GPU,
@@ -110,6 +111,8 @@ def tenant_row(name: str, view: ClusterView, usage: dict[str, Any], devices: dic
         if pod.namespace == name and pod.node and pod.phase not in DONE:
             for key, n in pod.gpu_requests.items():
                 allocated[key] = allocated.get(key, 0) + n
+    for key, n in claimed_by(view, name).items():
+        allocated[key] = allocated.get(key, 0) + n
     resources = sorted(set(tenant.quota) | set(allocated) | set(usage.get("allocated_avg", {})),
                        key=lambda r: (r != GPU, r))
     held_avg = sum(usage.get("allocated_avg", {}).values())
@@ -126,6 +129,19 @@ def tenant_row(name: str, view: ClusterView, usage: dict[str, Any], devices: dic
         "busy_pct": round(100 * busy / held_avg, 1) if busy is not None and held_avg > 0 else None,
         "shared_gpus": shared,
     }
+
+
+def claimed_by(view: ClusterView, tenant: str) -> dict[str, int]:
+    """The devices the tenant's ResourceClaims hold now, as the resources a request would name (a MIG device
+    as nvidia.com/mig-<profile>); a device held for pods that request GPUs (the scheduler's claim for an
+    extended resource the DRA driver serves) is counted by their requests already."""
+    requesting = {(p.namespace, p.name) for p in view.pods if p.gpu_requests}
+    held: dict[str, int] = {}
+    for device in view.claimed:
+        if any(ns == tenant for ns, _ in device.pods) and not device.pods & requesting:
+            key = GPU if device.mig_profile is None else resource_name(device.mig_profile)
+            held[key] = held.get(key, 0) + 1
+    return held
 
 
 # -- the table -----------------------------------------------------------------------------------------

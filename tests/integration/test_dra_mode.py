@@ -183,6 +183,8 @@ def test_top_shows_claimed_gpus_with_their_load_and_pods(cluster: dict[str, Any]
     assert t4 and (t4[0]["gpu_util"], t4[0]["fb_used_mib"], t4[0]["pods"], t4[0]["attribution"]) == \
         (40, 2048, [f"{TEAM}/t4-busy"], "pod"), view
     assert [(g["mig_profile"], g["attribution"]) for g in mig] == [("3g.20gb", "pod")], view
+    team = next(t for t in view["tenants"] if t["tenant"] == TEAM)  # what its claims hold now
+    assert (team["allocated"]["nvidia.com/gpu"], team["allocated"]["nvidia.com/mig-3g.20gb"]) == (1, 1), team
     import urllib.parse
     import urllib.request
 

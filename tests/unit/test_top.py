@@ -176,6 +176,15 @@ def test_pods_holding_devices_by_claim_are_shown_on_them_or_said_unplaceable() -
     assert notes == ["team-b/small hold(s) a 2g.10gb MIG device of GPU GPU-b on dra-0 through a ResourceClaim; "
                      "the GPU has 2 2g.10gb instances and the series do not say which"]
     view = cluster()
-    view.pods += [PodInfo("team-a", "train", "dra-0", "Running", {}, claims=True)]
-    rows = top_of(view, devices, {})["gpus"]
+    view.pods += [PodInfo("team-a", "train", "dra-0", "Running", {}, claims=True),
+                  PodInfo("team-a", "by-request", "dra-0", "Running", {"nvidia.com/gpu": 1}, claims=True)]
+    view.claimed += [ClaimedDevice("dra-0", "GPU-a", None, frozenset({("team-a", "train")})),
+                     ClaimedDevice("dra-0", "GPU-b", "3g.20gb", frozenset({("team-a", "infer-1")})),
+                     ClaimedDevice("dra-0", "GPU-c", None, frozenset({("team-a", "by-request")}))]
+    found = top_of(view, devices, {})
+    rows = found["gpus"]
     assert rows[0]["pods"] == ["team-a/train"] and rows[0]["attribution"] == "pod"
+    # requests (train-1, serve-3, by-request: whose claimed GPU counts once, by its request) and the GPU and
+    # 3g.20gb team-a's claims hold
+    team = next(t for t in found["tenants"] if t["tenant"] == "team-a")
+    assert team["allocated"] == {"nvidia.com/gpu": 3 + 1, "nvidia.com/mig-3g.20gb": 1}
