@@ -98,11 +98,17 @@ class Prometheus:
         params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
         data = self._call("/api/v1/query", params)
         kind, result = data.get("resultType"), data.get("result")
-        if kind == "scalar" and isinstance(result, list):
+        if kind == "scalar" and isinstance(result, list) and len(result) == 2:
             return [Sample({}, _number(result[1]))]
         if kind != "vector" or not isinstance(result, list):
             raise self._odd(f"an instant query answered resultType {kind!r}, not a vector")
-        return [Sample(dict(s.get("metric") or {}), _number(s["value"][1])) for s in result]
+        samples = []
+        for s in result:
+            value = s.get("value") if isinstance(s, dict) else None
+            if not isinstance(value, list) or len(value) != 2:
+                raise self._odd("an instant query answered a sample without [time, value]")
+            samples.append(Sample(self._labels(s), _number(value[1])))
+        return samples
 
     def query_all(self, exprs: Mapping[str, str]) -> dict[str, list[Sample]]:
         """Each named instant query, all at once (Prometheus evaluates them in parallel); the first error in the
@@ -120,8 +126,20 @@ class Prometheus:
                                                   "step": f"{step:g}"})
         if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
             raise self._odd(f"a range query answered resultType {data.get('resultType')!r}, not a matrix")
-        return [(dict(s.get("metric") or {}), [(float(t), _number(v)) for t, v in s.get("values") or []])
-                for s in data["result"]]
+        series = []
+        for s in data["result"]:
+            values = s.get("values") if isinstance(s, dict) else None
+            if not isinstance(values, list) or not all(isinstance(p, list) and len(p) == 2 for p in values):
+                raise self._odd("a range query answered a series without [[time, value], ...]")
+            series.append((self._labels(s), [(_number(t), _number(v)) for t, v in values]))
+        return series
+
+    def _labels(self, series: dict[str, Any]) -> dict[str, str]:
+        """A series' labels, which Prometheus always writes as an object of strings."""
+        labels = series.get("metric") or {}
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise self._odd("an answer's series labels are not an object of strings")
+        return labels
 
     # -- transport ---------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -74,6 +75,28 @@ def test_a_server_that_is_not_prometheus_is_named() -> None:
     with fake_prometheus(canned) as url, pytest.raises(ClusterError, match="Prometheus's base URL") as err:
         Prometheus(url).query("up")
     assert "HTTP 404" in err.value.message and url in err.value.message
+
+
+@pytest.mark.parametrize("result", [
+    {"resultType": "vector", "result": [{"metric": {}}]},
+    {"resultType": "vector", "result": [{"metric": {}, "value": "1"}]},
+    {"resultType": "vector", "result": ["up"]},
+    {"resultType": "vector", "result": [{"metric": ["job"], "value": [1, "1"]}]},
+    {"resultType": "vector", "result": [{"metric": {"job": 1}, "value": [1, "1"]}]},
+    {"resultType": "scalar", "result": [1]},
+])
+def test_a_malformed_answer_is_one_line_naming_the_server(result: dict[str, Any]) -> None:
+    canned = Canned(body=json.dumps({"status": "success", "data": result}).encode())
+    with fake_prometheus(canned) as url, pytest.raises(ClusterError) as err:
+        Prometheus(url).query("up")
+    assert url in err.value.one_line() and "\n" not in err.value.one_line()
+
+
+def test_a_malformed_range_answer_is_one_line() -> None:
+    canned = Canned(body=json.dumps({"status": "success", "data": {
+        "resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"], "2"]}]}}).encode())
+    with fake_prometheus(canned) as url, pytest.raises(ClusterError, match="range query"):
+        Prometheus(url).query_range("up", 0, 60, 15)
 
 
 def test_refused_credentials_exit_3() -> None:
