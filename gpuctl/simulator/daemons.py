@@ -1,6 +1,7 @@
-"""Upstream controllers the sim runs beside a cluster as detached processes of this machine (Kueue's manager,
-Karpenter): their CRDs applied from the tool cache, started with a pid file and a log under the cluster's
-dir, found again through /proc (never a pid alone: procs.py), and ready when their health endpoint says so."""
+"""Processes the sim runs beside a cluster, detached, on this machine (Kueue's manager, Karpenter, the DCGM
+exporter, Prometheus): started with a pid file and a log under the cluster's dir, found again through /proc
+(never a pid alone: procs.py), ready when their health endpoint says so; upstream controllers' CRDs applied
+from the tool cache."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.procs import read_argv
+from gpuctl.simulator.procs import Proc, all_procs, kill_and_wait, read_argv
 from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.files import write_atomic
 
@@ -56,6 +58,42 @@ def missing_crds(cluster: str, crds: Path) -> set[str]:
     probe = subprocess.run([*kubectl, "get", "crd", "-o", "name"], capture_output=True, text=True, timeout=120)
     have = {name.rpartition("/")[2] for name in probe.stdout.split()}
     return {f"{p.stem.split('_', 1)[1]}.{p.stem.split('_', 1)[0]}" for p in crds.glob("*.yaml")} - have
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """One detached process beside a sim cluster: where its pid and log go, and how its command line is known
+    (`ours`), so that one is found again whatever its pid file says."""
+
+    pid_file: Path
+    log_path: Path
+    ours: Callable[[tuple[str, ...]], bool]
+
+    def procs(self) -> list[Proc]:
+        """Every process of this machine that is this daemon (this process aside)."""
+        return [p for p in all_procs() if p.pid != os.getpid() and self.ours(p.argv)]
+
+    def pid(self) -> int | None:
+        """Its pid when the pid file names a live one; None otherwise."""
+        return live_pid(self.pid_file, self.ours)
+
+    def keep(self, current: Callable[[Proc], bool]) -> Proc | None:
+        """The first running one that is `current`, named by the pid file; every other one stopped. None where
+        none is current (start one)."""
+        procs = self.procs()
+        kept = next((p for p in procs if current(p)), None)
+        kill_and_wait([p for p in procs if p is not kept])
+        if kept is not None and self.pid() != kept.pid:
+            write_atomic(self.pid_file, f"{kept.pid}\n")
+        return kept
+
+    def start(self, argv: list[str], env: dict[str, str]) -> int:
+        return start_detached(argv, env, self.log_path, self.pid_file)
+
+    def stop(self) -> None:
+        """Stop every one, whether or not the pid file names it."""
+        kill_and_wait(self.procs())
+        self.pid_file.unlink(missing_ok=True)
 
 
 def live_pid(pid_file: Path, ours: Callable[[tuple[str, ...]], bool]) -> int | None:

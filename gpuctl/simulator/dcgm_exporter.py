@@ -31,7 +31,7 @@ from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.listing import list_items
 from gpuctl.model import labels as L
 from gpuctl.model.mig import MigLayout, layout_from_counts, parse_mig_parted_config
-from gpuctl.simulator.daemons import free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.daemons import Daemon, free_port, wait_ready
 from gpuctl.simulator.dcgm_series import (
     FAMILIES,
     Assignment,
@@ -50,16 +50,12 @@ from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import DRIVER_VERSION
 from gpuctl.simulator.procs import (
     DCGM_EXPORTER_MODULE,
-    Proc,
-    all_procs,
     code_stamp,
     flag,
     is_dcgm_exporter,
-    kill_and_wait,
     read_argv,
 )
 from gpuctl.util.errors import ClusterError, UsageError
-from gpuctl.util.files import write_atomic
 
 log = logging.getLogger("gpuctl.sim.dcgm-exporter")
 
@@ -237,21 +233,18 @@ def main() -> None:
 # -- run it beside a sim cluster ------------------------------------------------------------------------
 
 
-def _pid_file(cluster: str) -> Path:
-    return KwokCluster(cluster).dir / "monitoring" / "dcgm-exporter.pid"
-
-
 def log_path(cluster: str) -> Path:
     return KwokCluster(cluster).dir / "logs" / "dcgm-exporter.log"
 
 
-def _procs(cluster: str) -> list[Proc]:
+def _daemon(cluster: str) -> Daemon:
     kubeconfig = KwokCluster(cluster).kubeconfig_path
-    return [p for p in all_procs() if p.pid != os.getpid() and is_dcgm_exporter(p.argv, kubeconfig)]
+    return Daemon(KwokCluster(cluster).dir / "monitoring" / "dcgm-exporter.pid", log_path(cluster),
+                  lambda argv: is_dcgm_exporter(argv, kubeconfig))
 
 
 def get_dcgm_exporter_pid(cluster: str) -> int | None:
-    return live_pid(_pid_file(cluster), lambda argv: is_dcgm_exporter(argv, KwokCluster(cluster).kubeconfig_path))
+    return _daemon(cluster).pid()
 
 
 def dcgm_exporter_address(cluster: str) -> str | None:
@@ -269,18 +262,14 @@ def ensure_dcgm_exporter(cluster: str, timeout: float = READY_TIMEOUT_S) -> str:
         if not kwok.complete:
             raise ClusterError(f"no sim cluster {cluster!r}",
                                f"create it: gpuctl cluster create --cloud sim --name {cluster}")
-        procs = _procs(cluster)
+        daemon = _daemon(cluster)
         # the same code under the same interpreter, however it was spelled (.venv/bin/python or python3)
-        current = next((p for p in procs if flag(p.argv, "--stamp") == stamp
-                        and Path(p.argv[0]).resolve() == Path(sys.executable).resolve()), None)
-        kill_and_wait([p for p in procs if p is not current])
+        current = daemon.keep(lambda p: flag(p.argv, "--stamp") == stamp
+                              and Path(p.argv[0]).resolve() == Path(sys.executable).resolve())
         if current is None:
             argv = [sys.executable, "-m", DCGM_EXPORTER_MODULE, "--kubeconfig", str(kwok.kubeconfig_path),
                     "--listen", f"127.0.0.1:{free_port()}", "--stamp", stamp]
-            env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}  # --kubeconfig names the cluster's
-            start_detached(argv, env, log_path(cluster), _pid_file(cluster))
-        elif get_dcgm_exporter_pid(cluster) != current.pid:
-            write_atomic(_pid_file(cluster), f"{current.pid}\n")
+            daemon.start(argv, {k: v for k, v in os.environ.items() if k != "KUBECONFIG"})  # --kubeconfig names it
     address = dcgm_exporter_address(cluster)
     if address is None:
         raise ClusterError(f"the DCGM exporter of sim cluster {cluster!r} exited at once",
@@ -293,8 +282,7 @@ def ensure_dcgm_exporter(cluster: str, timeout: float = READY_TIMEOUT_S) -> str:
 
 def stop_dcgm_exporter(cluster: str) -> None:
     """Stop the cluster's exporter, whether or not its pid file names it (found through /proc)."""
-    kill_and_wait(_procs(cluster))
-    _pid_file(cluster).unlink(missing_ok=True)
+    _daemon(cluster).stop()
 
 
 if __name__ == "__main__":

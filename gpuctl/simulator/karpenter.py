@@ -26,10 +26,10 @@ from typing import Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
-from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, missing_crds, start_detached, wait_ready
+from gpuctl.simulator.daemons import Daemon, apply_crds, free_port, missing_crds, wait_ready
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import gpu_labels
-from gpuctl.simulator.procs import Proc, all_procs, flag, is_karpenter, kill_and_wait, read_argv
+from gpuctl.simulator.procs import flag, is_karpenter, read_argv
 from gpuctl.stack.karpenter import NodeClass
 from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.util.errors import ClusterError
@@ -52,10 +52,6 @@ def _dir(cluster: str) -> Path:
 
 def _types_path(cluster: str) -> Path:
     return _dir(cluster) / "instance-types.json"
-
-
-def _pid_file(cluster: str) -> Path:
-    return _dir(cluster) / "karpenter.pid"
 
 
 def log_path(cluster: str) -> Path:
@@ -103,13 +99,13 @@ def _argv(binary: Path, cluster: str, metrics: int, health: int) -> list[str]:
             "--metrics-port", str(metrics), "--health-probe-port", str(health)]
 
 
-def _procs(cluster: str) -> list[Proc]:
+def _daemon(cluster: str) -> Daemon:
     directory = KwokCluster(cluster).dir
-    return [p for p in all_procs() if p.pid != os.getpid() and is_karpenter(p.argv, directory)]
+    return Daemon(_dir(cluster) / "karpenter.pid", log_path(cluster), lambda argv: is_karpenter(argv, directory))
 
 
 def get_karpenter_pid(cluster: str) -> int | None:
-    return live_pid(_pid_file(cluster), lambda argv: is_karpenter(argv, KwokCluster(cluster).dir))
+    return _daemon(cluster).pid()
 
 
 def karpenter_drift(cluster: str) -> str | None:
@@ -121,7 +117,7 @@ def karpenter_drift(cluster: str) -> str | None:
     path = _types_path(cluster)
     if not path.exists() or path.read_text() != types:
         return "start Karpenter's kwok provider with the catalog's instance types"
-    if not any(Path(p.argv[0]) == tool for p in _procs(cluster)):
+    if not any(Path(p.argv[0]) == tool for p in _daemon(cluster).procs()):
         return "start Karpenter's kwok provider beside the cluster"
     if missing := missing_crds(cluster, tool.parent / CRDS_DIR):
         return f"apply Karpenter's CRDs {', '.join(sorted(missing))}"
@@ -144,15 +140,11 @@ def ensure_karpenter(cluster: str) -> bool:
         if stale:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_atomic(path, types)  # read once, at start: a new file needs a new process
-        procs = _procs(cluster)
-        current = next((p for p in procs if Path(p.argv[0]) == tool.path and not stale), None)
-        kill_and_wait([p for p in procs if p is not current])
+        daemon = _daemon(cluster)
+        current = daemon.keep(lambda p: Path(p.argv[0]) == tool.path and not stale)
         if current is None:
-            env = dict(os.environ, KUBECONFIG=str(kwok.kubeconfig_path))
-            start_detached(_argv(tool.path, cluster, free_port(), free_port()), env, log_path(cluster),
-                           _pid_file(cluster))
-        elif get_karpenter_pid(cluster) != current.pid:
-            write_atomic(_pid_file(cluster), f"{current.pid}\n")
+            daemon.start(_argv(tool.path, cluster, free_port(), free_port()),
+                         dict(os.environ, KUBECONFIG=str(kwok.kubeconfig_path)))
     wait_for_karpenter(cluster)
     return missing or current is None
 
@@ -167,5 +159,4 @@ def wait_for_karpenter(cluster: str, timeout: float = READY_TIMEOUT_S) -> None:
 
 def stop_karpenter(cluster: str) -> None:
     """Stop the cluster's Karpenter, whether or not its pid file names it (found through /proc)."""
-    kill_and_wait(_procs(cluster))
-    _pid_file(cluster).unlink(missing_ok=True)
+    _daemon(cluster).stop()

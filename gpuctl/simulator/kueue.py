@@ -41,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuctl.simulator.daemons import apply_crds, free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.daemons import Daemon, apply_crds, free_port, wait_ready
 from gpuctl.simulator.kueue_webhooks import (
     WEBHOOKS_FILE,
     ensure_webhook_configurations,
@@ -49,7 +49,7 @@ from gpuctl.simulator.kueue_webhooks import (
     wait_for_webhooks,
 )
 from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.procs import Proc, all_procs, flag, kill_and_wait
+from gpuctl.simulator.procs import flag
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.errors import ClusterError
@@ -75,10 +75,6 @@ def _kueue_dir(cluster: str) -> Path:
     return KwokCluster(cluster).dir / "kueue"
 
 
-def _pid_file(cluster: str) -> Path:
-    return _kueue_dir(cluster) / "kueue.pid"
-
-
 def _config_path(cluster: str) -> Path:
     return _kueue_dir(cluster) / "config.yaml"
 
@@ -97,8 +93,9 @@ def _is_kueue(argv: tuple[str, ...], cluster: str) -> bool:
     return Path(argv[0]).name == "kueue" and flag(argv, "--config") == str(_config_path(cluster))
 
 
-def _procs(cluster: str) -> list[Proc]:
-    return [p for p in all_procs() if p.pid != os.getpid() and _is_kueue(p.argv, cluster)]
+def daemon(cluster: str) -> Daemon:
+    """The cluster's Kueue manager as a process of this machine."""
+    return Daemon(_kueue_dir(cluster) / "kueue.pid", _log_path(cluster), lambda argv: _is_kueue(argv, cluster))
 
 
 def _write_certs(certs: Path) -> None:
@@ -157,7 +154,7 @@ def _health_address(cluster: str) -> str:
 
 def get_kueue_pid(cluster: str) -> int | None:
     """The pid of the cluster's Kueue manager when its pid file names a live one; None otherwise."""
-    return live_pid(_pid_file(cluster), lambda argv: _is_kueue(argv, cluster))
+    return daemon(cluster).pid()
 
 
 def wait_for_kueue(cluster: str, timeout: float = READY_TIMEOUT_S) -> None:
@@ -184,15 +181,8 @@ def _run_manager(cluster: str, timeout: float) -> tuple[int, bool]:
             raise ClusterError(f"no sim cluster {cluster!r}",
                                f"create it: gpuctl cluster create --cloud sim --name {cluster}")
         want = _argv(tool.path, cluster)
-        procs = _procs(cluster)
-        current = next((p for p in procs if list(p.argv) == want and _config_is_current(cluster)), None)
-        kill_and_wait([p for p in procs if p is not current])
-        if current is not None:
-            if get_kueue_pid(cluster) != current.pid:
-                write_atomic(_pid_file(cluster), f"{current.pid}\n")
-            pid = current.pid
-        else:
-            pid = _start(tool.path, cluster, want)
+        current = daemon(cluster).keep(lambda p: list(p.argv) == want and _config_is_current(cluster))
+        pid = current.pid if current is not None else _start(cluster, want)
     wait_for_kueue(cluster, timeout)
     return pid, register_webhooks(cluster, tool.path.parent / WEBHOOKS_FILE)
 
@@ -226,17 +216,16 @@ def _config_is_current(cluster: str) -> bool:
     return text == wanted
 
 
-def _start(binary: Path, cluster: str, argv: list[str]) -> int:
+def _start(cluster: str, argv: list[str]) -> int:
     certs = _kueue_dir(cluster) / "certs"
     _write_certs(certs)
     write_atomic(_config_path(cluster), render_kueue_config(certs, free_port(), free_port()))
     env = dict(os.environ, **{KUEUE_METRICS_CERT_ENV: str(certs)})
     env.pop("KUBECONFIG", None)  # --kubeconfig names the cluster's; nothing else may be picked up
-    return start_detached(argv, env, _log_path(cluster), _pid_file(cluster))
+    return daemon(cluster).start(argv, env)
 
 
 def stop_kueue(cluster: str) -> None:
     """Stop the cluster's Kueue manager, whether or not its pid file names it (found through /proc).
     Does not take the cluster's lock: KwokCluster.remove calls it with the lock held."""
-    kill_and_wait(_procs(cluster))
-    _pid_file(cluster).unlink(missing_ok=True)
+    daemon(cluster).stop()

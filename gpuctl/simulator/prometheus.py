@@ -18,10 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from gpuctl.simulator.daemons import free_port, live_pid, start_detached, wait_ready
+from gpuctl.simulator.daemons import Daemon, free_port, wait_ready
 from gpuctl.simulator.dcgm_exporter import ensure_dcgm_exporter
 from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.procs import Proc, all_procs, flag, is_prometheus, kill_and_wait, read_argv
+from gpuctl.simulator.procs import flag, is_prometheus, read_argv
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.errors import ClusterError
 from gpuctl.util.files import write_atomic
@@ -40,10 +40,6 @@ def _dir(cluster: str) -> Path:
 
 def _config_path(cluster: str) -> Path:
     return _dir(cluster) / "prometheus.yml"
-
-
-def _pid_file(cluster: str) -> Path:
-    return _dir(cluster) / "prometheus.pid"
 
 
 def log_path(cluster: str) -> Path:
@@ -66,13 +62,13 @@ def _argv(binary: Path, cluster: str, port: int) -> list[str]:
             f"--storage.tsdb.retention.time={RETENTION}", f"--web.listen-address=127.0.0.1:{port}"]
 
 
-def _procs(cluster: str) -> list[Proc]:
+def _daemon(cluster: str) -> Daemon:
     directory = KwokCluster(cluster).dir
-    return [p for p in all_procs() if p.pid != os.getpid() and is_prometheus(p.argv, directory)]
+    return Daemon(_dir(cluster) / "prometheus.pid", log_path(cluster), lambda argv: is_prometheus(argv, directory))
 
 
 def get_prometheus_pid(cluster: str) -> int | None:
-    return live_pid(_pid_file(cluster), lambda argv: is_prometheus(argv, KwokCluster(cluster).dir))
+    return _daemon(cluster).pid()
 
 
 def monitoring_url(cluster: str) -> str | None:
@@ -101,14 +97,10 @@ def ensure_monitoring(cluster: str, timeout: float = READY_TIMEOUT_S) -> str:
         if stale:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_atomic(path, config)  # read at start only (gpuctl sends no reload): a new one, a new process
-        procs = _procs(cluster)
-        current = next((p for p in procs if Path(p.argv[0]) == tool.path and not stale), None)
-        kill_and_wait([p for p in procs if p is not current])
-        if current is None:
-            env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-            start_detached(_argv(tool.path, cluster, free_port()), env, log_path(cluster), _pid_file(cluster))
-        elif get_prometheus_pid(cluster) != current.pid:
-            write_atomic(_pid_file(cluster), f"{current.pid}\n")
+        daemon = _daemon(cluster)
+        if daemon.keep(lambda p: Path(p.argv[0]) == tool.path and not stale) is None:
+            daemon.start(_argv(tool.path, cluster, free_port()),
+                         {k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
     url = monitoring_url(cluster)
     if url is None:
         raise ClusterError(f"Prometheus of sim cluster {cluster!r} exited at once", f"its log is {log_path(cluster)}")
@@ -147,6 +139,5 @@ def stop_monitoring(cluster: str) -> None:
     """Stop the cluster's Prometheus and DCGM exporter, whether or not their pid files name them."""
     from gpuctl.simulator.dcgm_exporter import stop_dcgm_exporter
 
-    kill_and_wait(_procs(cluster))
-    _pid_file(cluster).unlink(missing_ok=True)
+    _daemon(cluster).stop()
     stop_dcgm_exporter(cluster)

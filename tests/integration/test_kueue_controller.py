@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from gpuctl.model.catalog import get_gpu
-from gpuctl.simulator.kueue import _procs, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
+from gpuctl.simulator.kueue import daemon, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.gobuild import patch_kueue_main
 from gpuctl.tools.installer import ensure_tools
@@ -190,7 +190,7 @@ def kueue(sim_env: dict[str, str]) -> Iterator[Kueue]:
         try:  # deleting the cluster stops its manager (KwokCluster.remove)
             proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=sim_env)
             assert proc.returncode == 0, proc.stderr
-            assert not _procs(CLUSTER), "Kueue's manager still runs after its cluster was deleted"
+            assert not daemon(CLUSTER).procs(), "Kueue's manager still runs after its cluster was deleted"
         finally:
             stop_kueue(CLUSTER)
 
@@ -198,7 +198,7 @@ def kueue(sim_env: dict[str, str]) -> Iterator[Kueue]:
 def test_start_is_idempotent(kueue: Kueue) -> None:
     assert start_kueue(CLUSTER) == kueue.pid
     assert get_kueue_pid(CLUSTER) == kueue.pid
-    assert len(_procs(CLUSTER)) == 1
+    assert len(daemon(CLUSTER).procs()) == 1
 
 
 def test_jobs_are_admitted_against_cluster_queue_quota_and_borrow_from_the_cohort(kueue: Kueue) -> None:
@@ -281,7 +281,7 @@ def test_jobs_are_admitted_against_cluster_queue_quota_and_borrow_from_the_cohor
 def test_stop_and_restart_keep_admissions(kueue: Kueue) -> None:
     """Admission lives in the API server: a new manager takes up the queues where the old one was."""
     stop_kueue(CLUSTER)
-    assert get_kueue_pid(CLUSTER) is None and not _procs(CLUSTER)
+    assert get_kueue_pid(CLUSTER) is None and not daemon(CLUSTER).procs()
     kueue.pid = start_kueue(CLUSTER)
     cq = wait_for("team-a's reservation after a restart", lambda: reserving(kueue, "team-a", "6", "2"))
     assert cq["status"]["admittedWorkloads"] == 1
