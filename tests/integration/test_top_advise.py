@@ -114,6 +114,10 @@ def test_top_shows_each_gpu_its_pods_and_the_shared_gpus_figures_once(loaded: di
     tenants = {t["tenant"]: t for t in view["tenants"]}
     assert tenants["team-a"]["allocated"] == {"nvidia.com/gpu": 5} and tenants["team-a"]["quota"]["nvidia.com/gpu"] == 6
     assert tenants["team-b"]["allocated"] == {"nvidia.com/gpu": 2}
+    mine = gpuctl_json(loaded, "top", "--since", "1m", "--tenant", "team-a")  # the team's GPUs, summed
+    assert [t["tenant"] for t in mine["tenants"]] == ["team-a"] and mine["tenants"][0]["allocated"] == {
+        "nvidia.com/gpu": 5}
+    assert sorted(g["node"] for g in mine["gpus"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "slices-0"]
     table = run_gpuctl("top", "--since", "1m", "--nodegroup", "slices", env=loaded, timeout=120)
     assert table.returncode == 0, table.stderr
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
