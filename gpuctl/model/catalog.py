@@ -158,6 +158,8 @@ _MODELS: tuple[GpuModel, ...] = (
 )
 
 GPUS: dict[str, GpuModel] = {m.name: m for m in _MODELS}
+# Every MIG profile of the catalog's GPUs: a tenant's quota refuses (0) each one it is not given.
+MIG_PROFILES: tuple[str, ...] = tuple(sorted({p.name for m in _MODELS if m.mig is not None for p in m.mig.profiles}))
 
 
 def get_gpu(name: str, field: str = "--gpu") -> GpuModel:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpuctl.model import labels as L
+from gpuctl.model.catalog import MIG_PROFILES
 from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
 from gpuctl.model.mig import resource_name
 from gpuctl.model.naming import check_count, check_name, check_text
@@ -35,7 +36,10 @@ class Tenant:
     def hard(self, dra: bool = False) -> dict[str, str]:
         """The namespace's ResourceQuota: the most the team may ever use, its quota plus what it may borrow;
         in DRA mode also the devices its ResourceClaims may hold, per device class (MIG: all profiles)."""
-        quota = {f"requests.{L.GPU_RESOURCE}": str(self.gpus + self.borrow)}
+        # A quota limits only the resources it names: every MIG profile the team is not given is named with 0,
+        # else the team could take any number of instances of it.
+        quota = {f"requests.{resource_name(p)}": "0" for p in MIG_PROFILES}
+        quota[f"requests.{L.GPU_RESOURCE}"] = str(self.gpus + self.borrow)
         quota.update({f"requests.{resource_name(p)}": str(n + self.borrow) for p, n in sorted(self.mig.items())})
         if dra:
             quota[quota_key(GPU_CLASS)] = str(self.gpus + self.borrow)

@@ -56,7 +56,7 @@ def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None
     read_queues(client, view)
     identity = cluster_identity(client.configuration.host, context)
     advice = advice_of(view, recorded_groups(client), metrics.devices, metrics.usage, window, identity)
-    notes = [n for n in (coverage_note(metrics.coverage, window), claims_note(view)) if n is not None]
+    notes = [n for n in (coverage_note(metrics, window), claims_note(view)) if n is not None]
     return {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage, "advice": advice,
             "notes": notes}
 

@@ -26,7 +26,7 @@ from gpuctl.model.catalog import GpuModel
 from gpuctl.model.dra import DRIVER, device_type, slice_devices
 from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import TENANT_LABEL
-from gpuctl.ops.tenancy.tenants import BINDING, QUOTA
+from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, granted
 from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
@@ -212,8 +212,14 @@ def read_all(client: ApiClient, prom: Prometheus, window: str) -> tuple[Metrics,
     return metrics, read["view"]
 
 
-def coverage_note(coverage: float | None, window: str) -> str | None:
-    """A note where the metrics cover less than 90% of the window."""
+def coverage_note(metrics: Metrics, window: str) -> str | None:
+    """A note where the metrics cover less than 90% of the window, or none of it while GPUs have series now
+    (a Prometheus seconds old: the window's figures are still empty)."""
+    coverage = metrics.coverage
+    if coverage is None and metrics.devices:
+        step = promql.window_range(window).partition(":")[2]
+        return (f"no GPU series in the {window} window yet (Prometheus started moments ago): its averages and "
+                f"peaks follow within {step}")
     if coverage is None or coverage >= 0.9:
         return None
     return (f"GPU series cover {coverage:.0%} of the {window} window (Prometheus started, or stopped scraping, "
@@ -323,7 +329,7 @@ def read_cluster(client: ApiClient) -> ClusterView:
         hard = (quota.get("status") or {}).get("hard") or (quota.get("spec") or {}).get("hard") or {}
         subjects = (bindings.get(name) or {}).get("subjects") or []
         group = next((s.get("name") for s in subjects if s.get("kind") == "Group"), None)
-        tenants[name] = TenantInfo(name, {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())
+        tenants[name] = TenantInfo(name, {k.removeprefix("requests."): count(v) for k, v in granted(hard).items()
                                           if k.startswith("requests.nvidia.com/")}, group, None)
     return ClusterView(nodes, pods, tenants, read_claimed(client))
 

@@ -180,7 +180,7 @@ def capacity(client: ApiClient, selector: str, dra: bool, after_changes: bool) -
 def tenant(client: ApiClient, wanted: Tenant, dra: bool) -> Observed:
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
-    from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, holds, read_or_none, tenant_manifests
+    from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, granted, holds, read_or_none, tenant_manifests
 
     v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
     reads = {"namespace": lambda: v1.read_namespace(wanted.name),
@@ -190,7 +190,7 @@ def tenant(client: ApiClient, wanted: Tenant, dra: bool) -> Observed:
     for kind, body in tenant_manifests(wanted, dra):
         current = read_or_none(reads[kind], kind, wanted.name)
         if current is None:
-            return Observed(Change.CREATED, f"namespace, quota {wanted.hard(dra)}")
+            return Observed(Change.CREATED, f"namespace, quota {granted(wanted.hard(dra))}")
         observed = client.sanitize_for_serialization(current)
         if not holds(observed, body):
             action = Change.UPDATED

@@ -45,7 +45,7 @@ def top(client: ApiClient, prom: Prometheus, window: str, nodegroup: str | None 
     unplaced = attach_claimed(metrics.devices, view.claimed)
     found = top_of(view, metrics.devices, metrics.usage, nodegroup, tenant, f"Prometheus at {prom.url.shown}")
     found["notes"] += unplaced
-    if (note := coverage_note(metrics.coverage, window)) is not None:
+    if (note := coverage_note(metrics, window)) is not None:
         found["notes"].append(note)
     return {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage, **found}
 

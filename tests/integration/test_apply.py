@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration
@@ -102,7 +103,7 @@ def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, 
         assert applied.stdout.count("created") == 14
         quota = subprocess.run([*kubectl, "get", "resourcequota", "-n", "team-b", "gpuctl-gpu-quota", "-o",
                                 "jsonpath={.spec.hard}"], capture_output=True, text=True, timeout=30).stdout
-        assert json.loads(quota) == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "2"}
+        assert granted(json.loads(quota)) == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "2"}
     finally:
         SimProvider().delete_cluster("fresh")
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
 from tests.integration.test_tenant_fence import BYPASSES, refusal
@@ -78,7 +79,8 @@ def test_tenant_add_means_exactly_its_flags(cluster: SimCluster) -> None:
     proc = gpuctl(cluster, "-o", "json", "tenant", "add", "team-flags", "--gpus", "1")  # --mig omitted: none
     assert proc.returncode == 0, proc.stderr
     held = v1.read_namespaced_resource_quota("gpuctl-gpu-quota", "team-flags").spec.hard
-    assert held == {"requests.nvidia.com/gpu": "1"} == json.loads(proc.stdout)["quota"]
+    assert granted(held) == {"requests.nvidia.com/gpu": "1"} == json.loads(proc.stdout)["quota"]
+    assert held["requests.nvidia.com/mig-1g.5gb"] == "0"  # a profile no longer given is refused, not unlimited
     assert gpuctl(cluster, "tenant", "remove", "team-flags", "--yes").returncode == 0
 
 

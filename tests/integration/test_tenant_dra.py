@@ -26,6 +26,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.ops.tenancy.tenants import granted
 from gpuctl.providers.sim.provider import SimProvider
 from gpuctl.simulator import dra
 from gpuctl.simulator.kwok import KwokCluster
@@ -159,7 +160,7 @@ def test_tenant_add_writes_templates_and_counts_devices_idempotently(cluster: Cl
     hard = {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "1", GPU_DEVICES: "2",
             MIG_DEVICES: "1"}
     assert out["quota"] == hard
-    assert core(cluster.client).read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a").spec.hard == hard
+    assert granted(core(cluster.client).read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a").spec.hard) == hard
     made = templates(cluster, "team-a")
     assert sorted(made) == ["gpu-a100-40gb", "gpu-t4", "mig-3g.20gb"]
     assert made["mig-3g.20gb"]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl",

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
 
@@ -27,7 +28,8 @@ def test_tenant_lifecycle(sim_cluster: SimCluster) -> None:
     api = config.new_client_from_config(str(sim_cluster.kubeconfig))
     v1, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     quota = v1.read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a")
-    assert quota.spec.hard == {"requests.nvidia.com/gpu": "4", "requests.nvidia.com/mig-3g.20gb": "2"}
+    assert granted(quota.spec.hard) == {"requests.nvidia.com/gpu": "4", "requests.nvidia.com/mig-3g.20gb": "2"}
+    assert quota.spec.hard["requests.nvidia.com/mig-1g.5gb"] == "0"  # every profile it is not given: refused
     binding = rbac.read_namespaced_role_binding("gpuctl-tenant", "team-a")
     assert (binding.role_ref.name, [s.name for s in binding.subjects]) == ("edit", ["team-a-devs"])
 

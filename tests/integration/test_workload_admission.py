@@ -152,6 +152,16 @@ def test_a_mig_pod_lands_on_the_mig_node(cluster: dict[str, str]) -> None:
     assert node_group_of(cluster, placed) == "training"
 
 
+def test_a_mig_profile_the_team_is_not_given_is_refused_by_its_quota(cluster: dict[str, str]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    # the node has free 3g.20gb instances, the team only 2g.10gb ones: a quota naming no 3g.20gb would not limit it
+    with pytest.raises(ApiException) as refused:
+        v1(cluster).create_namespaced_pod(TEAM, pod("other-profile", {"nvidia.com/mig-3g.20gb": "1"}))
+    assert refused.value.status == 403 and "exceeded quota" in str(refused.value.body)
+    assert "requests.nvidia.com/mig-3g.20gb=0" in str(refused.value.body)
+
+
 def test_the_pods_own_tolerations_and_node_selector_win(cluster: dict[str, str]) -> None:
     gpu = {"nvidia.com/gpu": "1"}
     # ExtendedResourceToleration (EKS turns it on) has already added this one: no second toleration of the key

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
+from gpuctl.model.catalog import MIG_PROFILES
 from gpuctl.model.dra import device_class_mappings
+from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import make_tenant
 from gpuctl.ops.tenancy.queues import DRA_FLAVOR, dra_flavor, flavor_manifest, queue_manifests
 from gpuctl.ops.tenancy.tenant_claims import claim_templates, models_of
@@ -49,7 +51,8 @@ def selector(template: dict) -> str:  # type: ignore[type-arg]
 
 def test_quota_counts_claimed_devices_per_class_beside_the_device_plugin_keys() -> None:
     team = make_tenant("team-a", 4, {"3g.20gb": 2, "1g.5gb+me": 3}, None, False, "tenant", borrow=1)
-    assert team.hard() == {"requests.nvidia.com/gpu": "5", "requests.nvidia.com/mig-1g.5gb.me": "4",
+    refused = {f"requests.{resource_name(p)}": "0" for p in MIG_PROFILES}  # every profile it is not given
+    assert team.hard() == {**refused, "requests.nvidia.com/gpu": "5", "requests.nvidia.com/mig-1g.5gb.me": "4",
                            "requests.nvidia.com/mig-3g.20gb": "3"}  # outside DRA mode: as before
     assert team.hard(dra=True) == {**team.hard(), GPU_DEVICES: "5", MIG_DEVICES: "6"}  # 2 + 3 MIG, + 1 borrowed
     [quota] = [body for kind, body in tenant_manifests(team, dra=True) if kind == "quota"]

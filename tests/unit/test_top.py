@@ -12,7 +12,17 @@ import yaml
 from gpuctl.kube.prometheus import Prometheus
 from gpuctl.model import promql
 from gpuctl.model.catalog import GPUS
-from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, queries, read_devices, read_tenant_series
+from gpuctl.ops.gpu_metrics import (
+    ClusterView,
+    Metrics,
+    NodeInfo,
+    PodInfo,
+    TenantInfo,
+    coverage_note,
+    queries,
+    read_devices,
+    read_tenant_series,
+)
 from gpuctl.ops.top import SHARED_NOTE, render_table, top_of
 from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
 
@@ -188,3 +198,11 @@ def test_pods_holding_devices_by_claim_are_shown_on_them_or_said_unplaceable() -
     # 3g.20gb team-a's claims hold
     team = next(t for t in found["tenants"] if t["tenant"] == "team-a")
     assert team["allocated"] == {"nvidia.com/gpu": 3 + 1, "nvidia.com/mig-3g.20gb": 1}
+
+
+def test_a_window_the_series_cover_in_part_or_not_yet_says_so() -> None:
+    devices, usage = read(canned())
+    assert coverage_note(Metrics(devices, usage, 1.0), "1h") is None
+    assert "cover 40% of the 1h window" in str(coverage_note(Metrics(devices, usage, 0.4), "1h"))
+    assert "follow within 15s" in str(coverage_note(Metrics(devices, usage, None), "1h"))  # Prometheus seconds old
+    assert coverage_note(Metrics({}, {}, None), "1h") is None  # no series at all: top says that instead

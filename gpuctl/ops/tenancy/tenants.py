@@ -196,12 +196,18 @@ def holds(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return contains(current, wanted)
 
 
+def granted(hard: dict[str, Any], used: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A quota as commands show it: without the resources it refuses (0: every MIG profile the team is not
+    given, Tenant.hard), unless something uses them."""
+    return {k: v for k, v in sorted(hard.items()) if count(v) > 0 or count((used or {}).get(k, 0)) > 0}
+
+
 def read_quota(client: ApiClient, name: str) -> dict[str, str]:
-    """The GPU quota tenant `name` holds on the cluster now ({} without one)."""
+    """The GPU quota tenant `name` holds on the cluster now, as shown (granted; {} without one)."""
     from kubernetes.client import CoreV1Api
 
     quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, name), "quota", name)
-    return dict(sorted((quota.spec.hard or {}).items())) if quota is not None else {}
+    return granted(quota.spec.hard or {}) if quota is not None else {}
 
 
 def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
@@ -216,8 +222,8 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
         namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
         for ns in namespaces:
             quotas = v1.list_namespaced_resource_quota(ns.metadata.name, field_selector=f"metadata.name={QUOTA}").items
-            hard = (quotas[0].status.hard or quotas[0].spec.hard or {}) if quotas else {}
             used = (quotas[0].status.used or {}) if quotas else {}
+            hard = granted((quotas[0].status.hard or quotas[0].spec.hard or {}) if quotas else {}, used)
             bindings = [s.name for rb in rbac.list_namespaced_role_binding(ns.metadata.name).items
                         if rb.metadata.name == BINDING for s in rb.subjects or []]
             row = {
