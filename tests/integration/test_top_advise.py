@@ -9,6 +9,7 @@ import json
 import shlex
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,6 +123,50 @@ def test_top_shows_each_gpu_its_pods_and_the_shared_gpus_figures_once(loaded: di
     assert table.returncode == 0, table.stderr
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
     assert "slices-0 (node group slices)" in table.stdout and "gpu-0" not in table.stdout
+
+
+def test_every_dashboard_panel_answers_from_the_real_prometheus_as_grafana_asks(loaded: dict[str, str],
+                                                                              tmp_path: Path) -> None:
+    """The dashboard `render` writes for this cluster's spec, each panel's query sent as Grafana sends it (time
+    series: a range query; tables: an instant query) with the window variable's default value."""
+    import urllib.parse
+    import urllib.request
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    proc = run_gpuctl("render", "-f", str(spec), "--out", str(tmp_path / "out"), env=loaded)
+    assert proc.returncode == 0, proc.stderr
+    board = json.loads((tmp_path / "out" / "grafana" / "gpuctl-dashboard.json").read_text())
+    window = next(v for v in board["templating"]["list"] if v["name"] == "window")["current"]["value"]
+    url = gpuctl_json(loaded, "top", "--since", "1m")["prometheus"]
+
+    def ask(panel: dict[str, Any]) -> list[dict[str, Any]]:
+        expr = panel["targets"][0]["expr"].replace("$window", window)
+        now = time.time()
+        form = {"query": expr, **({"time": f"{now}"} if panel["type"] == "table" else
+                                  {"start": f"{now - 120}", "end": f"{now}", "step": "15"})}
+        path = "query" if panel["type"] == "table" else "query_range"
+        request = urllib.request.Request(f"{url}/api/v1/{path}", urllib.parse.urlencode(form).encode())
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            body = json.load(answer)
+        assert body["status"] == "success", (panel["title"], body)
+        return list(body["data"]["result"])
+
+    row, answered = "", {}
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"].split(" (")[0].split(":")[0]  # "All GPUs", "Tesla T4", "tenant team-a"
+        else:
+            answered[(row, panel["title"].split(" (")[0].split(",")[0], panel["title"].count("peak"))] = ask(panel)
+    assert len(answered) == 12 + 12 + 3 + 3  # all GPUs, the T4 row (both groups are T4s), two tenants
+    for row in ("All GPUs", "Tesla T4"):
+        assert {s["metric"]["hostname"] for s in answered[(row, "SM activity", 0)]} == {
+            "gpu-0", "gpu-1", "gpu-2", "gpu-3", "slices-0"}
+        assert {s["metric"]["pod"] for s in answered[(row, "Pods on each GPU now", 0)]} == {
+            "job-0", "job-1", "job-2", "job-3", "serve-1", "serve-2", "serve-3"}
+    for tenant, held in (("team-a", "5"), ("team-b", "2")):  # devices its pods hold, as top counts them
+        peak = answered[(f"tenant {tenant}", "GPUs held", 1)]
+        assert {s["metric"]["namespace"] for s in peak} == {tenant} and peak[0]["values"][-1][1] == held
 
 
 def test_advise_shares_the_idle_whole_t4s_and_its_command_applies_it(loaded: dict[str, str]) -> None:
