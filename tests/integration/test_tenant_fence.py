@@ -71,7 +71,9 @@ def team(sim_cluster: SimCluster) -> Iterator[Any]:
     from kubernetes import client, config
 
     base = ("--kubeconfig", str(sim_cluster.kubeconfig))
-    proc = run_gpuctl(*base, "-o", "json", "tenant", "add", TEAM, "--gpus", "2", env=sim_cluster.env)
+    # given MIG instances too: a MIG pod is admitted only within the team's quota of its profile
+    proc = run_gpuctl(*base, "-o", "json", "tenant", "add", TEAM, "--gpus", "2", "--mig", "3g.20gb=1",
+                      env=sim_cluster.env)
     assert proc.returncode == 0, proc.stderr
     api = config.new_client_from_config(str(sim_cluster.kubeconfig))
     v1 = client.CoreV1Api(api)
@@ -121,6 +123,11 @@ def test_each_way_around_the_quota_is_refused_by_the_api_server(team: Any, case:
 @pytest.mark.parametrize("case", sorted(ADMITTED))
 def test_pods_that_request_gpus_properly_or_none_are_admitted(team: Any, case: str) -> None:
     assert refusal(team, TEAM, ADMITTED[case]) is None
+
+
+def test_a_mig_profile_the_team_is_not_given_is_refused_by_its_quota(team: Any) -> None:
+    body = pod("other-mig", {"resources": {"limits": {"nvidia.com/mig-2g.10gb": "1"}}})
+    assert "exceeded quota" in str(refusal(team, TEAM, body))
 
 
 def test_namespaces_gpuctl_did_not_onboard_are_untouched(team: Any) -> None:
