@@ -74,8 +74,13 @@ class Daemon:
         return [p for p in all_procs() if p.pid != os.getpid() and self.ours(p.argv)]
 
     def pid(self) -> int | None:
-        """Its pid when the pid file names a live one; None otherwise."""
-        return live_pid(self.pid_file, self.ours)
+        """Its pid when the pid file names a live process whose command line is `ours`; None otherwise."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        argv = read_argv(pid)
+        return pid if argv is not None and self.ours(argv) else None
 
     def keep(self, current: Callable[[Proc], bool]) -> Proc | None:
         """The first running one that is `current`, named by the pid file; every other one stopped. None where
@@ -88,39 +93,25 @@ class Daemon:
         return kept
 
     def start(self, argv: list[str], env: dict[str, str]) -> int:
-        return start_detached(argv, env, self.log_path, self.pid_file)
+        """Start `argv` in its own session, appending to the log, and record its pid in the pid file."""
+        self.pid_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log.info("starting %s", " ".join(argv))
+        with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as log_file:
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+                                    stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
+        # Popen returns when exec has closed its pipe, which is before the kernel has set the new program's
+        # command line: until then /proc/<pid>/cmdline is empty and the pid would not read as ours.
+        deadline = time.monotonic() + 5.0
+        while read_argv(proc.pid) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        write_atomic(self.pid_file, f"{proc.pid}\n")
+        return proc.pid
 
     def stop(self) -> None:
         """Stop every one, whether or not the pid file names it."""
         kill_and_wait(self.procs())
         self.pid_file.unlink(missing_ok=True)
-
-
-def live_pid(pid_file: Path, ours: Callable[[tuple[str, ...]], bool]) -> int | None:
-    """The pid in `pid_file` when it names a live process whose command line is `ours`; None otherwise."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    argv = read_argv(pid)
-    return pid if argv is not None and ours(argv) else None
-
-
-def start_detached(argv: list[str], env: dict[str, str], log_path: Path, pid_file: Path) -> int:
-    """Start `argv` in its own session, appending to `log_path`, and record its pid in `pid_file`."""
-    pid_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log.info("starting %s", " ".join(argv))
-    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as log_file:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True, umask=0o077)
-    # Popen returns when exec has closed its pipe, which is before the kernel has set the new program's
-    # command line: until then /proc/<pid>/cmdline is empty and the pid would not read as ours.
-    deadline = time.monotonic() + 5.0
-    while read_argv(proc.pid) is None and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    write_atomic(pid_file, f"{proc.pid}\n")
-    return proc.pid
 
 
 def log_tail(path: Path, lines: int = 3) -> str:
