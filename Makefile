@@ -1,4 +1,4 @@
-# Quick start: `make demo` (a simulated GPU cluster) and `make test` (the whole suite).
+# Quick start: `make demo` (a simulated GPU cluster running a team's GPU job) and `make test` (the whole suite).
 # Both set up everything on a fresh machine: a virtualenv, gpuctl, and the pinned tools
 # (downloaded, or built from the Go module proxy once and cached by version).
 PYTHON ?= python3
@@ -14,11 +14,14 @@ $(BIN)/gpuctl: pyproject.toml
 	$(BIN)/python -m compileall -q gpuctl  # bytecode: start-up is measured with it (bench/startup)
 	touch $@
 
+# The pinned kubectl goes beside gpuctl in $(BIN), so `export PATH="$$PWD/$(BIN):$$PATH"` gives both.
 setup: $(BIN)/gpuctl
-	$(BIN)/gpuctl sim install
+	$(BIN)/gpuctl -o json sim install > $(VENV)/sim-tools.json
+	ln -sf "$$($(BIN)/python -c 'import json, sys; print(next(t["path"] for t in json.load(sys.stdin) if t["name"] == "kubectl"))' < $(VENV)/sim-tools.json)" $(BIN)/kubectl
 
+# The README's quick start, command for command: a sim cluster, a team, and a GPU job that completes in it.
 demo: setup
-	$(BIN)/gpuctl cluster create --cloud sim --name demo --gpu t4 --nodes 2 --slices 4
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(SHELL) examples/quickstart.sh
 
 test: setup
 	$(BIN)/pytest -q

@@ -34,6 +34,8 @@ from gpuctl.cli.types import count, seconds
 from gpuctl.util.output import emit, info
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpuctl.api import StepResult
 
 app = typer.Typer(help="Create, list and delete GPU clusters.", no_args_is_help=True)
@@ -117,6 +119,27 @@ def create(
         emit({"cluster": name, "cloud": cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
               "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],
               "nodeGroups": groups}, opts.output)
+    if opts.output == "table" and not _has_tenants(opts.kubeconfig, opts.context):
+        info(NEXT_STEP)
+
+
+# What a new user does next (the README's quick start): GPU work belongs in a team's namespace, where the
+# admission policies give GPU pods their tolerations and the quota counts them.
+NEXT_STEP = """next: give a team GPUs and run a GPU job in its namespace:
+  gpuctl tenant add team-a --gpus 4
+  kubectl -n team-a apply -f examples/gpu-job.yaml    # examples/ of gpuctl's repository
+  kubectl -n team-a wait --for=condition=complete job/cuda-vectoradd --timeout=60s"""
+
+
+def _has_tenants(kubeconfig: Path | None, context: str | None) -> bool:
+    """True when the cluster has a tenant (or cannot be asked: then the hint would only guess)."""
+    from gpuctl import api
+    from gpuctl.util.errors import GpuctlError
+
+    try:
+        return bool(api.list_tenants(kubeconfig, context))
+    except GpuctlError:
+        return True
 
 
 @app.command("list")
