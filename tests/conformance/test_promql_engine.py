@@ -32,12 +32,12 @@ MINUTES = 60  # samples every minute for an hour; the queries are evaluated at i
 
 @pytest.fixture(scope="module")
 def engine() -> Path:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("needs Go to build Prometheus's PromQL engine")
     digest = hashlib.sha256(b"".join((SOURCE / n).read_bytes() for n in ("main.go", "go.mod", "go.sum")))
     binary = cache_dir() / "test-tools" / f"promql-engine-{digest.hexdigest()[:16]}"
-    if not binary.exists():
+    if not binary.exists():  # the cache first: a machine without Go still runs an engine built before
+        go = shutil.which("go")
+        if go is None:
+            pytest.skip("needs Go to build Prometheus's PromQL engine")
         binary.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run([go, "build", "-o", str(binary), "."], cwd=SOURCE, capture_output=True, text=True,
                               timeout=1500, env={**os.environ, "CGO_ENABLED": "0"})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuctl.tools import gobuild
-from gpuctl.tools.installer import ensure_tools
+from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.tools.pins import SIM_TOOLS, TOOLS
 from gpuctl.util.errors import ToolError
 
@@ -21,6 +21,8 @@ SOURCE = gobuild.UPSTREAMCHECK_SOURCE
 
 @pytest.fixture(scope="session")
 def upstreamcheck() -> Path:
+    if (cached := find_tool("upstreamcheck")) is not None:  # the cache first: built before, Go or not
+        return cached
     go, why = gobuild.go_toolchain()
     if go is None:
         pytest.skip(f"upstreamcheck is built with Go: {why}")
