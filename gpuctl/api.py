@@ -69,11 +69,13 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
     return specfile.to_platform(doc, groups, capabilities_of(doc.cloud).ships_driver)
 
 
-def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedStep]:
-    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.plan)."""
+def plan_platform(spec: PlatformSpec, kubeconfig: Path | None, context: str | None = None) -> list[PlannedStep]:
+    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.plan). `context`: as
+    apply_platform's, the context apply would write, through which the cluster is read (None: the provider's
+    name)."""
     from gpuctl.ops.plan import plan_platform as plan
 
-    return plan(spec, kubeconfig)
+    return plan(spec, kubeconfig, context)
 
 
 def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float | None = None,
@@ -102,21 +104,36 @@ def _provider(cloud: str, options: CloudOptions | None) -> Provider:
 
 
 def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None,
-                   options: CloudOptions | None = None, context: str | None = None) -> Change:
-    """Delete the cluster and remove its context (`context`, else the provider's name) from the
-    kubeconfig it was merged into; a context of that name pointing elsewhere is left alone."""
-    from gpuctl.kube.kubeconfig import check_kubeconfig, remove_context
+                   options: CloudOptions | None = None) -> Change:
+    """Delete the cluster and remove from `kubeconfig` (else the default file) what create merged in: every
+    context pointing at the cluster entry gpuctl wrote, whatever its name (the provider's, or the --context
+    of the create), that entry and its user; no current-context is left naming a removed context (it is
+    unset, as eksctl does). Contexts pointing at other clusters are left alone."""
+    from gpuctl.kube.kubeconfig import check_kubeconfig, remove_cluster
+    from gpuctl.ops.unfinished import forget_unfinished
+    from gpuctl.util.output import info
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
     change = provider.delete_cluster(name)
-    entry = provider.context_name(name)
-    remove_context(context or entry, kubeconfig, cluster=entry)
+    forget_unfinished(cloud, name)
+    removed = remove_cluster(provider.context_name(name), kubeconfig)
+    if removed is not None and removed.contexts:
+        info(f"removed context {', '.join(removed.contexts)} from {removed.path}" + (
+            "; it was the current context: none is current now (pick one with 'kubectl config use-context NAME' "
+            "or gpuctl's --context NAME)" if removed.was_current else ""))
     return change
 
 
 def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[ClusterInfo]:
-    return _provider(cloud, options).list_clusters()
+    """The provider's clusters; `incomplete` where the last create or apply of one on this machine did not
+    finish (gpuctl.ops.unfinished), until a run of it completes."""
+    from dataclasses import replace
+
+    from gpuctl.ops.unfinished import unfinished_step
+
+    return [replace(c, status="incomplete") if unfinished_step(cloud, c.name) is not None else c
+            for c in _provider(cloud, options).list_clusters()]
 
 
 def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None,

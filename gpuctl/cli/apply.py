@@ -28,7 +28,8 @@ def apply(
     doc, groups = api.load_spec(filename)  # every value checked before any cloud or cluster call
     spec = api.to_platform(doc, groups)
     opts = settings(ctx)
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout, timeout=timeout)
+    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout,
+                                context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
     emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),
@@ -57,7 +58,7 @@ def plan(ctx: typer.Context, filename: SpecFile) -> None:
     from gpuctl import api
 
     opts = settings(ctx)
-    planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.kubeconfig)
+    planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.kubeconfig, opts.context)
     if opts.output != "table":
         emit([p.as_dict() for p in planned], opts.output)
         return

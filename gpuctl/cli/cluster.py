@@ -165,5 +165,5 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
     options = cloud_options(region, os_cloud, profile)
     confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?")
     opts = settings(ctx)
-    change = api.delete_cluster(cloud, name, opts.kubeconfig, options, context=opts.context)
+    change = api.delete_cluster(cloud, name, opts.kubeconfig, options)
     info(f"cluster {name!r} {change.value}")

@@ -41,12 +41,16 @@ def settings(ctx: typer.Context) -> Settings:
 
 
 def confirm_or_refuse(yes: bool, question: str) -> None:
-    """Go on with `--yes` or an interactive 'y'; refuse (exit 2) on a script without --yes."""
+    """Go on with `--yes` or an interactive 'y'; refuse (exit 2) on a script without --yes; a declined
+    prompt says `nothing changed` and exits 1."""
     import sys
+
+    from gpuctl.util.output import info
 
     if yes:
         return
     if not sys.stdin.isatty():
         raise UsageError("--yes", "this deletes resources and needs confirmation", "pass --yes to go ahead")
     if not typer.confirm(question, default=False, err=True):
+        info("nothing changed")
         raise typer.Exit(1)

@@ -14,6 +14,7 @@ exit 7 and a refused connection with exit 5, each naming the server's URL.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,29 +56,30 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None,
                config_dict: dict[str, Any] | None = None) -> ApiClient:
     """An ApiClient for `context` in `kubeconfig` (default: $KUBECONFIG or ~/.kube/config), or in the
     kubeconfig document `config_dict`; its requests have deadlines and its credentials are registered
-    for redaction."""
+    for redaction. A kubeconfig that selects no cluster (kubeconfig.check_selected) is refused with exit 2."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
     from gpuctl import __version__
 
+    files = ""
     if config_dict is None:  # read strictly first: a hostile file is a usage error (exit 2), not a crash
-        from gpuctl.kube.kubeconfig import read_kubeconfig, read_paths
+        from gpuctl.kube.kubeconfig import check_selected
 
         if kubeconfig is not None and not kubeconfig.exists():
             raise UsageError("--kubeconfig", f"{shown(str(kubeconfig))} does not exist",
                              "pass the kubeconfig gpuctl wrote (cluster create), or leave the flag out")
-        for path in read_paths(kubeconfig):
-            if path.exists():
-                read_kubeconfig(path)
+        # No cluster selected, or a --context not there: exit 2 with the fix. The client then loads the very
+        # files judged (kubernetes reads $KUBECONFIG once, when it is imported).
+        files = os.pathsep.join(str(p) for p in check_selected(kubeconfig, context))
     configuration = client.Configuration()
     try:
         if config_dict is not None:
             config.load_kube_config_from_dict(config_dict, context=context, client_configuration=configuration,
                                               persist_config=False)
         else:
-            config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
-                                    client_configuration=configuration, persist_config=False)
+            config.load_kube_config(config_file=files, context=context, client_configuration=configuration,
+                                    persist_config=False)
     except (ConfigException, OSError) as exc:
         where = kubeconfig or ("the cluster's kubeconfig" if config_dict is not None else "the default kubeconfig")
         raise ClusterError(f"cannot load {where}: {redact.redact(str(exc))}", "pass --kubeconfig/--context") from None

@@ -5,18 +5,31 @@ every other context in it."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuctl.model.strict_yaml import read_yaml
-from gpuctl.util.errors import UsageError
+from gpuctl.util.errors import ExitCode, GpuctlError, UsageError, shown
 from gpuctl.util.files import write_atomic
 
 _SECTIONS = ("clusters", "users", "contexts")
 MAX_BYTES = 8 << 20  # embedded certificates of many clusters fit; a runaway file does not
 FIELD = "--kubeconfig"
+CREATE_OR_PICK = "create one with 'gpuctl cluster create' or pick one with --context NAME"
+LISTED_CONTEXTS = 5  # contexts named in the error for a --context the kubeconfig lacks
+
+
+class NoClusterSelected(GpuctlError):
+    """No kubeconfig, none of its contexts current, or a current one naming entries the file lacks: a command
+    that talks to a cluster has none to talk to (a usage error: the fix is a flag or a create)."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"no cluster selected: {why}", CREATE_OR_PICK)
 
 
 def default_path() -> Path:
@@ -78,6 +91,52 @@ def current_context(path: Path | None) -> str | None:
     return None
 
 
+def _merged(files: list[Path]) -> dict[str, Any]:
+    """The files read as one, as kubectl merges $KUBECONFIG: the first entry of a name wins, and the first
+    current-context set."""
+    merged: dict[str, Any] = {section: {} for section in _SECTIONS}
+    merged["current-context"] = ""
+    for path in files:
+        doc = read_kubeconfig(path)
+        for section in _SECTIONS:
+            for item in doc.get(section) or []:
+                merged[section].setdefault(item["name"], item.get(section[:-1]))
+        merged["current-context"] = merged["current-context"] or doc.get("current-context") or ""
+    return merged
+
+
+def check_selected(path: Path | None, context: str | None) -> list[Path]:
+    """The kubeconfig a client of `path` reads (else $KUBECONFIG, else ~/.kube/config), read strictly, selects
+    a cluster: `context` (else its current context) is one of its contexts, and the cluster that names is in
+    it. A named context that is missing is a --context error listing those there are; no selection at all is
+    NoClusterSelected, naming `gpuctl cluster create` and --context. Returns the files read."""
+    files = [p for p in read_paths(path) if p.exists()]
+    where = ", ".join(str(p) for p in files) or str(path or default_path())
+    if not files:
+        raise NoClusterSelected(f"there is no kubeconfig at {where}")
+    doc = _merged(files)
+    contexts = doc["contexts"]
+    if context is None:
+        context = doc["current-context"]
+        if not context:
+            raise NoClusterSelected(f"the kubeconfig {where} has no current context")
+        if context not in contexts:
+            raise NoClusterSelected(f"the current context {shown(context)} of {where} is not one of its contexts")
+    elif context not in contexts:
+        names = sorted(contexts)
+        listed = ", ".join(names[:LISTED_CONTEXTS]) + (f" (and {len(names) - LISTED_CONTEXTS} more)"
+                                                       if len(names) > LISTED_CONTEXTS else "")
+        raise UsageError("--context", f"no context {shown(context)} in {where}",
+                         f"contexts there: {listed}" if names else
+                         "it has none: create one with 'gpuctl --context NAME cluster create'")
+    entry = contexts[context]
+    cluster = entry.get("cluster") if isinstance(entry, dict) else None
+    if not isinstance(cluster, str) or cluster not in doc["clusters"]:
+        raise NoClusterSelected(f"context {shown(context)} of {where} names cluster {shown(cluster)}, which it "
+                                "does not hold (deleted?)")
+    return files
+
+
 def _load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"apiVersion": "v1", "kind": "Config", "preferences": {}}
@@ -118,22 +177,37 @@ def write_kubeconfig(entry: dict[str, Any], path: Path | None) -> tuple[Path, bo
     return target, True
 
 
-def remove_context(context: str, path: Path | None = None, cluster: str | None = None) -> bool:
-    """Remove a context and the cluster and user it names; return True if anything changed.
-    With `cluster`, only a context that points at that cluster entry (one gpuctl wrote) is removed."""
+@dataclass(frozen=True)
+class Removed:
+    """What remove_cluster took out of a kubeconfig."""
+
+    path: Path
+    contexts: list[str]
+    was_current: bool  # one of them was the current context: none is current now
+
+
+def remove_cluster(cluster: str, path: Path | None = None) -> Removed | None:
+    """Remove what gpuctl merged in for cluster entry `cluster`: every context that points at it, whatever
+    its name (the provider's, or the one --context gave at create), the cluster entry, and the users only
+    those contexts named. Where one of them was current, no context is current afterwards (eksctl does
+    the same; a current-context naming nothing would fail every later command). None: nothing to remove."""
     target = path or default_path()
     if not target.exists():
-        return False
+        return None
     doc = _load(target)
-    ctx = next((c for c in doc.get("contexts") or [] if c.get("name") == context), None)
-    if ctx is None or not isinstance(ctx.get("context"), dict):
-        return False
-    if cluster is not None and ctx["context"].get("cluster") != cluster:
-        return False
-    drop = {"contexts": context, "clusters": ctx["context"].get("cluster"), "users": ctx["context"].get("user")}
-    for section in _SECTIONS:
-        doc[section] = [item for item in doc.get(section) or [] if item.get("name") != drop[section]]
-    if doc.get("current-context") == context:
+    contexts = doc.get("contexts") or []
+    gone = [c for c in contexts if isinstance(c.get("context"), dict) and c["context"].get("cluster") == cluster]
+    kept = [c for c in contexts if c not in gone]
+    if not gone and not any(c.get("name") == cluster for c in doc.get("clusters") or []):
+        return None
+    users = {c["context"].get("user") for c in gone} - {c["context"].get("user") for c in kept
+                                                         if isinstance(c.get("context"), dict)}
+    doc["contexts"] = kept
+    doc["clusters"] = [c for c in doc.get("clusters") or [] if c.get("name") != cluster]
+    doc["users"] = [u for u in doc.get("users") or [] if u.get("name") not in users]
+    names = [c["name"] for c in gone]
+    was_current = doc.get("current-context") in names
+    if was_current:
         doc["current-context"] = ""
     _write(target, doc)
-    return True
+    return Removed(target, names, was_current)

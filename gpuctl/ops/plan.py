@@ -31,13 +31,14 @@ class PlannedStep:
         return {"step": self.step, "action": self.action.value, "detail": self.detail, "diff": self.diff}
 
 
-def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedStep]:
-    """Every step `apply -f` would run for `spec`, in its order, each with what it would change."""
+def plan_platform(spec: PlatformSpec, kubeconfig: Path | None, context: str | None = None) -> list[PlannedStep]:
+    """Every step `apply -f` would run for `spec`, in its order, each with what it would change. `context`: the
+    context apply would write (apply_platform's), through which the cluster is read; None: the provider's name."""
     from gpuctl.kube.client import api_client
     from gpuctl.ops.observe import unknown
     from gpuctl.ops.platform_steps import Run, platform_steps, reach, unreached
     from gpuctl.stack.helm import HelmTarget
-    from gpuctl.util.errors import ClusterError
+    from gpuctl.util.errors import GpuctlError
 
     provider = get_provider(spec.cloud, spec.options)
     for group in spec.groups:  # refused as apply refuses them, before any call
@@ -47,14 +48,14 @@ def plan_platform(spec: PlatformSpec, kubeconfig: Path | None) -> list[PlannedSt
     def reach_existing(spec: PlatformSpec) -> Cluster:
         if not run.exists:
             return unreached(spec, provider)
-        context = provider.context_name(spec.name)
+        through = run.context or provider.context_name(spec.name)
         try:
-            client = api_client(kubeconfig, context)
-        except ClusterError as exc:
+            client = api_client(kubeconfig, through)
+        except GpuctlError as exc:  # no such context (apply would write it), or one that cannot be loaded
             return unreached(spec, provider, unknown(exc))
-        return reach(spec, provider, client, HelmTarget(kubeconfig, context))
+        return reach(spec, provider, client, HelmTarget(kubeconfig, through))
 
-    run = Run(reach_existing, kubeconfig=kubeconfig)
+    run = Run(reach_existing, kubeconfig=kubeconfig, context=context)
     planned = []
     for step in platform_steps(spec, provider, run):
         observed = step.observe()

@@ -15,7 +15,9 @@ from gpuctl.model.spec import GroupPlan, PlatformSpec
 from gpuctl.ops.converge import configure_nodes, read_recorded_groups
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.steps import Reporter, StepResult, run_step
+from gpuctl.ops.unfinished import forget_unfinished, record_step
 from gpuctl.providers import get_provider
+from gpuctl.util.errors import Interrupted
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -35,8 +37,12 @@ class PlatformResult:
 
 def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter,
                    lock_timeout: float = LOCK_TIMEOUT_S, context: str | None = None) -> PlatformResult:
-    """Converge the cluster to `spec`; its context (named `context`, else the provider's name) is
-    merged into `kubeconfig` (else the default file)."""
+    """Converge the cluster to `spec`. `context`: the name of the context write-kubeconfig merges into
+    `kubeconfig` (else the default file), and so the one the cluster is then reached through (the global
+    --context of `create` and `apply`); None: the provider's name.
+
+    From ensure-cluster until every step is done the cluster is recorded as unfinished (ops.unfinished:
+    `cluster list` says `incomplete`); Ctrl-C raises Interrupted (exit 130) naming the step it stopped in."""
     # The lock, kubeconfig and Helm machinery load here: `render` and `--export-spec` never need them.
     from gpuctl.kube.client import api_client
     from gpuctl.kube.kubeconfig import check_kubeconfig
@@ -75,15 +81,26 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
             forget_validated(core(cluster.client), cluster.stack_plan.namespace)
 
     run = Run(reach_written, begin, kubeconfig=kubeconfig, context=context, checks=result.checks)
-    with ExitStack() as held:
-        for step in platform_steps(spec, provider, run):
-            done = run_step(step.name, step.act, report)
-            result.steps.append(done)
-            run.note(done.outcome)
-        result.kubeconfig = run.written
-        if run.cluster is not None and any(s.name.startswith("validate/") and s.outcome is Change.PASSED
-                                           for s in result.steps):  # (a failed validation raised)
-            record_validated(core(run.cluster.client), run.cluster.stack_plan.namespace, spec_digest(run.cluster.spec))
+    where = "before ensure-cluster"  # what the run is doing, for the line Ctrl-C prints
+    try:
+        with ExitStack() as held:
+            for step in platform_steps(spec, provider, run):
+                where = f"in step {step.name}"
+                if result.steps:  # ensure-cluster done: the cloud's (the sim's) own record says what comes before
+                    record_step(spec.cloud, spec.name, step.name)
+                done = run_step(step.name, step.act, report)
+                result.steps.append(done)
+                run.note(done.outcome)
+                where = f"after step {step.name}"
+            result.kubeconfig = run.written
+            if run.cluster is not None and any(s.name.startswith("validate/") and s.outcome is Change.PASSED
+                                               for s in result.steps):  # (a failed validation raised)
+                record_validated(core(run.cluster.client), run.cluster.stack_plan.namespace,
+                                 spec_digest(run.cluster.spec))
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted {where}; cluster {spec.name!r} is incomplete",
+                          "re-run the same command to resume (the steps already done find nothing to do)") from None
+    forget_unfinished(spec.cloud, spec.name)
     return result
 
 

@@ -68,7 +68,7 @@ class Run:
     reach: Callable[[PlatformSpec], Cluster]  # called once write-kubeconfig is done (or observed)
     begin: Callable[[list[Step]], None] = _no_begin  # sees every cluster-side step before the first runs
     kubeconfig: Path | None = None  # the file write-kubeconfig merges into (None: the default one)
-    context: str | None = None  # the context name it writes (None: the provider's)
+    context: str | None = None  # the context it writes (plan: would), then reads through (None: the provider's name)
     checks: list[Check] = field(default_factory=list)
     changed: bool = False  # a step so far changed something (apply) or would (plan)
     exists: bool = True  # the cluster exists (set by observing ensure-cluster)

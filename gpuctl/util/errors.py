@@ -80,6 +80,12 @@ class RequestTimeout(GpuctlError):
         self.server = server
 
 
+class Interrupted(GpuctlError):
+    """Ctrl-C (SIGINT) stopped a run of steps: the message names the step, the hint how to resume."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 class NotFound(GpuctlError):
     """A named cluster or node group does not exist (a usage error: the name is wrong)."""
 

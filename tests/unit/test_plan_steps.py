@@ -148,7 +148,8 @@ def test_plan_writes_nothing(exists: bool, tmp_path: Path, monkeypatch: pytest.M
     assert by_name["write-kubeconfig"].detail == f"adds context gpuctl-sim-platform to {kubeconfig}"
     assert by_name["validate/training"].action is Change.CHECK
     detail = by_name["install-gpu-operator"].detail
-    assert detail.startswith("unknown: cannot load") if exists else detail == "once the cluster exists"
+    assert (detail == f"unknown: --context: no context 'gpuctl-sim-platform' in {kubeconfig}" if exists
+            else detail == "once the cluster exists")
 
 
 def test_a_step_is_named_observed_and_acted() -> None:
