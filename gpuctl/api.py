@@ -235,7 +235,8 @@ def _client(kubeconfig: Path | None, context: str | None) -> ApiClient:
 
 
 def check_cloud(cloud: str, field: str = "--cloud") -> str:
-    """`cloud` if a provider exists for it, else a UsageError naming `field`."""
+    """`cloud` in its one spelling (any case) where a provider exists for it, else a UsageError naming `field`
+    (with the cloud meant, for a near miss or `aws`)."""
     from gpuctl.providers import check_cloud as check
 
     return check(cloud, field)
@@ -331,8 +332,9 @@ def validate_cluster(nodegroup: str | None = None, image: str = SMOKE_IMAGE, tim
 def apply_mig(layout: str, nodegroup: str | None = None, selector: str | None = None, strategy: str | None = None,
               timeout: float = 300.0, report: Reporter | None = None, kubeconfig: Path | None = None,
               context: str | None = None) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
-    """Apply a MIG layout to the selected GPU nodes (every input judged before the kubeconfig is read);
-    the steps run and each node's expected allocatable."""
+    """Apply a MIG layout to the selected GPU nodes (every input judged before the kubeconfig is read), or,
+    with neither `nodegroup` nor `selector`, to the one node group whose GPUs take it; the steps run and each
+    node's expected allocatable."""
     from gpuctl.ops.mig_apply import apply_mig as apply
     from gpuctl.ops.mig_apply import check_mig_inputs
     from gpuctl.stack.helm import HelmTarget

@@ -105,6 +105,7 @@ def create(
                   "validate": validate},
         karpenter=karpenter, kueue=kueue, dra=dra, dra_alpha_sharing=dra_alpha_sharing)
     spec = api.to_platform(*api.load_document(raw, flags))
+    cloud = spec.cloud  # as the document reads it: --cloud SIM is sim
     if export_spec:
         print(render_spec(spec), end="")
         return
@@ -148,7 +149,7 @@ def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cl
     """List clusters of a provider."""
     from gpuctl import api
 
-    api.check_cloud(cloud)
+    cloud = api.check_cloud(cloud)
     rows = [asdict(c) for c in api.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, ("name", "cloud", "status", "endpoint", "kubernetes_version"))
 
@@ -160,7 +161,7 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
     from gpuctl import api
     from gpuctl.model.naming import check_name
 
-    api.check_cloud(cloud)
+    cloud = api.check_cloud(cloud)
     check_name(name, "--name")
     options = cloud_options(region, os_cloud, profile)
     confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?")

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
 from gpuctl.model.naming import parse_count
-from gpuctl.model.sharing import SECTIONS, STRATEGIES
+from gpuctl.model.sharing import SECTIONS, STRATEGY
 from gpuctl.model.specfile import PROVIDER_KEYS
 from gpuctl.util.errors import UsageError, shown
 
@@ -31,9 +31,8 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
 
 def sharing_document(slices: int | None, strategy: str | None) -> dict[str, Any] | None:
     """`--slices N [--sharing time-slicing|mps|none]` as a node group's `sharing:` section."""
-    chosen = strategy if strategy is not None else ("time-slicing" if slices is not None else "none")  # '' is judged
-    if chosen not in STRATEGIES:
-        raise UsageError("--sharing", f"unknown strategy {shown(chosen)}", f"use one of: {', '.join(STRATEGIES)}")
+    chosen = STRATEGY.check(strategy, "--sharing") if strategy is not None else (  # '' is judged
+        "time-slicing" if slices is not None else "none")
     if chosen == "none":
         if slices not in (None, 1):
             raise UsageError("--slices", f"{slices} slices need a sharing strategy", "drop --sharing none or --slices")

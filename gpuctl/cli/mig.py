@@ -51,12 +51,13 @@ def plan(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
 def apply(
     ctx: typer.Context,
     layout: Layout,
-    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Node group to configure.")] = None,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Node group to configure (default, without --selector: the one node group whose GPUs take LAYOUT).")] = None,
     selector: Annotated[Optional[str], typer.Option("--selector", "-l", help="Label selector of the nodes.")] = None,
     strategy: Annotated[Optional[str], typer.Option("--strategy", help="MIG strategy: mixed or single (default: the operator's).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds to wait for the MIG manager.")] = 300.0,
 ) -> None:
-    """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write."""
+    """Apply a MIG layout to GPU nodes: validated for every node's GPU before any write. With neither --nodegroup nor
+    --selector: to the one node group whose GPUs take LAYOUT (named on stderr); several or none: exit 2 naming them."""
     from gpuctl import api
     from gpuctl.cli.cluster import print_step
 

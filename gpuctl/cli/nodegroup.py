@@ -37,12 +37,14 @@ Name = Annotated[str, typer.Option("--name", help="Node group name.")]
 COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
 
 
-def _checked(cloud: str, cluster: str) -> None:
+def _checked(cloud: str, cluster: str) -> str:
+    """The cloud in its one spelling (--cloud SIM is sim), once it and the cluster's name are judged."""
     from gpuctl import api
     from gpuctl.model.naming import check_name
 
-    api.check_cloud(cloud)
+    cloud = api.check_cloud(cloud)
     check_name(cluster, "--cluster")
+    return cloud
 
 
 @app.command()
@@ -65,7 +67,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
                   "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
     doc, [group] = api.load_document(raw, flags)
-    spec, options = node_group_spec(group), doc.options
+    spec, options, cloud = node_group_spec(group), doc.options, doc.cloud
     opts = settings(ctx)
     change = api.add_node_group(cloud, cluster, spec, options, opts.kubeconfig, opts.context)
     info(f"node group {name!r}: {change.value}")
@@ -79,7 +81,7 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cl
     from gpuctl import api
     from gpuctl.model.naming import check_count, check_name
 
-    _checked(cloud, cluster)
+    cloud = _checked(cloud, cluster)
     check_name(name, "--name")
     check_count(nodes, "--nodes")
     options = cloud_options(region, os_cloud, profile)
@@ -96,7 +98,7 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
     from gpuctl import api
     from gpuctl.model.naming import check_name
 
-    _checked(cloud, cluster)
+    cloud = _checked(cloud, cluster)
     check_name(name, "--name")
     confirm_or_refuse(yes, f"Delete node group {name!r} of cluster {cluster!r}?")
     opts = settings(ctx)
@@ -111,7 +113,7 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
     """List the GPU node groups of a cluster."""
     from gpuctl import api
 
-    _checked(cloud, cluster)
+    cloud = _checked(cloud, cluster)
     rows = [asdict(g) for g in api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, COLUMNS)
 

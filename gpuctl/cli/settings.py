@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from gpuctl.model.naming import check_text
-from gpuctl.util.errors import UsageError, shown
-from gpuctl.util.output import FORMATS
+from gpuctl.util.errors import UsageError
+from gpuctl.util.output import FORMAT
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,7 @@ def make_settings(kubeconfig: Path | None, context: str | None, output: str, ver
                   debug: bool) -> Settings:
     """The global options, judged before any command runs (what a command adds, e.g. that the kubeconfig
     it merges into can be written, it judges before its own first write)."""
-    if output not in FORMATS:
-        raise UsageError("-o/--output", f"unknown format {shown(output)}", f"use one of: {', '.join(FORMATS)}")
+    output = FORMAT.check(output, "-o/--output")
     if context is not None:
         check_text(context, "--context", maximum=253)
     if kubeconfig is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuctl.util.errors import UsageError
+from gpuctl.util.choices import Choice
 
 
 @dataclass(frozen=True)
@@ -162,12 +162,23 @@ GPUS: dict[str, GpuModel] = {m.name: m for m in _MODELS}
 MIG_PROFILES: tuple[str, ...] = tuple(sorted({p.name for m in _MODELS if m.mig is not None for p in m.mig.profiles}))
 
 
+
+
+def _gpu_aliases() -> dict[str, tuple[str, ...]]:
+    """Other names of the catalog's GPUs, each with the models it may mean: Karpenter's instance-gpu-name
+    (`a100` is both A100s), GFD's product (`Tesla-T4`) and NVML's name with '-' for blanks."""
+    aliases: dict[str, tuple[str, ...]] = {}
+    for model in _MODELS:
+        for other in {model.karpenter_name, model.product, NVML_NAMES.get(model.name, "").replace(" ", "-")}:
+            if other and other.lower() != model.name:
+                aliases[other.lower()] = (*aliases.get(other.lower(), ()), model.name)
+    return aliases
+
+
 def get_gpu(name: str, field: str = "--gpu") -> GpuModel:
-    """Look a GPU up by catalog name (case-insensitive); a UsageError names `field` otherwise."""
-    model = GPUS.get(name.strip().lower())
-    if model is None:
-        raise UsageError(field, f"unknown GPU {name!r}", f"use one of: {', '.join(GPUS)}")
-    return model
+    """Look a GPU up by catalog name in any case (GPU.check: a flag and a spec read the same); a UsageError
+    naming `field` otherwise, with the name meant where it is a near miss or another name of a catalog GPU."""
+    return GPUS[GPU.check(name, field)]
 
 
 # NVML's device name (nvmlDeviceGetName), the `productName` attribute; GFD's nvidia.com/gpu.product is it
@@ -182,3 +193,6 @@ NVML_NAMES = {
 def nvml_name(model: GpuModel) -> str:
     """The GPU's NVML device name, as DRA's `productName` attribute carries it."""
     return NVML_NAMES.get(model.name, model.product)
+
+
+GPU = Choice("GPU", tuple(GPUS), _gpu_aliases(), "gpuctl gpus lists them")

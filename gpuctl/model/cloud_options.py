@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from gpuctl.util.choices import Choice
 from gpuctl.util.errors import UsageError
 
 CLOUDS = ("sim", "openstack", "eks")
+# The one reading of a cloud's name, for --cloud and spec.provider.cloud alike (any case; near misses and the
+# names users reach for first answered with the one meant).
+CLOUD = Choice("cloud", CLOUDS, {"aws": ("eks",), "amazon": ("eks",), "ec2": ("eks",), "magnum": ("openstack",),
+                                 "os": ("openstack",), "kwok": ("sim",), "local": ("sim",)})
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuctl.model.catalog import GpuModel
+from gpuctl.util.choices import Choice
 from gpuctl.util.errors import UsageError
 
 STRATEGIES = ("none", "time-slicing", "mps")
+# The one reading of a sharing strategy's name (--sharing; any case, near misses answered).
+STRATEGY = Choice("strategy", STRATEGIES, {"timeslicing": ("time-slicing",), "timeslice": ("time-slicing",),
+                                           "time-slice": ("time-slicing",), "slicing": ("time-slicing",),
+                                           "time_slicing": ("time-slicing",), "off": ("none",),
+                                           "disabled": ("none",)})
 # A sharing strategy's section in the device plugin's config (`sharing.timeSlicing`), which is also its key
 # under a spec's node group `sharing:` (specfile.py, cli/documents.py).
 SECTIONS = {"time-slicing": "timeSlicing", "mps": "mps"}

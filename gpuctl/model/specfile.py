@@ -1,9 +1,10 @@
 """The declarative input: `kind: GpuCluster` files, read strictly, defaulted, then validated.
 
 Three passes, as eksctl does: `parse` reads the YAML strictly (unknown keys are errors with the
-field path and a did-you-mean), `apply_defaults` fills what was left out, `validate` checks every
-value against the catalog, label syntax, taint effects and each GPU's MIG geometry. All three are
-pure: nothing here talks to a cloud or a cluster.
+field path and a did-you-mean; a value from a fixed set, the GPU, cloud, nfd and migStrategy, is read in
+any case and written in its one spelling, gpuctl.util.choices), `apply_defaults` fills what was left
+out, `validate` checks every value against the catalog, label syntax, taint effects and each GPU's MIG
+geometry. All three are pure: nothing here talks to a cloud or a cluster.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuctl.model.capabilities import CapabilitiesOf
-from gpuctl.model.catalog import GPUS, GpuModel
+from gpuctl.model.catalog import GPU, GPUS, GpuModel
 from gpuctl.model.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
-from gpuctl.model.cloud_options import CLOUDS, OPTIONS, SPEC_KEYS, CloudOptions, unused_options
+from gpuctl.model.cloud_options import CLOUD, CLOUDS, OPTIONS, SPEC_KEYS, CloudOptions, unused_options
 from gpuctl.model.dra import ALPHA_SHARING_GATES, check_dra_kubernetes
 from gpuctl.model.mig import MigLayout, parse_layout
 from gpuctl.model.naming import MAX_NODES, Huge, check_count, check_label_key, check_label_value, check_name, check_text
 from gpuctl.model.sharing import MAX_REPLICAS, NO_SHARING, SECTIONS, STRATEGY_OF_SECTION, Sharing, check_sharing_fits
 from gpuctl.model.spec import MAX_GPUS_PER_NODE, SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
-from gpuctl.model.stack_spec import NFD_OWNERS, GroupSharing, StackSpec, choose_mig_strategy
+from gpuctl.model.stack_spec import MIG_STRATEGY, NFD_OWNER, GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.model.strict_yaml import read_yaml
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint, parse_taints
 from gpuctl.model.tenant import DEFAULT_COHORT, Tenant, make_tenant
@@ -159,7 +160,7 @@ def _node_group(value: Any, path: str) -> NodeGroupDoc:
     sharing, mig = _sharing(doc.get("sharing"), f"{path}.sharing")
     return NodeGroupDoc(
         name=_typed(doc["name"], f"{path}.name", str, "inference"),
-        gpu=_typed(doc["gpu"], f"{path}.gpu", str, "t4"),
+        gpu=GPU.canonical(_typed(doc["gpu"], f"{path}.gpu", str, "t4")),
         nodes=_typed(doc["nodes"], f"{path}.nodes", int, "2"),
         min_nodes=_typed(doc.get("minNodes"), f"{path}.minNodes", int, "1"),
         max_nodes=_typed(doc.get("maxNodes"), f"{path}.maxNodes", int, "4"),
@@ -211,12 +212,14 @@ def parse(doc: Any) -> GpuClusterDoc:
         raise UsageError("spec.tenants", "must be a list", "write one entry per team")
     return GpuClusterDoc(
         name=name,
-        cloud=_typed(provider["cloud"], "spec.provider.cloud", str, "sim"),
+        cloud=CLOUD.canonical(_typed(provider["cloud"], "spec.provider.cloud", str, "sim")),
         options=CloudOptions(**options),
         node_groups=tuple(_node_group(g, f"spec.nodeGroups[{i}]") for i, g in enumerate(groups)),
         charts=_typed(operator.get("charts"), "spec.gpuOperator.charts", str, "upstream"),
-        nfd=_given(_typed(operator.get("nfd"), "spec.gpuOperator.nfd", str, "standalone"), "standalone"),
-        mig_strategy=_typed(operator.get("migStrategy"), "spec.gpuOperator.migStrategy", str, "mixed"),
+        nfd=NFD_OWNER.canonical(_given(_typed(operator.get("nfd"), "spec.gpuOperator.nfd", str, "standalone"),
+                                       "standalone")),
+        mig_strategy=MIG_STRATEGY.canonical(_typed(operator.get("migStrategy"), "spec.gpuOperator.migStrategy", str,
+                                                   "mixed")),
         smoke_image=_given(_typed(operator.get("smokeImage"), "spec.gpuOperator.smokeImage", str, SMOKE_IMAGE),
                            SMOKE_IMAGE),
         validate=True if operator.get("validate") is None else _typed(operator["validate"],
@@ -269,8 +272,7 @@ def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGrou
     """Every value against the catalog, label syntax, taint effects, MIG geometry and what the cloud's
     provider offers."""
     check_name(doc.name, "metadata.name")
-    if doc.cloud not in CLOUDS:
-        raise UsageError("spec.provider.cloud", f"unknown cloud {shown(doc.cloud)}", f"use one of: {', '.join(CLOUDS)}")
+    CLOUD.check(doc.cloud, "spec.provider.cloud")
     offers = capabilities(doc.cloud)
     unused = unused_options(doc.cloud, doc.options)
     for attr, value in vars(doc.options).items():
@@ -283,9 +285,7 @@ def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGrou
     check_text(doc.smoke_image, "spec.gpuOperator.smokeImage")
     chart_ref(GPU_OPERATOR, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     chart_ref(NFD, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
-    if doc.nfd not in NFD_OWNERS:
-        raise UsageError("spec.gpuOperator.nfd", f"unknown owner {shown(doc.nfd)}",
-                         f"use one of: {', '.join(NFD_OWNERS)}")
+    NFD_OWNER.check(doc.nfd, "spec.gpuOperator.nfd")
     if doc.kueue and not offers.runs_kueue:  # Kueue's chart, unless the provider runs Kueue itself (the sim)
         if _given(doc.charts, "upstream") == "bundled":
             raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
@@ -326,9 +326,7 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     if group.name in seen:
         raise UsageError(f"{path}.name", f"duplicate node group {group.name!r}", "give each node group its own name")
     seen.add(group.name)
-    model = GPUS.get(group.gpu)
-    if model is None:
-        raise UsageError(f"{path}.gpu", f"unknown GPU {shown(group.gpu)}", f"use one of: {', '.join(GPUS)}")
+    model = GPUS[GPU.check(group.gpu, f"{path}.gpu")]
     if group.nodes == 0 and not doc.karpenter:
         raise UsageError(f"{path}.nodes", "must be at least 1, got 0 (0 is for node groups Karpenter launches)",
                          "pass nodes 1 or more, or turn Karpenter on (--karpenter)")

@@ -5,10 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuctl.model.taints import Taint
+from gpuctl.util.choices import Choice
 from gpuctl.util.errors import UsageError
 
 NFD_OWNERS = ("standalone", "operator")
 MIG_STRATEGIES = ("mixed", "single")  # the GPU Operator's mig.strategy values gpuctl serves (not `none`)
+# The one reading of each (--nfd and spec.gpuOperator.nfd, --mig-strategy, --strategy and
+# spec.gpuOperator.migStrategy): any case, near misses answered.
+NFD_OWNER = Choice("owner", NFD_OWNERS, {"gpu-operator": ("operator",), "nfd": ("standalone",)})
+MIG_STRATEGY = Choice("strategy", MIG_STRATEGIES)
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,8 @@ def choose_mig_strategy(requested: str | None, groups: list[GroupSharing], field
     """
     mps = [g.name for g in groups if g.strategy == "mps"]
     mixed_only = [g.name for g in groups if len(set(g.mig_profiles)) > 1]
-    if requested is not None and requested not in MIG_STRATEGIES:
-        raise UsageError(field, f"unknown strategy {requested!r}", f"use {' or '.join(MIG_STRATEGIES)}")
+    if requested is not None:
+        requested = MIG_STRATEGY.check(requested, field)
     if mps and mixed_only:
         raise UsageError(field, f"node group {mps[0]!r} uses MPS, which the device plugin refuses under the "
                          f"mixed MIG strategy that node group {mixed_only[0]!r} needs for its several MIG profiles",

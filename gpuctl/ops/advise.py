@@ -9,14 +9,21 @@ Rules (thresholds below):
 - MIG instances that sat idle while pods asking for another profile are Pending -> a layout that fits the
   busy instances and that demand, checked on the GPU's real slot geometry (gpuctl.model.mig);
 - a tenant whose pods held at most a quarter of its quota over the window -> a lower quota.
+
+No advice comes from a window Prometheus covers less than 90 % of (ENOUGH_COVERAGE): its averages would be
+over a part of it (a tenant made a minute ago "held 0.00 on average over 1h"). It says how much of the window
+there is, when advice can follow (the time the window will be 90 % covered), and the longest window that is
+covered now (`--since`).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.model import promql
 from gpuctl.model.mig import check_layout, parse_layout
 from gpuctl.model.sharing import MAX_REPLICAS, max_replicas
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS
@@ -25,6 +32,7 @@ from gpuctl.ops.gpu_metrics import (
     MIG_PREFIX,
     ClusterView,
     Device,
+    Metrics,
     NodeInfo,
     cluster_of,
     coverage_note,
@@ -47,18 +55,59 @@ SATURATED_PCT = 90.0  # a shared GPU at or above this on average is saturated
 MIG_IDLE_PCT = 10.0  # a MIG instance no pod used, or whose SM activity peaked at or below this, sat idle
 QUOTA_UNUSED = 0.25  # a tenant whose pods held at most this share of its quota on average
 NOTHING = "nothing to advise"
+ENOUGH_COVERAGE = 0.9  # the share of the window Prometheus must cover for advice (README: "less than 90 %")
 
 
-def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None = None) -> dict[str, Any]:
-    """{prometheus, window, advice: [...]}: each piece of advice with its figures and command. Prometheus is
-    read first (what is most likely unreachable), then the cluster."""
+def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None = None,
+           now: datetime | None = None) -> dict[str, Any]:
+    """{prometheus, window, coverage, advice: [...], withheld, notes}: each piece of advice with its figures and
+    command; none, and `withheld` saying why and until when, where Prometheus covers too little of the window
+    (withheld()). Prometheus is read first (what is most likely unreachable), then the cluster."""
     metrics, view = read_all(client, prom, window)
+    found = {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage}
+    gate = withheld(metrics, window, now or datetime.now(timezone.utc))
+    if gate is not None:
+        return {**found, "advice": [], "withheld": gate, "notes": [n for n in (claims_note(view),) if n]}
     read_queues(client, view)
     identity = cluster_identity(client.configuration.host, context)
     advice = advice_of(view, recorded_groups(client), metrics.devices, metrics.usage, window, identity)
     notes = [n for n in (coverage_note(metrics, window), claims_note(view)) if n is not None]
-    return {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage, "advice": advice,
-            "notes": notes}
+    return {**found, "advice": advice, "withheld": None, "notes": notes}
+
+
+def withheld(metrics: Metrics, window: str, now: datetime) -> dict[str, Any] | None:
+    """Why the window gives no advice, where Prometheus has GPU series for less than ENOUGH_COVERAGE of it
+    (None: it has enough): how much it has, the time from which the window will be covered enough if
+    Prometheus goes on scraping (`ready_at`, UTC), and the longest window covered enough now (`since`, None
+    where even the shortest, 1m, is not)."""
+    if metrics.coverage is not None and metrics.coverage >= ENOUGH_COVERAGE:
+        return None
+    seconds = promql.window_seconds(window)
+    coverage = metrics.coverage or 0.0
+    covered = round(coverage * seconds)
+    wait = max(math.ceil(ENOUGH_COVERAGE * seconds) - covered, 0)
+    longest = int(covered / ENOUGH_COVERAGE) // 60 * 60  # whole minutes, as --since takes them
+    since = promql.duration_text(longest) if longest >= promql.MIN_WINDOW_S else None
+    has = (f"{promql.duration_text(covered)} of the {window} window" if covered
+           else f"no GPU series in the {window} window")
+    if metrics.coverage is None and not metrics.devices:  # none now either: nothing says when they start
+        ready = None
+        follows = (f"advice from the {window} window can follow {promql.duration_text(wait)} after Prometheus "
+                   "scrapes the first GPU series (dcgm-exporter's)")
+    else:
+        ready = (now + timedelta(seconds=wait)).astimezone(timezone.utc).replace(microsecond=0)
+        shortest = math.ceil(ENOUGH_COVERAGE * promql.MIN_WINDOW_S) - covered  # --since 1m's wait
+        sooner = (f", or now with --since {since}" if since else
+                  f", or with --since 1m in {promql.duration_text(shortest)}" if seconds > promql.MIN_WINDOW_S
+                  else "")
+        follows = (f"advice from the {window} window can follow at {ready:%Y-%m-%d %H:%M:%S} UTC (in "
+                   f"{promql.duration_text(wait)}){sooner}")
+    return {"reason": f"no advice yet: Prometheus has {has} ({coverage * 100:.1f} %); advice needs "
+                      f"{ENOUGH_COVERAGE * 100:.0f} % of it",
+            "next": follows, "covered_s": covered, "window_s": seconds, "coverage_pct": round(coverage * 100, 1),
+            "needed_pct": round(ENOUGH_COVERAGE * 100),
+            "ready_at": ready.isoformat().replace("+00:00", "Z") if ready else None, "ready_in_s": wait,
+            "since": since}
 
 
 def claims_note(view: ClusterView) -> str | None:
@@ -346,6 +395,8 @@ def unused_quota(name: str, view: ClusterView, usage: dict[str, Any], window: st
 def render_text(result: dict[str, Any]) -> str:
     """The advice as numbered paragraphs, each with its figures and command (the table form)."""
     notes = [f"note: {n}" for n in result.get("notes", [])]
+    if result.get("withheld"):
+        return "\n".join([result["withheld"]["reason"], result["withheld"]["next"], *notes])
     if not result["advice"]:
         return "\n".join([NOTHING, *notes])
     lines = []

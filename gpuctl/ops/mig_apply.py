@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,8 @@ from gpuctl.model.mig import (
 )
 from gpuctl.model.naming import check_duration, check_name, check_selector
 from gpuctl.model.sharing import CONFIG_LABEL
-from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
+from gpuctl.model.stack_spec import MIG_STRATEGY, GroupSharing, StackSpec, choose_mig_strategy
+from gpuctl.ops.group_records import read_group_plans
 from gpuctl.ops.status import NodeDevices, device_type, read_node_devices
 from gpuctl.ops.steps import Reporter, StepResult, run_step
 from gpuctl.stack.existing import Operator, configured_operator
@@ -37,10 +38,13 @@ from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.releases import operator_release
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack_from_record, stack_record
 from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed, shown
+from gpuctl.util.output import info
 from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Node
+
+    from gpuctl.model.spec import GroupPlan
 
 DEFAULT_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 5.0
@@ -77,10 +81,9 @@ def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarge
 def check_mig_inputs(text: str, nodegroup: str | None, selector: str | None, strategy: str | None,
                      timeout: float | None) -> None:
     """Every input of `mig apply`, judged before the kubeconfig is read or a request made (what the layout
-    means on each node's GPU is judged once the nodes are known, still before any write)."""
+    means on each node's GPU is judged once the nodes are known, still before any write). Neither
+    --nodegroup nor --selector: the node group is chosen from the cluster's (choose_nodegroup)."""
     check_layout_text(text)
-    if nodegroup is None and selector is None:
-        raise UsageError("--nodegroup", "no nodes targeted", "pass --nodegroup NAME or --selector LABELS")
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     if selector is not None:
@@ -95,15 +98,22 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
               strategy: str | None, timeout: float,
               report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
     check_mig_inputs(text, nodegroup, selector, strategy, timeout)
+    strategy = MIG_STRATEGY.check(strategy, "--strategy") if strategy is not None else None  # any case
     v1 = core(client)
-    nodes = gpu_nodes(v1, nodegroup, selector)
-    if not nodes:
-        raise UsageError("--selector", f"no GPU nodes match {shown(selector)}",
-                         "check the selector with 'gpuctl status'")
     # Another's GPU Operator keeps gpuctl's ConfigMaps in its own namespace and takes settings through its
     # ClusterPolicy (see stack/owners.py); gpuctl's own reads them from gpu-operator and takes Helm values.
     operator = configured_operator(client)
     namespace = operator.namespace if operator else NAMESPACE
+    if nodegroup is None and selector is None:
+        every = gpu_nodes(v1)
+        chosen = choose_nodegroup(group_fits(every, read_group_plans(v1, namespace), text), text)
+        info(f"mig apply: node group {chosen}")
+        nodes = [n for n in every if nodegroup_of(n) == chosen.name]
+    else:
+        nodes = gpu_nodes(v1, nodegroup, selector)
+    if not nodes:
+        raise UsageError("--selector", f"no GPU nodes match {shown(selector)}",
+                         "check the selector with 'gpuctl status'")
     record = read_config_map_data(v1, namespace, STACK_CONFIGMAP) or {}
     stack = stack_from_record(record["stack.json"]) if "stack.json" in record else None
     current_strategy = stack.mig_strategy if stack else None
@@ -138,6 +148,69 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
     steps.append(run_step("verify-allocatable", lambda: _verify(
         expected, timeout, lambda: {n: gpu_resources(v1.read_node(n)) for n in expected}, ALLOCATABLE), report))
     return steps, expected
+
+
+@dataclass(frozen=True)
+class GroupFit:
+    """A node group as `mig apply` with no target weighs it: its GPU, its GPU nodes now, and why the layout
+    does not fit it (None: it does)."""
+
+    name: str
+    gpu: str
+    nodes: int
+    unfit: str | None
+
+    def __str__(self) -> str:
+        return f"{self.name!r} ({self.gpu}, {self.nodes} node{'' if self.nodes == 1 else 's'})"
+
+
+def group_fits(nodes: list[V1Node], recorded: Mapping[str, GroupPlan], text: str) -> list[GroupFit]:
+    """Every node group of the cluster, by name: those its GPU nodes' node-group labels name
+    (gpuctl.dev/nodegroup or the provider's) and those gpuctl recorded (group_records), each weighed against
+    the layout on its GPU's MIG geometry (gpuctl.model.mig), as --nodegroup would weigh it."""
+    members: dict[str, list[V1Node]] = {}
+    for node in nodes:
+        if (group := nodegroup_of(node)) is not None:
+            members.setdefault(group, []).append(node)
+    fits = []
+    for name in sorted({*members, *recorded}):
+        mine = members.get(name, [])
+        models: set[GpuModel | None] = ({model_of(n.metadata.labels or {}) for n in mine} if mine
+                                        else {recorded[name].spec.gpu})
+        gpu = ", ".join(sorted(m.name if m else "unknown GPU" for m in models))
+        fits.append(GroupFit(name, gpu, len(mine), _unfit(models, len(mine), text)))
+    return fits
+
+
+def _unfit(models: set[GpuModel | None], nodes: int, text: str) -> str | None:
+    if None in models:
+        return "a GPU gpuctl's catalog does not know"
+    if len(models) > 1:
+        return "GPUs of several models"
+    try:
+        parse_layout(text, next(m for m in models if m is not None))
+    except UsageError as err:
+        return err.message.removeprefix(f"{err.field}: ")
+    return None if nodes else "no GPU nodes now"
+
+
+def choose_nodegroup(fits: list[GroupFit], text: str) -> GroupFit:
+    """The one node group the layout fits; else a UsageError naming the groups there are (several fit: which;
+    none fits: why not)."""
+    fitting = [f for f in fits if f.unfit is None]
+    if len(fitting) == 1:
+        return fitting[0]
+    if fitting:
+        raise UsageError("--nodegroup", f"layout {shown(text)} fits {len(fitting)} node groups: "
+                         f"{', '.join(map(str, fitting))}", "pass --nodegroup NAME to choose one")
+    if not fits:
+        raise UsageError("--nodegroup", "no GPU node group on this cluster",
+                         "add one of MIG GPUs with 'gpuctl nodegroup add' (gpuctl gpus lists them), or pass "
+                         "--selector LABELS for GPU nodes of no group")
+    raise UsageError("LAYOUT", f"no node group takes {shown(text)}: "
+                     + "; ".join(f"{f}: {f.unfit}" for f in fits),
+                     "choose a layout one of them takes ('gpuctl mig validate LAYOUT --gpu GPU'), or add a node "
+                     "group of MIG GPUs ('gpuctl nodegroup add')")
 
 
 def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout, strategy: str) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from gpuctl.model.cloud_options import CloudOptions, check_options
-from gpuctl.util.errors import UsageError
+from gpuctl.model.cloud_options import CLOUD, CloudOptions, check_options
 
 if TYPE_CHECKING:
     from gpuctl.model.capabilities import Capabilities
@@ -21,10 +20,9 @@ PROVIDERS: dict[str, str] = {
 
 
 def check_cloud(cloud: str, field: str = "--cloud") -> str:
-    """Return `cloud` if a provider exists for it, else raise a UsageError naming `field`."""
-    if cloud not in PROVIDERS:
-        raise UsageError(field, f"unknown cloud {cloud!r}", f"use one of: {', '.join(PROVIDERS)}")
-    return cloud
+    """`cloud` in its canonical spelling (any case: model.cloud_options.CLOUD, as a spec reads it), where a
+    provider exists for it; else a UsageError naming `field`, with the cloud meant by a near miss."""
+    return CLOUD.check(cloud, field)
 
 
 def capabilities_of(cloud: str) -> Capabilities:

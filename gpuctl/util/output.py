@@ -10,7 +10,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from gpuctl.util.choices import Choice
+
 FORMATS = ("table", "json", "yaml")
+FORMAT = Choice("format", FORMATS, {"yml": ("yaml",), "text": ("table",), "wide": ("table",)})  # -o, any case
 
 
 def _to_stderr(message: str) -> None:

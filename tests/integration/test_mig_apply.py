@@ -77,7 +77,7 @@ def test_mig_apply_reaches_success_with_mig_resources(mig_env: dict[str, str]) -
     (["2g.20gb", "--nodegroup", "a100"], "unknown profile '2g.20gb' for a100-40gb"),
     (["all-balanced", "--nodegroup", "t4"], "t4 does not support MIG"),
     (["3g.20gb-2x2g.10gb", "--nodegroup", "a100", "--strategy", "single"], "single needs one profile per GPU"),
-    (["all-balanced"], "--nodegroup: no nodes targeted"),
+    (["2g.20gb"], "LAYOUT: no node group takes '2g.20gb': 'a100' (a100-40gb, 2 nodes): unknown profile"),
 ])
 def test_invalid_layouts_are_rejected_before_any_write(mig_env: dict[str, str], args: list[str], message: str) -> None:
     before = node_labels(mig_env)

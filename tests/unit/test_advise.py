@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import datetime, timezone
 from typing import Any
 
 from gpuctl.kube.prometheus import Prometheus
@@ -204,3 +205,68 @@ def test_devices_held_by_claim_are_left_out_of_the_sharing_rules_and_it_says_so(
     note = claims_note(view)
     assert note is not None and note.startswith("1 device(s) held through ResourceClaims (DRA)")
     assert "not with --slices" in note
+
+
+# -- the coverage gate: no advice from a window Prometheus covers less than 90 % of ------------------------
+
+NOW = datetime(2026, 11, 26, 16, 30, tzinfo=timezone.utc)
+
+
+def _tenant_left_idle(coverage: float | None) -> tuple[Canned, ClusterView]:
+    """The issue's case: a tenant made a minute ago holds nothing yet; Prometheus covers `coverage` of 1h."""
+    canned = Canned()
+    add_tenant(canned, "team-a", allocated_avg=0.0, allocated_peak=0, busy_avg=0.0)
+    if coverage is not None:
+        canned.add(promql.coverage(promql.Where()), {}, coverage)
+    view = ClusterView({}, [], {"team-a": TenantInfo("team-a", {"nvidia.com/gpu": 4}, None, None)})
+    return canned, view
+
+
+def _advise(canned: Canned, view: ClusterView, monkeypatch: Any) -> dict[str, Any]:
+    """ops.advise.advise on the fake Prometheus, the cluster given as data (its reads replaced)."""
+    from types import SimpleNamespace
+
+    from gpuctl.ops import advise as ops_advise
+    from gpuctl.ops import gpu_metrics
+
+    monkeypatch.setattr(gpu_metrics, "read_cluster", lambda client: view)
+    monkeypatch.setattr(ops_advise, "read_queues", lambda client, v: None)
+    monkeypatch.setattr(ops_advise, "recorded_groups", lambda client: {})
+    monkeypatch.setattr(ops_advise, "cluster_identity", lambda server, context: IDENTITY)
+    client = SimpleNamespace(configuration=SimpleNamespace(host="https://127.0.0.1:1"))
+    with fake_prometheus(canned) as url:
+        return ops_advise.advise(client, Prometheus(url), "1h", now=NOW)  # type: ignore[arg-type]
+
+
+def test_a_window_covered_1_7_percent_gives_no_advice_but_when_it_can_follow(monkeypatch: Any) -> None:
+    result = _advise(*_tenant_left_idle(60 / 3600), monkeypatch)
+    assert result["advice"] == []
+    gate = result["withheld"]
+    assert (gate["covered_s"], gate["window_s"], gate["coverage_pct"], gate["needed_pct"]) == (60, 3600, 1.7, 90)
+    assert gate["ready_at"] == "2026-11-26T17:23:00Z" and gate["ready_in_s"] == 3240 - 60  # 90 % of 1h = 54m
+    assert gate["since"] == "1m"  # 1m of series covers a 1m window
+    text = render_text(result)
+    assert text.splitlines() == [
+        "no advice yet: Prometheus has 1m of the 1h window (1.7 %); advice needs 90 % of it",
+        "advice from the 1h window can follow at 2026-11-26 17:23:00 UTC (in 53m), or now with --since 1m"]
+    assert "apply:" not in text and "held 0.00" not in text
+
+
+def test_too_little_for_even_a_1m_window_says_when_that_one_follows(monkeypatch: Any) -> None:
+    result = _advise(*_tenant_left_idle(0.004), monkeypatch)  # the issue's 0.4 %: 14 s of 1h
+    assert result["advice"] == [] and result["withheld"]["since"] is None
+    assert render_text(result).splitlines()[1].endswith("(in 53m46s), or with --since 1m in 40s")
+
+
+def test_no_gpu_series_at_all_gives_no_advice_and_no_made_up_time(monkeypatch: Any) -> None:
+    result = _advise(*_tenant_left_idle(None), monkeypatch)
+    assert result["advice"] == [] and result["withheld"]["ready_at"] is None
+    assert "Prometheus has no GPU series in the 1h window (0.0 %)" in render_text(result)
+
+
+def test_a_window_covered_90_percent_gives_its_advice_unchanged(monkeypatch: Any) -> None:
+    result = _advise(*_tenant_left_idle(0.9), monkeypatch)
+    assert result["withheld"] is None
+    [advice] = result["advice"]
+    assert advice["rule"] == "unused-quota" and advice["command"] == "gpuctl tenant add team-a --gpus 1"
+    assert render_text(result).startswith("1. tenant team-a: lower its quota")
