@@ -6,4 +6,4 @@ gpuctl cluster create --cloud sim --name demo --gpu t4 --nodes 2 --slices 4
 gpuctl tenant add team-a --gpus 4
 kubectl -n team-a apply -f examples/gpu-job.yaml
 kubectl -n team-a wait --for=condition=complete job/cuda-vectoradd --timeout=60s
-kubectl -n team-a logs job/cuda-vectoradd
+kubectl -n team-a get pods -l job-name=cuda-vectoradd -o wide
