@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gpuctl.ops.smoke import Check
     from gpuctl.ops.steps import Reporter, StepResult
     from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
+    from gpuctl.stack.helm import HelmTarget
     from gpuctl.tools.installer import InstalledTool
 
 # The result types of the API, loaded with the operations that make them.
@@ -136,35 +137,81 @@ def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[Clust
             for c in _provider(cloud, options).list_clusters()]
 
 
-def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec, options: CloudOptions | None = None,
-                   kubeconfig: Path | None = None, context: str | None = None) -> Change:
-    """Make or converge the node group; then, where tenants have GPU tolerations, give them the new group's
-    (reached through `kubeconfig` and `context` as delete_node_group does)."""
+def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec | GroupPlan, options: CloudOptions | None = None,
+                   kubeconfig: Path | None = None, context: str | None = None, unstated: frozenset[str] = frozenset(),
+                   report: Reporter | None = None) -> Change:
+    """Make or converge the node group, then configure it as `apply` would where gpuctl set up the cluster's GPU
+    stack (its record, labels, sharing or MIG layout, the stack's settings, the tenants' tolerations), each
+    step told to `report`; `unstated`: what the command left unsaid of it (gpuctl.model.spec.UNSTATED), kept as
+    recorded for an existing group. Reached through `kubeconfig` and `context` (else the provider's name)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
+    from gpuctl.ops.nodegroups import configure_group, recorded_stack, resolved
     from gpuctl.providers import get_provider
 
     check_kubeconfig(kubeconfig)
+    plan = spec if isinstance(spec, GroupPlan) else GroupPlan(spec)
     provider = get_provider(cloud, options)
-    provider.check_node_group(spec)
+    provider.check_node_group(plan.spec)
     provider.check_credentials()
-    change = provider.ensure_node_group(cluster, spec)
-    _refresh_tolerations(provider, cluster, spec.name, kubeconfig, context, GroupPlan(spec))
-    return change
+    client = _cluster_client(provider, cluster, kubeconfig, context)
+    stack = recorded_stack(client, plan, unstated)  # refused before any write where it cannot be configured
+    if stack is None:  # no GPU stack of gpuctl's: the cloud's node group, and the tenants' tolerations
+        change = provider.ensure_node_group(cluster, plan.spec)
+        _refresh_tolerations(provider, cluster, plan.spec.name, kubeconfig, context, plan)
+        return change
+    platform = resolved(client, plan, unstated, stack, cloud, cluster, options or CloudOptions())
+    change = provider.ensure_node_group(cluster, platform.groups[0].spec)
+    steps = configure_group(provider, platform, client, _helm_target(kubeconfig, context, provider, cluster),
+                            report or (lambda _: None))
+    configured = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in steps)
+    return Change.UPDATED if change is Change.NO_CHANGE and configured else change
 
 
-def scale_node_group(cloud: str, cluster: str, name: str, nodes: int, options: CloudOptions | None = None,
-                     kubeconfig: Path | None = None, context: str | None = None) -> Change:
-    """Scale the node group, then give its nodes the group's recorded configuration (new nodes join without
-    the sharing or MIG layout gpuctl set on their siblings), through `kubeconfig` and `context` (else the
-    provider's context name)."""
+def _helm_target(kubeconfig: Path | None, context: str | None, provider: Provider, cluster: str) -> HelmTarget:
+    """Helm's way to the cluster, as _cluster_client's: the user's kubeconfig and context (else the provider's
+    context name); where that file has no such context, the provider's kubeconfig in a private file removed
+    when gpuctl exits."""
+    import atexit
+    import os
+    import tempfile
+
+    import yaml
+
+    from gpuctl.kube.client import api_client
+    from gpuctl.stack.helm import HelmTarget as Target
+    from gpuctl.util.errors import GpuctlError
+
+    name = context or provider.context_name(cluster)
+    try:
+        api_client(kubeconfig, name)
+        return Target(kubeconfig, name)
+    except GpuctlError:
+        doc = provider.kubeconfig(cluster)
+    handle, path = tempfile.mkstemp(prefix="gpuctl-kubeconfig-", suffix=".yaml")  # mode 0600
+    atexit.register(lambda: Path(path).unlink(missing_ok=True))
+    with os.fdopen(handle, "w") as out:
+        yaml.safe_dump(doc, out)
+    return Target(Path(path), doc["current-context"])
+
+
+def scale_node_group(cloud: str, cluster: str, name: str, nodes: int | None, options: CloudOptions | None = None,
+                     kubeconfig: Path | None = None, context: str | None = None, min_nodes: int | None = None,
+                     max_nodes: int | None = None) -> Change:
+    """Scale the node group (0 nodes included, where the cloud takes it), or set its bounds; a Karpenter group's
+    NodePool limit (gpuctl.ops.nodegroups.scale_group). Then give its nodes the group's recorded
+    configuration (new nodes join without the sharing or MIG layout gpuctl set on their siblings), through
+    `kubeconfig` and `context` (else the provider's context name)."""
+    from functools import cache
+
     from gpuctl.kube.kubeconfig import check_kubeconfig
+    from gpuctl.ops.nodegroups import scale_group
     from gpuctl.ops.platform import configure_recorded_group
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
-    change = provider.scale_node_group(cluster, name, nodes)
-    client = _cluster_client(provider, cluster, kubeconfig, context)
-    configured = configure_recorded_group(client, provider.node_selector(name), name)
+    client = cache(lambda: _cluster_client(provider, cluster, kubeconfig, context))
+    change = scale_group(provider, cluster, name, nodes, min_nodes, max_nodes, client)
+    configured = configure_recorded_group(client(), provider.node_selector(name), name)
     return Change.UPDATED if change is Change.NO_CHANGE and configured is not Change.NO_CHANGE else change
 
 
@@ -172,14 +219,18 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
                       kubeconfig: Path | None = None, context: str | None = None) -> Change:
     """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
     stack's settings), reached through `kubeconfig` and `context` where it can be."""
+    from functools import cache
+
     from gpuctl.kube.kubeconfig import check_kubeconfig
+    from gpuctl.ops.nodegroups import delete_group
     from gpuctl.ops.platform import forget_recorded_group
     from gpuctl.util.errors import GpuctlError
     from gpuctl.util.output import info
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
-    change = provider.delete_node_group(cluster, name)
+    change = delete_group(provider, cluster, name, cache(lambda: _cluster_client(provider, cluster, kubeconfig,
+                                                                                 context)))
     try:
         forget_recorded_group(_cluster_client(provider, cluster, kubeconfig, context), name)
     except GpuctlError as e:  # the group is gone either way; a record left behind only widens tolerations
@@ -217,12 +268,22 @@ def _cluster_client(provider: Provider, cluster: str, kubeconfig: Path | None, c
         return api_client(config_dict=provider.kubeconfig(cluster))
 
 
-def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None) -> NodeGroupInfo | None:
-    return _provider(cloud, options).get_node_group(cluster, name)
+def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None,
+                   kubeconfig: Path | None = None, context: str | None = None) -> NodeGroupInfo | None:
+    """The node group: its cloud node group, its Karpenter NodePool, or both (gpuctl.ops.nodegroups)."""
+    from gpuctl.ops.nodegroups import get_group
+
+    provider = _provider(cloud, options)
+    return get_group(provider, cluster, name, lambda: _cluster_client(provider, cluster, kubeconfig, context))
 
 
-def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None) -> list[NodeGroupInfo]:
-    return _provider(cloud, options).list_node_groups(cluster)
+def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None, kubeconfig: Path | None = None,
+                     context: str | None = None) -> list[NodeGroupInfo]:
+    """Every node group of the cluster, Karpenter's included (`scaling` says which: cloud, karpenter or both)."""
+    from gpuctl.ops.nodegroups import list_groups
+
+    provider = _provider(cloud, options)
+    return list_groups(provider, cluster, lambda: _cluster_client(provider, cluster, kubeconfig, context))
 
 
 # -- what the CLI's cluster-side commands call: each reaches the cluster through `kubeconfig` and `context`

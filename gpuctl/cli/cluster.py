@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -16,13 +16,17 @@ from gpuctl.cli.options import (
     GpusPerNode,
     InstanceType,
     Keypair,
+    Labels,
     MaxNodes,
+    MigLayoutOption,
     MinNodes,
     NodeRole,
     Nodes,
     OsCloud,
     Profile,
     Region,
+    SharingMode,
+    Slices,
     Subnets,
     Taints,
     Template,
@@ -30,7 +34,7 @@ from gpuctl.cli.options import (
     cloud_options,
 )
 from gpuctl.cli.settings import confirm_or_refuse, settings
-from gpuctl.cli.types import count, seconds
+from gpuctl.cli.types import seconds
 from gpuctl.util.output import emit, info
 
 if TYPE_CHECKING:
@@ -56,8 +60,10 @@ def create(
     nodes: Nodes = 1,
     gpus_per_node: GpusPerNode = None,
     nodegroup_name: Annotated[str, typer.Option("--nodegroup-name", help="Name of the GPU node group.")] = "gpu",
-    slices: Annotated[Optional[int], typer.Option("--slices", parser=count, help="Share each GPU N ways (time-slicing unless --sharing says otherwise).")] = None,
-    sharing: Annotated[Optional[str], typer.Option("--sharing", help="time-slicing, mps or none.")] = None,
+    slices: Slices = None,
+    sharing: SharingMode = None,
+    mig_layout: MigLayoutOption = None,
+    label: Labels = None,
     taint: Taints = None,
     nfd: Annotated[Optional[str], typer.Option("--nfd", help="Who deploys Node Feature Discovery: standalone (default) or operator.")] = None,
     charts: Annotated[Optional[str], typer.Option("--charts", help="Chart source: upstream, bundled, a directory, or an oci:// mirror (default: per cloud).")] = None,
@@ -87,7 +93,7 @@ def create(
 ) -> None:
     """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
     from gpuctl import api
-    from gpuctl.cli.documents import cluster_document, sharing_document
+    from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
     from gpuctl.model.change import Change
     from gpuctl.model.specfile import export_spec as render_spec
 
@@ -97,7 +103,8 @@ def create(
         name, cloud,
         group={"name": nodegroup_name, "gpu": gpu, "nodes": nodes, "gpusPerNode": gpus_per_node,
                "minNodes": min_nodes, "maxNodes": max_nodes, "flavor": flavor, "instanceType": instance_type,
-               "taints": taint, "sharing": sharing_document(slices, sharing)},
+               "taints": taint, "labels": labels_document(label),
+               "sharing": sharing_document(slices, sharing, mig_layout)},
         provider={"region": region, "os_cloud": os_cloud, "profile": profile, "template": template,
                   "keypair": keypair, "ami_type": ami_type, "node_role": node_role, "subnets": subnet,
                   "kubernetes_version": kubernetes_version, "exec_auth": exec_auth},
@@ -105,6 +112,9 @@ def create(
                   "validate": validate},
         karpenter=karpenter, kueue=kueue, dra=dra, dra_alpha_sharing=dra_alpha_sharing)
     spec = api.to_platform(*api.load_document(raw, flags))
+    # What it leaves unsaid of a group the cluster has recorded (a re-run) stays as recorded; a spec file is exact.
+    spec = replace(spec, unstated=unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout),
+                                            "migStrategy": mig_strategy}))
     cloud = spec.cloud  # as the document reads it: --cloud SIM is sim
     if export_spec:
         print(render_spec(spec), end="")
@@ -113,7 +123,8 @@ def create(
     result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
-    groups = [asdict(g) for g in api.list_node_groups(cloud, name, spec.options)]
+    groups = [asdict(g) for g in api.list_node_groups(cloud, name, spec.options, result.kubeconfig,
+                                                      opts.context)]
     if opts.output == "table":
         emit(groups, opts.output, NODEGROUP_COLUMNS)
     else:

@@ -12,6 +12,7 @@ from typing import Any
 from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
 from gpuctl.model.naming import parse_count
 from gpuctl.model.sharing import SECTIONS, STRATEGY
+from gpuctl.model.spec import UNSTATED
 from gpuctl.model.specfile import PROVIDER_KEYS
 from gpuctl.util.errors import UsageError, shown
 
@@ -21,7 +22,8 @@ GROUP = "spec.nodeGroups[0]"
 _PROVIDER_KEYS = {attr: key for key, attr in PROVIDER_KEYS.items() if key != "cloud"}
 _GROUP_FLAGS = {"name": "--name", "gpu": "--gpu", "nodes": "--nodes", "gpusPerNode": "--gpus-per-node",
                 "minNodes": "--min-nodes", "maxNodes": "--max-nodes", "flavor": "--flavor",
-                "instanceType": "--instance-type", "taints": "--taint", "sharing": "--slices"}
+                "instanceType": "--instance-type", "taints": "--taint", "sharing": "--slices",
+                "sharing.mig": "--mig-layout", "labels": "--label"}
 
 
 def _given(values: dict[str, Any]) -> dict[str, Any]:
@@ -29,8 +31,38 @@ def _given(values: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v not in (None, [], ())}
 
 
-def sharing_document(slices: int | None, strategy: str | None) -> dict[str, Any] | None:
-    """`--slices N [--sharing time-slicing|mps|none]` as a node group's `sharing:` section."""
+def labels_document(items: list[str] | None) -> dict[str, str] | None:
+    """`--label KEY=VALUE` (repeatable) as a node group's `labels:` mapping (keys and values are judged by the
+    document's validation, as a spec file's are)."""
+    labels: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError("--label", f"{shown(item)} is not KEY=VALUE", "write e.g. --label team=ml")
+        if key in labels:
+            raise UsageError("--label", f"label {shown(key)} given twice", "give each label once")
+        labels[key] = value
+    return labels or None
+
+
+def unstated(given: dict[str, Any]) -> frozenset[str]:
+    """What a command line left unsaid (gpuctl.model.spec.UNSTATED): `given` holds, for each such field, the
+    values of the flags that state it (None or empty where not given). A recorded node group keeps those."""
+    def said(value: Any) -> bool:
+        return any(map(said, value)) if isinstance(value, tuple) else value not in (None, [], ())
+
+    return frozenset(field for field in UNSTATED if not said(given.get(field)))
+
+
+def sharing_document(slices: int | None, strategy: str | None,
+                     mig_layout: str | None = None) -> dict[str, Any] | None:
+    """`--slices N [--sharing time-slicing|mps|none]` or `--mig-layout LAYOUT` as a node group's `sharing:`
+    section (None: no sharing)."""
+    if mig_layout is not None:
+        if slices is not None or strategy is not None:
+            raise UsageError("--mig-layout", "a node group's GPUs are either MIG-partitioned or shared whole",
+                             "drop --slices/--sharing, or --mig-layout")
+        return {"mig": {"layout": mig_layout}}
     chosen = STRATEGY.check(strategy, "--sharing") if strategy is not None else (  # '' is judged
         "time-slicing" if slices is not None else "none")
     if chosen == "none":

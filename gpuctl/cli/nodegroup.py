@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -16,25 +16,45 @@ from gpuctl.cli.options import (
     GpusPerNode,
     InstanceType,
     Keypair,
+    Labels,
     MaxNodes,
+    MigLayoutOption,
     MinNodes,
     NodeRole,
     Nodes,
     OsCloud,
     Profile,
     Region,
+    SharingMode,
+    Slices,
     Subnets,
     Taints,
     Yes,
     cloud_options,
 )
 from gpuctl.cli.settings import confirm_or_refuse, settings
+from gpuctl.cli.types import count
+from gpuctl.util.errors import UsageError
 from gpuctl.util.output import emit, info
+
+if TYPE_CHECKING:
+    from gpuctl.api import StepResult
+    from gpuctl.model.cloud_options import CloudOptions
 
 app = typer.Typer(help="Add, scale, delete and list GPU node groups.", no_args_is_help=True)
 
 Name = Annotated[str, typer.Option("--name", help="Node group name.")]
-COLUMNS = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
+# scaling: cloud (a node group of the cloud's), karpenter (a NodePool: min 0, max its limit, nodes = launched),
+# or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too.
+COLUMNS = ("name", "cluster", "gpu", "gpus_per_node", "scaling", "min_nodes", "max_nodes", "nodes", "ready_nodes",
+           "launched")
+ScaleNodes = Annotated[Optional[int], typer.Option("--nodes", parser=count, help="Nodes the group runs (0 allowed; a minimum above it is lowered unless --min-nodes says otherwise). A Karpenter group keeps no count: the most nodes its NodePool may launch, as --max-nodes.")]
+ScaleMin = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: kept, lowered to --nodes where above it). A Karpenter group has none: only 0 is taken.")]
+ScaleMax = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: kept, raised to --nodes where below it). A Karpenter group: its NodePool's limit, the most nodes Karpenter may launch (nodes launched above a lowered limit stay until consolidated).")]
+
+
+def _step(result: StepResult) -> None:
+    info(f"  {result.name:<32} {result.outcome.value:<10} {result.seconds:6.1f}s")
 
 
 def _checked(cloud: str, cluster: str) -> str:
@@ -52,41 +72,53 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         gpus_per_node: GpusPerNode = None, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
         profile: Profile = None, flavor: Flavor = None, keypair: Keypair = None, instance_type: InstanceType = None,
         ami_type: AmiType = None, node_role: NodeRole = None, subnet: Subnets = None, min_nodes: MinNodes = None,
-        max_nodes: MaxNodes = None, taint: Taints = None) -> None:
-    """Add a GPU node group (or converge an existing one to these values)."""
+        max_nodes: MaxNodes = None, taint: Taints = None, label: Labels = None, slices: Slices = None,
+        sharing: SharingMode = None, mig_layout: MigLayoutOption = None) -> None:
+    """Add a GPU node group (or converge an existing one to these values: what is not given of an existing
+    group, its labels, taints and sharing, stays as recorded). Where gpuctl set up the cluster's GPU stack the
+    group is configured as `apply` configures one: labels, sharing or MIG layout, the stack's settings."""
     from gpuctl import api
-    from gpuctl.cli.documents import cluster_document
-    from gpuctl.model.specfile import node_group_spec
+    from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
 
     # The same document and validators as `cluster create` and spec files; errors name these flags.
     raw, flags = cluster_document(
         cluster, cloud,
         group={"name": name, "gpu": gpu, "nodes": nodes, "gpusPerNode": gpus_per_node, "minNodes": min_nodes,
-               "maxNodes": max_nodes, "flavor": flavor, "instanceType": instance_type, "taints": taint},
+               "maxNodes": max_nodes, "flavor": flavor, "instanceType": instance_type, "taints": taint,
+               "labels": labels_document(label), "sharing": sharing_document(slices, sharing, mig_layout)},
         provider={"region": region, "os_cloud": os_cloud, "profile": profile, "keypair": keypair,
                   "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
-    doc, [group] = api.load_document(raw, flags)
-    spec, options, cloud = node_group_spec(group), doc.options, doc.cloud
+    platform = api.to_platform(*api.load_document(raw, flags))
+    options, cloud = platform.options, platform.cloud
     opts = settings(ctx)
-    change = api.add_node_group(cloud, cluster, spec, options, opts.kubeconfig, opts.context)
+    left = unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout)})
+    change = api.add_node_group(cloud, cluster, platform.groups[0], options, opts.kubeconfig, opts.context,
+                                unstated=left - {"migStrategy"}, report=_step)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 
 
 @app.command()
-def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: Nodes, cloud: Cloud = "sim",
-          region: Region = None, os_cloud: OsCloud = None, profile: Profile = None) -> None:
-    """Change the number of nodes of a node group."""
+def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: ScaleNodes = None, min_nodes: ScaleMin = None,
+          max_nodes: ScaleMax = None, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
+          profile: Profile = None) -> None:
+    """Change the number of nodes of a node group (0 included, where the cloud takes it: the sim, Magnum,
+    EKS), or its bounds. A Karpenter group's NodePool limit is the most nodes Karpenter may launch for it."""
     from gpuctl import api
-    from gpuctl.model.naming import check_count, check_name
+    from gpuctl.model.naming import MAX_NODES, check_count, check_name
 
     cloud = _checked(cloud, cluster)
     check_name(name, "--name")
-    check_count(nodes, "--nodes")
+    for value, flag in ((nodes, "--nodes"), (min_nodes, "--min-nodes"), (max_nodes, "--max-nodes")):
+        if value is not None:
+            check_count(value, flag, minimum=0, maximum=MAX_NODES)
+    if nodes is None and min_nodes is None and max_nodes is None:
+        raise UsageError("--nodes", "nothing to change", "pass --nodes N (or --min-nodes / --max-nodes)")
     options = cloud_options(region, os_cloud, profile)
     opts = settings(ctx)
-    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.kubeconfig, opts.context)
+    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.kubeconfig, opts.context,
+                                  min_nodes=min_nodes, max_nodes=max_nodes)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 
@@ -114,12 +146,15 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
     from gpuctl import api
 
     cloud = _checked(cloud, cluster)
-    rows = [asdict(g) for g in api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile))]
-    emit(rows, settings(ctx).output, COLUMNS)
+    opts = settings(ctx)
+    rows = [asdict(g) for g in api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile),
+                                                    opts.kubeconfig, opts.context)]
+    emit(rows, opts.output, COLUMNS)
 
 
-def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: object) -> None:
+def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: CloudOptions) -> None:
     from gpuctl import api
 
-    group = api.get_node_group(cloud, cluster, name, options)  # type: ignore[arg-type]
-    emit([asdict(group)] if group else [], settings(ctx).output, COLUMNS)
+    opts = settings(ctx)
+    group = api.get_node_group(cloud, cluster, name, options, opts.kubeconfig, opts.context)
+    emit([asdict(group)] if group else [], opts.output, COLUMNS)

@@ -52,6 +52,12 @@ InstanceType = Annotated[Optional[str], typer.Option("--instance-type", help="EK
 AmiType = Annotated[Optional[str], typer.Option("--ami-type", help="EKS: AL2023_x86_64_NVIDIA (default) or BOTTLEROCKET_x86_64_NVIDIA.")]
 NodeRole = Annotated[Optional[str], typer.Option("--node-role", help="EKS: node IAM role ARN (default: created with the managed policies it needs).")]
 Subnets = Annotated[Optional[list[str]], typer.Option("--subnet", help="EKS: subnet id for the nodes (repeatable).")]
-MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: --nodes).")]
-MaxNodes = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: --nodes).")]
-Taints = Annotated[Optional[list[str]], typer.Option("--taint", help="GPU node taint key=value:Effect (repeatable; default nvidia.com/gpu=true:NoSchedule).")]
+MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: --nodes). A Karpenter node group has none (0).")]
+MaxNodes = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: --nodes). With Karpenter: the most nodes the group's NodePool may launch.")]
+Taints = Annotated[Optional[list[str]], typer.Option("--taint", help="GPU node taint key=value:Effect (repeatable; default nvidia.com/gpu=true:NoSchedule; a re-run without it keeps the group's recorded taints).")]
+# A node group's labels, sharing and MIG layout: the spec's `labels` and `sharing` (a re-run without them keeps what
+# the group has recorded, as `helm upgrade --reuse-values` would).
+Labels = Annotated[Optional[list[str]], typer.Option("--label", metavar="KEY=VALUE", help="Label for the group's nodes (repeatable; spec: labels). A re-run without it keeps the group's recorded labels.")]
+Slices = Annotated[Optional[int], typer.Option("--slices", parser=count, help="Share each GPU N ways (time-slicing unless --sharing says otherwise). A re-run without --slices/--sharing keeps the group's recorded sharing.")]
+SharingMode = Annotated[Optional[str], typer.Option("--sharing", help="time-slicing, mps or none.")]
+MigLayoutOption = Annotated[Optional[str], typer.Option("--mig-layout", metavar="LAYOUT", help="MIG layout of the group's GPUs, e.g. 3g.20gb-2x2g.10gb (spec: sharing.mig.layout; see 'gpuctl mig validate').")]

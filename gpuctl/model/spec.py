@@ -65,10 +65,18 @@ class PlatformSpec:
     # Node groups the cluster has (group_records.py) that this spec does not name: they shape the cluster-wide
     # state in `stack` and the GPU configs, and no step acts on them.
     others: tuple[GroupPlan, ...] = ()
+    # What a command line left unsaid of its node groups (UNSTATED names): a group the cluster has recorded keeps
+    # its recorded value there (ops.group_records.with_recorded). A spec file states everything: empty.
+    unstated: frozenset[str] = frozenset()
 
     @property
     def every_group(self) -> tuple[GroupPlan, ...]:
         return self.groups + self.others
+
+
+# A node group's fields a command line may leave unsaid: its labels, taints, sharing (or MIG layout), and the
+# cluster's MIG strategy (which the node groups' sharing constrains).
+UNSTATED = ("labels", "taints", "sharing", "migStrategy")
 
 
 def all_taints(groups: tuple[GroupPlan, ...]) -> tuple[Taint, ...]:

@@ -357,7 +357,7 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
         check_label_key(key, f"{path}.labels")
         check_label_value(value, f"{path}.labels.{key}")
     taints = parse_taints(group.taints or (), f"{path}.taints")
-    mig = parse_layout(group.mig_layout, model, f"{path}.sharing.mig.layout") if group.mig_layout else None
+    mig = parse_layout(group.mig_layout, model, f"{path}.sharing.mig.layout") if group.mig_layout is not None else None
     if group.sharing.config_key:
         kind = SECTIONS[group.sharing.strategy]
         check_sharing_fits(group.sharing, model, f"{path}.sharing.{kind}.replicas")

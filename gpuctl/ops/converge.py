@@ -62,6 +62,15 @@ def read_recorded_groups(client: ApiClient) -> dict[str, GroupPlan]:
     return read_group_plans(core(client), config_namespace(client))
 
 
+def read_recorded_stack(client: ApiClient) -> StackSpec | None:
+    """How gpuctl last set up the cluster's GPU stack (its record beside the GPU configs); None where it has not."""
+    from gpuctl.stack.existing import config_namespace
+    from gpuctl.stack.values import stack_from_record
+
+    record = read_config_map_data(core(client), config_namespace(client), STACK_CONFIGMAP) or {}
+    return stack_from_record(record["stack.json"]) if "stack.json" in record else None
+
+
 def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...],  # noqa: ANN001
                     labels: dict[str, str] | None = None) -> Change:
     """Taints, the device-plugin config label and the group's labels: one patch per node that differs."""

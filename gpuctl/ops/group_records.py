@@ -10,13 +10,15 @@ compares each node with its group's record rather than with what the node happen
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.model.sharing import CONFIG_LABEL, Sharing
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
+from gpuctl.model.stack_spec import GroupSharing, choose_mig_strategy
 from gpuctl.model.taints import parse_taints
 from gpuctl.util.errors import UsageError
 
@@ -83,3 +85,35 @@ def node_drift(name: str, labels: dict[str, str], taints: set[tuple[str, str, st
     drift += [f"{name} lacks its group's taint {t}" for t in plan.spec.taints
               if (t.key, t.value or "", t.effect) not in taints]
     return drift
+
+
+def with_recorded(spec: PlatformSpec, recorded: dict[str, GroupPlan], stack_strategy: str | None) -> PlatformSpec:
+    """`spec` with what its command line left unsaid (spec.unstated) taken from the cluster's records: a recorded
+    node group keeps its labels, taints and sharing or MIG layout where the command named none, as `kubectl
+    label` and `helm upgrade --reuse-values` leave alone what they are not told. The MIG strategy, where unsaid,
+    stays `stack_strategy` (the cluster's) where it fits every group, else is chosen from them. A spec file
+    states the whole group: spec.unstated is empty and `spec` comes back as it is."""
+    if not spec.unstated:
+        return spec
+    groups = []
+    for plan in spec.groups:
+        kept, old = plan, recorded.get(plan.spec.name)
+        if old is not None:
+            if "labels" in spec.unstated:
+                kept = replace(kept, labels=dict(old.labels))
+            if "taints" in spec.unstated:
+                kept = replace(kept, spec=replace(kept.spec, taints=old.spec.taints))
+            if "sharing" in spec.unstated and old.spec.gpu == plan.spec.gpu:  # a layout is of one GPU model
+                kept = replace(kept, sharing=old.sharing, mig=old.mig)
+        groups.append(kept)
+    every = tuple(groups) + others_of({g.spec.name for g in groups}, recorded)
+    sharing = [GroupSharing(g.spec.name, g.sharing.strategy, g.mig.profiles if g.mig else ()) for g in every]
+    strategy = spec.stack.mig_strategy
+    if "migStrategy" in spec.unstated:
+        try:
+            strategy = choose_mig_strategy(stack_strategy, sharing, "spec.gpuOperator.migStrategy")
+        except UsageError:  # the cluster's no longer fits: chosen as for a new cluster
+            strategy = choose_mig_strategy(None, sharing, "spec.gpuOperator.migStrategy")
+    stack = replace(spec.stack, taints=all_taints(tuple(groups)), mig_strategy=strategy,
+                    shares_gpus=any(g.sharing.config_key for g in groups))
+    return replace(spec, groups=tuple(groups), stack=stack)

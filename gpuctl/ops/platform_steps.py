@@ -97,7 +97,14 @@ def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmT
     from gpuctl.stack.existing import read_stack
     from gpuctl.stack.owners import check_single_owners
 
-    spec = with_cluster_groups(spec, read_recorded_groups(client))
+    recorded = read_recorded_groups(client)
+    if spec.unstated:  # a command line's: what it left unsaid of a recorded group stays as recorded
+        from gpuctl.ops.converge import read_recorded_stack
+        from gpuctl.ops.group_records import with_recorded
+
+        stack = read_recorded_stack(client)
+        spec = with_recorded(spec, recorded, stack.mig_strategy if stack else None)
+    spec = with_cluster_groups(spec, recorded)
     for index, tenant in enumerate(spec.tenants):
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt", kueue_coming=spec.kueue)
     stack_plan = check_single_owners(read_stack(client), spec.stack)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpuctl.model.capabilities import Capabilities
 from gpuctl.model.change import Change, Step
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -30,6 +31,13 @@ class NodeGroupInfo:
     nodes: int
     ready_nodes: int
     gpus_per_node: int
+    # Who makes its nodes: `cloud` (a node group of the cloud, or the sim's), `karpenter` (a NodePool, nodes
+    # launched for pending pods), or `cloud+karpenter`; its bounds (a NodePool's: 0..its limit); how many of
+    # `nodes` Karpenter launched.
+    scaling: str = "cloud"
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    launched: int = 0
 
 
 class Provider(Protocol):
@@ -62,7 +70,10 @@ class Provider(Protocol):
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change: ...
 
-    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change: ...
+    def scale_node_group(self, cluster: str, name: str, nodes: int, min_nodes: int | None = None,
+                         max_nodes: int | None = None) -> Change:
+        """Scale to `nodes`, with the autoscaler bounds given (a bound not given: kept, widened to hold `nodes`)."""
+        ...
 
     def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None: ...
 
@@ -96,3 +107,19 @@ class RunsMonitoring(Protocol):
     def prometheus_url(self, cluster: str) -> str:
         """The base URL of the cluster's Prometheus, started first where it does not run."""
         ...
+
+
+def scaled_bounds(current: tuple[int, int | None], nodes: int, min_nodes: int | None,
+                  max_nodes: int | None) -> tuple[int, int | None]:
+    """A scaled node group's autoscaler bounds: those given, else the current ones widened just enough to hold
+    `nodes` (a minimum is lowered for a scale to 0); a UsageError naming the flag where they exclude `nodes`.
+    A maximum of None: none (Magnum's)."""
+    low = min(current[0], nodes) if min_nodes is None else min_nodes
+    high = (None if current[1] is None else max(current[1], nodes)) if max_nodes is None else max_nodes
+    if low > nodes:
+        raise UsageError("--min-nodes", f"must be at most --nodes ({nodes}), got {low}",
+                         f"pass --min-nodes {nodes} or less")
+    if high is not None and high < max(nodes, 1):
+        raise UsageError("--max-nodes", f"must be at least --nodes ({nodes}) and 1, got {high}",
+                         f"pass --max-nodes {max(nodes, 1)} or more")
+    return low, high

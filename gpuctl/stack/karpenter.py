@@ -232,8 +232,115 @@ def remove_capacity(client: ApiClient, timeout: float) -> int:
                 pools.append(name)
             with requesting(f"deleting {kind} {name}"):
                 get_or_none(api.delete_cluster_custom_object, KARPENTER, version, PLURALS[kind], name)
-    if not pools:
-        return 0
+    return wait_for_claims_gone(api, pools, timeout) if pools else 0
+
+
+# -- a NodePool as a node group: what `nodegroup list|scale|delete` read and change -------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    """gpuctl's NodePool of node group `group`: its GPU, its limit on the nodes it launches, and those nodes."""
+
+    group: str
+    gpu: str
+    gpus_per_node: int
+    max_nodes: int  # spec.limits.nodes: the most nodes Karpenter may launch for it
+    launched: int  # its NodeClaims (launched instances, joined or not)
+    ready: int  # its nodes that are Ready
+
+
+def _pool_of(item: dict[str, Any], claims: list[dict[str, Any]], nodes: list[Any]) -> Pool | None:
+    """A Pool from a NodePool gpuctl rendered (its nodes carry the group's labels); None for any other."""
+    labels = (((item.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+    group = labels.get(L.NODEGROUP)
+    name = item["metadata"]["name"]
+    if not group or name != nodepool_name(group):
+        return None
+    limit = str(((item.get("spec") or {}).get("limits") or {}).get("nodes", "0"))
+    mine = lambda labels: (labels or {}).get(L.KARPENTER_NODEPOOL) == name  # noqa: E731
+    ready = sum(1 for n in nodes if mine(n.metadata.labels)
+                and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
+    return Pool(group, labels.get(L.GPU_MODEL, "?"), int(labels.get(L.GPUS_PER_NODE) or 0),
+                int(limit) if limit.isdigit() else 0, sum(1 for c in claims if mine(c["metadata"].get("labels"))),
+                ready)
+
+
+def read_pools(client: ApiClient) -> dict[str, Pool]:
+    """gpuctl's NodePools by node group, with their NodeClaims and nodes; {} where Karpenter is not installed."""
+    from kubernetes.client import CoreV1Api, CustomObjectsApi
+
+    api = CustomObjectsApi(client)
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+    with requesting("listing gpuctl's NodePools"):
+        found = get_or_none(api.list_cluster_custom_object, KARPENTER, "v1", PLURALS["NodePool"],
+                            label_selector=selector)
+    items = (found or {}).get("items", [])
+    if not items:
+        return {}
+    with requesting("listing Karpenter's NodeClaims"):
+        claims = (get_or_none(api.list_cluster_custom_object, KARPENTER, "v1", "nodeclaims",
+                              label_selector=L.KARPENTER_NODEPOOL) or {}).get("items", [])
+    with requesting("listing the nodes Karpenter launched"):
+        nodes = CoreV1Api(client).list_node(label_selector=L.KARPENTER_NODEPOOL).items
+    pools = (_pool_of(item, claims, nodes) for item in items)
+    return {p.group: p for p in pools if p is not None}
+
+
+def set_pool_limit(client: ApiClient, group: str, max_nodes: int) -> Change:
+    """Limit node group `group`'s NodePool to `max_nodes` nodes (and their GPUs, as its nodes advertise them:
+    the ratio its limits hold, or its NodeOverlay's capacity). Nodes launched beyond a lowered limit stay
+    until Karpenter consolidates them: a limit only stops new launches."""
+    from kubernetes.client import CustomObjectsApi
+
+    from gpuctl.kube.objects import MERGE_PATCH
+
+    api = CustomObjectsApi(client)
+    name = nodepool_name(group)
+    with requesting(f"reading NodePool {name}"):
+        pool = get_or_none(api.get_cluster_custom_object, KARPENTER, "v1", PLURALS["NodePool"], name)
+    if pool is None:
+        raise ClusterError(f"NodePool {name} of node group {group!r} is gone", "rerun 'gpuctl nodegroup list'")
+    limits = dict((pool.get("spec") or {}).get("limits") or {})
+    wanted: dict[str, Any] = {"nodes": max_nodes}
+    if L.GPU_RESOURCE in limits:  # none with MIG: a MIG node's whole GPUs are 0
+        wanted[L.GPU_RESOURCE] = max_nodes * _advertised_gpus(api, pool)
+    if all(str(limits.get(k)) == str(v) for k, v in wanted.items()):
+        return Change.NO_CHANGE
+    with requesting(f"setting the limits of NodePool {name}"):
+        api.patch_cluster_custom_object(KARPENTER, "v1", PLURALS["NodePool"], name, {"spec": {"limits": wanted}},
+                                        field_manager=L.MANAGER, _content_type=MERGE_PATCH)
+    return Change.UPDATED
+
+
+def _advertised_gpus(api: Any, pool: dict[str, Any]) -> int:
+    """nvidia.com/gpu one node of the NodePool advertises: its NodeOverlay's capacity where it has one
+    (a shared GPU counts as its slices), else its GPUs per node."""
+    name = pool["metadata"]["name"]
+    with requesting(f"reading NodeOverlay {name}"):
+        overlay = get_or_none(api.get_cluster_custom_object, KARPENTER, "v1alpha1", PLURALS["NodeOverlay"], name)
+    capacity = ((overlay or {}).get("spec") or {}).get("capacity") or {}
+    if str(capacity.get(L.GPU_RESOURCE, "")).isdigit():
+        return int(capacity[L.GPU_RESOURCE])
+    labels = ((pool["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return int(labels.get(L.GPUS_PER_NODE) or 0)
+
+
+def remove_pool(client: ApiClient, group: str, timeout: float) -> int:
+    """Delete node group `group`'s NodeOverlay and NodePool and wait until Karpenter has terminated the
+    NodeClaims it launched; how many there were."""
+    from kubernetes.client import CustomObjectsApi
+
+    api = CustomObjectsApi(client)
+    name = nodepool_name(group)
+    for kind, version in (("NodeOverlay", "v1alpha1"), ("NodePool", "v1")):
+        with requesting(f"deleting {kind} {name}"):
+            get_or_none(api.delete_cluster_custom_object, KARPENTER, version, PLURALS[kind], name)
+    return wait_for_claims_gone(api, [name], timeout)
+
+
+def wait_for_claims_gone(api: Any, pools: list[str], timeout: float) -> int:
+    """Until no NodeClaim of `pools` is left (Karpenter drains and terminates each); how many there were."""
     claims_of = f"{L.KARPENTER_NODEPOOL} in ({','.join(pools)})"
     deadline = time.monotonic() + timeout
     first: int | None = None

@@ -64,3 +64,32 @@ def test_a_node_without_its_groups_sharing_drifts() -> None:
 def test_the_validated_digest_follows_the_spec() -> None:
     assert spec_digest(platform(SHARED)) == spec_digest(platform(SHARED))
     assert spec_digest(platform(SHARED)) != spec_digest(platform(SHARED, TRAINING))
+
+
+def test_a_rerun_keeps_what_its_command_line_left_unsaid_and_a_spec_file_stays_exact() -> None:
+    from dataclasses import replace
+
+    from gpuctl.model.spec import UNSTATED
+    from gpuctl.ops.group_records import with_recorded
+
+    made = platform({**SHARED, "sharing": {"mps": {"replicas": 4}},
+                     "taints": ["nvidia.com/gpu=true:NoSchedule", "pool=shared:NoSchedule"]})
+    recorded = {g.spec.name: plan_of(g.spec.name, record_of(g)) for g in made.groups}
+    rerun = platform({"name": "shared", "gpu": "t4", "nodes": 2})  # the quick start's flags: no label, no sharing
+    kept = with_recorded(replace(rerun, unstated=frozenset(UNSTATED)), recorded, made.stack.mig_strategy)
+    [group] = kept.groups
+    assert group.labels == {"workload": "inference"}
+    assert (group.sharing.strategy, group.sharing.replicas) == ("mps", 4)
+    assert [str(t) for t in group.spec.taints] == ["nvidia.com/gpu=true:NoSchedule", "pool=shared:NoSchedule"]
+    assert kept.stack.shares_gpus and kept.stack.mig_strategy == "single"  # MPS needs the single strategy
+    assert kept.stack.taints == made.stack.taints
+    # a field the command line states is its own: --label replaces the labels, the rest is kept
+    relabelled = with_recorded(replace(platform({**rerun_group(), "labels": {"team": "a"}}),
+                                       unstated=frozenset(UNSTATED) - {"labels"}), recorded, "single")
+    assert relabelled.groups[0].labels == {"team": "a"} and relabelled.groups[0].sharing.replicas == 4
+    # a spec file (nothing unstated) is exact: it empties the labels and unshares the group
+    assert with_recorded(rerun, recorded, "single") == rerun
+
+
+def rerun_group() -> dict:
+    return {"name": "shared", "gpu": "t4", "nodes": 2}

@@ -15,7 +15,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, scaled_bounds
 from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.providers.eks import nodegroups as ng
 from gpuctl.providers.eks.aws import GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated, wait_for
@@ -367,14 +367,16 @@ class EksProvider:
             self._eks().update_nodegroup_config(clusterName=cluster, nodegroupName=name, **update)
         self._wait_nodegroup(cluster, name)
 
-    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
+    def scale_node_group(self, cluster: str, name: str, nodes: int, min_nodes: int | None = None,
+                         max_nodes: int | None = None) -> Change:
+        """desiredSize `nodes`, 0 included (EKS takes minSize 0 and desiredSize 0; maxSize stays at least 1)."""
         current = self._existing_nodegroup(cluster, name)["scalingConfig"]
-        scaling = {"minSize": min(current["minSize"], nodes), "maxSize": max(current["maxSize"], nodes),
-                   "desiredSize": nodes}
+        low, high = scaled_bounds((current["minSize"], current["maxSize"]), nodes, min_nodes, max_nodes)
+        scaling = {"minSize": low, "maxSize": high, "desiredSize": nodes}
         if scaling == current:
             return Change.NO_CHANGE
         if (scaling["minSize"], scaling["maxSize"]) != (current["minSize"], current["maxSize"]):
-            info(f"widening the autoscaler bounds of {name!r} to {scaling['minSize']}..{scaling['maxSize']}")
+            info(f"setting the autoscaler bounds of {name!r} to {scaling['minSize']}..{scaling['maxSize']}")
         self._update_nodegroup(cluster, name, {"scalingConfig": scaling})
         return Change.UPDATED
 
@@ -382,13 +384,16 @@ class EksProvider:
         instance_type = (group.get("instanceTypes") or ["?"])[0]
         known = ng.catalog_instance(instance_type)
         labels = group.get("labels") or {}
-        desired = group.get("scalingConfig", {}).get("desiredSize", 0)
+        scaling = group.get("scalingConfig", {})
+        desired = scaling.get("desiredSize", 0)
         return NodeGroupInfo(
             name=group["nodegroupName"], cluster=cluster,
             gpu=known[0].name if known else labels.get(L.GPU_MODEL, "-"),
             nodes=desired,
             ready_nodes=desired if group["status"] == "ACTIVE" else 0,  # EKS keeps ACTIVE groups at desiredSize
             gpus_per_node=known[1].gpus if known else int(labels.get(L.GPUS_PER_NODE, 0)),
+            min_nodes=scaling.get("minSize"),
+            max_nodes=scaling.get("maxSize"),
         )
 
     def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:

@@ -85,6 +85,7 @@ def nodegroup_info(cluster: str, ng: Json) -> NodeGroupInfo:
     model = GPUS.get(labels.get(GPU_LABEL, "")) or gpu_for_flavor(ng.get("flavor_id") or "")
     per_node = labels.get(GPUS_PER_NODE_LABEL)
     count = int(ng.get("node_count") or 0)
+    low, high = bounds_of(ng)
     return NodeGroupInfo(
         name=ng["name"],
         cluster=cluster,
@@ -92,6 +93,8 @@ def nodegroup_info(cluster: str, ng: Json) -> NodeGroupInfo:
         nodes=count,
         ready_nodes=count if ng.get("status") in ("CREATE_COMPLETE", "UPDATE_COMPLETE") else 0,
         gpus_per_node=int(per_node) if per_node else (model.default_gpus_per_node if model else 0),
+        min_nodes=low,
+        max_nodes=high,
     )
 
 

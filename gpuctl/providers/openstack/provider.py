@@ -15,7 +15,7 @@ from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.site import openstack_flavor
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, scaled_bounds
 from gpuctl.providers.openstack import CAPABILITIES, certificates
 from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
 from gpuctl.providers.openstack.nodegroups import (
@@ -267,14 +267,17 @@ class MagnumProvider:
         self._wait_for_nodes(cluster, spec.name, spec.nodes)
         return Change.UPDATED if attrs else change
 
-    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
+    def scale_node_group(self, cluster: str, name: str, nodes: int, min_nodes: int | None = None,
+                         max_nodes: int | None = None) -> Change:
+        """To `nodes`, 0 included: gpuctl speaks microversion 1.10 or later, where Magnum resizes a node group
+        to 0 (magnum/api/controllers/v1/cluster_actions.py, resize), its min_node_count lowered to allow it."""
         record = self._settled_cluster(cluster)
         ng = self._node_group(record, name)
         if ng["role"] == "master":
             raise UsageError("--name", f"{name!r} holds the control plane", "scale a worker node group")
         ng = self._settled(record, ng)
-        # Keep the autoscaler bounds, widened just enough to hold the new count.
-        change = self._converge_size(record, ng, nodes, widened(bounds_of(ng), (nodes, nodes)))
+        # The bounds given, else the current ones widened just enough to hold the new count.
+        change = self._converge_size(record, ng, nodes, scaled_bounds(bounds_of(ng), nodes, min_nodes, max_nodes))
         self._wait_for_nodes(cluster, name, nodes)
         return change
 

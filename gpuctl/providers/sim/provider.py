@@ -24,7 +24,7 @@ from gpuctl.model.catalog import get_gpu
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
-from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
+from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, scaled_bounds
 from gpuctl.providers.sim import CAPABILITIES
 from gpuctl.simulator.nodes import DEVICES_PENDING, SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
@@ -315,17 +315,70 @@ class SimProvider:
             if current.gpus_per_node != spec.gpus_per_node:
                 raise UsageError("--gpus-per-node", f"node group {spec.name!r} has {current.gpus_per_node} "
                                  f"GPUs per node, not {spec.gpus_per_node}", "add a node group with another name")
-        return self._converge(cluster, v1, spec, existing)
+        change = self._converge(cluster, v1, spec, existing)
+        low, high = spec.bounds()
+        self._store(cluster, spec.name, {"gpu": spec.gpu.name, "gpusPerNode": spec.gpus_per_node,
+                                         "minNodes": low, "maxNodes": high})
+        return change
 
-    def scale_node_group(self, cluster: str, name: str, nodes: int) -> Change:
+    def scale_node_group(self, cluster: str, name: str, nodes: int, min_nodes: int | None = None,
+                         max_nodes: int | None = None) -> Change:
+        """To `nodes` nodes, 0 included (the group stays, as a cloud's does); the sim has no autoscaler, its
+        bounds are kept for `nodegroup list` only."""
         v1 = self._core(cluster)
         existing = self._group_nodes(v1, name)
-        if not existing:
+        current = self._describe(cluster, name, list(existing.values())) if existing else self._stored_info(cluster,
+                                                                                                           name)
+        if current is None:
             raise NotFound(f"node group {name!r} not found in sim cluster {cluster!r}",
                            f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
-        current = self._describe(cluster, name, list(existing.values()))
+        low, high = scaled_bounds((current.min_nodes or 0, current.max_nodes), nodes, min_nodes, max_nodes)
         spec = NodeGroupSpec(name, get_gpu(current.gpu), nodes, current.gpus_per_node)
-        return self._converge(cluster, v1, spec, existing)
+        change = self._converge(cluster, v1, spec, existing)
+        if not existing:  # a group of 0 nodes scaled: not a new group
+            change = Change.UPDATED if nodes else Change.NO_CHANGE
+        self._store(cluster, name, {"gpu": current.gpu, "gpusPerNode": current.gpus_per_node, "minNodes": low,
+                                    "maxNodes": high})
+        rebounded = (current.min_nodes, current.max_nodes) != (low, high)
+        return Change.UPDATED if change is Change.NO_CHANGE and rebounded else change
+
+    # The sim's own record of its node groups (a cloud keeps one): what a group of 0 nodes is, and its bounds.
+    def _store_path(self, cluster: str) -> Path:
+        return _kwok().KwokCluster(cluster).dir / "nodegroups.json"
+
+    def _stored(self, cluster: str) -> dict[str, dict[str, Any]]:
+        import json
+
+        path = self._store_path(cluster)
+        try:
+            doc = json.loads(path.read_text()) if path.exists() else {}
+        except ValueError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def _store(self, cluster: str, name: str, entry: dict[str, Any] | None) -> None:
+        import json
+
+        from gpuctl.util.files import write_atomic
+
+        stored = self._stored(cluster)
+        if entry is None:
+            stored.pop(name, None)
+        else:
+            stored[name] = entry
+        write_atomic(self._store_path(cluster), json.dumps(stored, indent=1, sort_keys=True) + "\n")
+
+    def _stored_info(self, cluster: str, name: str) -> NodeGroupInfo | None:
+        """A stored node group that has no node (scaled to 0)."""
+        entry = self._stored(cluster).get(name)
+        if entry is None:
+            return None
+        try:
+            return NodeGroupInfo(name, cluster, str(entry["gpu"]), 0, 0, int(entry["gpusPerNode"]),
+                                 min_nodes=int(entry.get("minNodes", 0)),
+                                 max_nodes=None if entry.get("maxNodes") is None else int(entry["maxNodes"]))
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def _converge(self, cluster: str, v1: CoreV1Api, spec: NodeGroupSpec, existing: dict[str, V1Node]) -> Change:
         """Create missing nodes and delete surplus ones; write only differences.
@@ -380,6 +433,8 @@ class SimProvider:
 
     def _describe(self, cluster: str, group: str, nodes: list[V1Node]) -> NodeGroupInfo:
         labels = nodes[0].metadata.labels or {}
+        stored = self._stored(cluster).get(group) or {}
+        low, high = stored.get("minNodes", len(nodes)), stored.get("maxNodes", len(nodes))
         return NodeGroupInfo(
             name=group,
             cluster=cluster,
@@ -387,11 +442,13 @@ class SimProvider:
             nodes=len(nodes),
             ready_nodes=sum(_ready(n) for n in nodes),
             gpus_per_node=int(labels.get(L.GPUS_PER_NODE, 0)),
+            min_nodes=min(int(low), len(nodes)),
+            max_nodes=max(int(high), len(nodes)) if high is not None else None,
         )
 
     def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:
         nodes = self._group_nodes(self._core(cluster), name)
-        return self._describe(cluster, name, list(nodes.values())) if nodes else None
+        return self._describe(cluster, name, list(nodes.values())) if nodes else self._stored_info(cluster, name)
 
     def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]:
         v1 = self._core(cluster)
@@ -400,15 +457,20 @@ class SimProvider:
         groups: dict[str, list[V1Node]] = {}
         for node in items:
             groups.setdefault(node.metadata.labels[L.NODEGROUP], []).append(node)
-        return [self._describe(cluster, g, nodes) for g, nodes in sorted(groups.items())]
+        found = {g: self._describe(cluster, g, nodes) for g, nodes in groups.items()}
+        for name in self._stored(cluster):
+            if name not in found and (empty := self._stored_info(cluster, name)) is not None:
+                found[name] = empty
+        return [found[g] for g in sorted(found)]
 
     def delete_node_group(self, cluster: str, name: str) -> Change:
         v1 = self._core(cluster)
         nodes = self._group_nodes(v1, name)
-        if not nodes:
+        if not nodes and name not in self._stored(cluster):
             raise NotFound(f"node group {name!r} not found in sim cluster {cluster!r}",
                            f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
         with requesting(f"deleting node group {name!r}"):
-            for node in nodes:
-                v1.delete_node(node)
+            for node in nodes.values():
+                v1.delete_node(node.metadata.name)
+        self._store(cluster, name, None)
         return Change.DELETED
