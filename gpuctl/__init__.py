@@ -20,7 +20,7 @@ _API = frozenset({
     "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
     "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
     "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-    "top_table", "advise", "advice_text",
+    "top_table", "advise", "advice_text", "add_tenant",
 })
 
 

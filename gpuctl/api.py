@@ -12,7 +12,7 @@ from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec
-from gpuctl.model.tenant import Tenant
+from gpuctl.model.tenant import Tenant, TenantUpdate
 from gpuctl.util.output import reporting
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
            "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-           "top_table", "advise", "advice_text"]
+           "top_table", "advise", "advice_text", "add_tenant"]
 
 
 def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
@@ -420,19 +420,52 @@ def ensure_tenant(tenant: Tenant, kubeconfig: Path | None = None, context: str |
     return ensure(client, tenant), read_quota(client, tenant.name)
 
 
+def add_tenant(given: Mapping[str, Any], flags: Mapping[str, str], kubeconfig: Path | None = None,
+               context: str | None = None, warn: Callable[[str], None] | None = None,
+               shrink: bool = False) -> TenantUpdate:
+    """`gpuctl tenant add`: create tenant `given["name"]`, or update it keeping every field `given` does not
+    name (model.tenant.merged_entry, the one place of that rule; a spec's tenants go through ensure_tenant,
+    exactly). `given` is a `spec.tenants[]` entry of the fields named (None: back to the default), `flags`
+    maps its fields to the flags for errors. A quota lowered below what the team's pods request now is
+    refused (exit 2) unless `shrink`. Every input is judged before the cluster is read."""
+    from gpuctl.kube.dra import dra_mode
+    from gpuctl.model.tenant import merged_entry, tenant_changes
+    from gpuctl.ops.tenancy.tenants import check_shrink, read_tenant
+
+    specfile.load_tenant(merged_entry(None, given), flags)  # the flags alone, before any request
+    client = _client(kubeconfig, context)
+    before = read_tenant(client, given["name"])
+    tenant = specfile.load_tenant(merged_entry(before, given), flags)
+    if before is not None and not shrink:
+        check_shrink(client, before, tenant, dra_mode(client))
+    change, quota = ensure_tenant(tenant, kubeconfig, context, warn)
+    return TenantUpdate(change, before, tenant, tuple(tenant_changes(before, tenant)), quota)
+
+
 def list_tenants(kubeconfig: Path | None = None, context: str | None = None) -> list[dict[str, Any]]:
     from gpuctl.ops.tenancy.tenants import list_tenants as tenants
 
     return tenants(_client(kubeconfig, context))
 
 
-def remove_tenant(name: str, kubeconfig: Path | None = None, context: str | None = None) -> Change:
-    """Delete what gpuctl made for tenant `name` (its namespace, or in an adopted one only gpuctl's objects)."""
+def remove_tenant(name: str, kubeconfig: Path | None = None, context: str | None = None,
+                  timeout: float | None = 300.0) -> Change:
+    """Delete what gpuctl made for tenant `name` (its namespace, or in an adopted one only gpuctl's objects),
+    then wait up to `timeout` seconds until its namespace is gone (None: do not wait; exit 7 when it is still
+    terminating then). NO_CHANGE where there is no such tenant: nothing to remove."""
+    from gpuctl.model.naming import check_duration
     from gpuctl.model.tenant import check_tenant_name
     from gpuctl.ops.tenancy.tenants import remove_tenant as remove
+    from gpuctl.ops.tenancy.tenants import wait_namespace_gone
 
     check_tenant_name(name, "NAME")
-    return remove(_client(kubeconfig, context), name)
+    if timeout is not None:
+        check_duration(timeout, "--timeout")
+    client = _client(kubeconfig, context)
+    change = remove(client, name)
+    if change is Change.DELETED and timeout is not None:
+        wait_namespace_gone(client, name, timeout)
+    return change
 
 
 def install_sim_tools(progress: Callable[[str], None] | None = None) -> tuple[list[InstalledTool], Path]:

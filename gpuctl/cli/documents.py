@@ -106,19 +106,34 @@ def cluster_document(name: str, cloud: str, group: dict[str, Any], provider: dic
     return doc, flags
 
 
-def tenant_document(name: str, gpus: int, mig: list[str], group: str | None, adopt: bool, borrow: int = 0,
-                    lend: int | None = None, cohort: str | None = None) -> tuple[dict[str, Any], Flags]:
-    """A `spec.tenants[]` entry from `gpuctl tenant add` flags (`--mig PROFILE=COUNT` as a mapping)."""
-    profiles: dict[str, Any] = {}
-    for item in mig:
-        profile, sep, number = item.partition("=")
-        if not sep:
-            raise UsageError("--mig", f"{shown(item)} is not PROFILE=COUNT", "write e.g. --mig 3g.20gb=2")
-        if profile in profiles:
-            raise UsageError("--mig", f"profile {shown(profile)} given twice", "give each profile once")
-        profiles[profile] = parse_count(number, "--mig")
-    doc = _given({"name": name, "gpus": gpus, "mig": profiles or None, "group": group,
-                  "borrow": borrow or None, "lend": lend, "cohort": cohort})
+def tenant_document(name: str, gpus: int | None, mig: list[str] | None, group: str | None, adopt: bool,
+                    borrow: int | None = None, lend: str | None = None,
+                    cohort: str | None = None) -> tuple[dict[str, Any], Flags]:
+    """The `spec.tenants[]` fields the `gpuctl tenant add` flags name (`--mig PROFILE=COUNT` as a mapping);
+    a flag left out is absent, one that clears its field is None: `--mig none`, `--group none`, `--lend all`
+    (the update rule: gpuctl.model.tenant.merged_entry). An empty value is judged as any other (refused): an
+    unset shell variable must not clear a field."""
+    doc: dict[str, Any] = {"name": name}
+    if mig == ["none"]:
+        doc["mig"] = None
+    elif mig:
+        profiles: dict[str, Any] = {}
+        for item in mig:
+            profile, sep, number = item.partition("=")
+            if not sep:
+                raise UsageError("--mig", f"{shown(item)} is not PROFILE=COUNT",
+                                 "write e.g. --mig 3g.20gb=2 (--mig none: no MIG quota)")
+            if profile in profiles:
+                raise UsageError("--mig", f"profile {shown(profile)} given twice", "give each profile once")
+            profiles[profile] = parse_count(number, "--mig")
+        doc["mig"] = profiles
+    if lend is not None:
+        doc["lend"] = None if lend == "all" else parse_count(lend, "--lend")
+    for key, value in (("gpus", gpus), ("borrow", borrow), ("cohort", cohort)):
+        if value is not None:
+            doc[key] = value
+    if group is not None:
+        doc["group"] = None if group == "none" else group
     if adopt:
         doc["adopt"] = True
     return doc, {"tenant.name": "NAME", "tenant.gpus": "--gpus", "tenant.mig": "--mig", "tenant.group": "--group",

@@ -8,7 +8,7 @@ import typer
 
 from gpuctl.cli.options import Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
-from gpuctl.cli.types import count
+from gpuctl.cli.types import count, seconds
 from gpuctl.util.output import emit, info
 
 app = typer.Typer(help="Onboard teams onto the shared GPU pool.", no_args_is_help=True)
@@ -19,26 +19,35 @@ TenantName = Annotated[str, typer.Argument(help="Team name; also the namespace."
 def add(
     ctx: typer.Context,
     name: TenantName,
-    gpus: Annotated[int, typer.Option("--gpus", parser=count, help="Quota on requests.nvidia.com/gpu (with NVIDIA's DRA driver: also on claimed gpu.nvidia.com devices). Omitted: 0, as in a spec file; every omitted flag means its default, also for an existing tenant.")] = 0,
-    mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2. Omitted: no MIG quota.")] = None,
-    group: Annotated[Optional[str], typer.Option("--group", help="Group bound to the 'edit' role in the namespace.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", parser=count, help="Quota on requests.nvidia.com/gpu (with NVIDIA's DRA driver: also on claimed gpu.nvidia.com devices); 0 for none. Omitted: the team's current quota (a new team: 0).")] = None,
+    mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2; merged into the team's current MIG quota per profile, PROFILE=0 drops one, --mig none drops all. Omitted: unchanged (a new team: none).")] = None,
+    group: Annotated[Optional[str], typer.Option("--group", help="Group bound to the 'edit' role in the namespace; --group none removes the binding. Omitted: unchanged (a new team: none).")] = None,
     adopt: Annotated[bool, typer.Option("--adopt", help="Take over an existing namespace gpuctl did not create; 'tenant remove' then deletes only gpuctl's objects in it.")] = False,
-    borrow: Annotated[int, typer.Option("--borrow", parser=count, help="Kueue: how much the team may borrow from its cohort's idle quota, per resource (default 0; refused where Kueue is not installed).")] = 0,
-    lend: Annotated[Optional[int], typer.Option("--lend", parser=count, help="Kueue: how much of the team's idle quota others may borrow (default: all of it).")] = None,
-    cohort: Annotated[Optional[str], typer.Option("--cohort", help="Kueue cohort the team's ClusterQueue shares quota in (default: gpuctl).")] = None,
+    borrow: Annotated[Optional[int], typer.Option("--borrow", parser=count, help="Kueue: how much the team may borrow from its cohort's idle quota, per resource; refused where Kueue is not installed. Omitted: unchanged (a new team: 0).")] = None,
+    lend: Annotated[Optional[str], typer.Option("--lend", metavar="N|all", help="Kueue: how much of the team's idle quota others may borrow; 'all' (the default) lends all of it. Omitted: unchanged.")] = None,
+    cohort: Annotated[Optional[str], typer.Option("--cohort", help="Kueue cohort the team's ClusterQueue shares quota in. Omitted: unchanged (a new team: gpuctl).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Lower a quota even below what the team's pods request now (refused without it).")] = False,
 ) -> None:
-    """Create or update a tenant, to exactly these flags (an omitted flag means its default): Namespace, ResourceQuota on GPU resources, RoleBinding, the GPU fence and GPU tolerations,
-    where Kueue runs, the team's ClusterQueue, its LocalQueues (the team's and `default`, where Jobs without a queue label go) and the cluster's GPU ResourceFlavors and, where
-    NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates (gpu-<model>, mig-<profile>)."""
+    """Create a tenant, or update one keeping what the flags do not name (as `kubectl label` and `helm
+    upgrade --reuse-values`; a spec file's `tenants:` entry instead states the whole tenant): Namespace,
+    ResourceQuota on GPU resources, RoleBinding, the GPU fence and GPU tolerations, where Kueue runs, the
+    team's ClusterQueue, its LocalQueues (the team's and `default`, where Jobs without a queue label go) and
+    the cluster's GPU ResourceFlavors and, where NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates
+    (gpu-<model>, mig-<profile>). Each changed field is printed as `before -> after`."""
     from gpuctl import api
     from gpuctl.cli.documents import tenant_document
-    from gpuctl.model.specfile import load_tenant
+    from gpuctl.model.tenant import tenant_entry
 
-    tenant = load_tenant(*tenant_document(name, gpus, mig or [], group, adopt, borrow, lend, cohort))
+    given, flags = tenant_document(name, gpus, mig, group, adopt, borrow, lend, cohort)
     opts = settings(ctx)
-    change, quota = api.ensure_tenant(tenant, opts.kubeconfig, opts.context, warn=lambda w: info(f"warning: {w}"))
-    info(f"tenant {name!r}: {change.value}")
-    emit({"tenant": name, "change": change.value, "quota": quota}, opts.output,
+    update = api.add_tenant(given, flags, opts.kubeconfig, opts.context, warn=lambda w: info(f"warning: {w}"),
+                            shrink=yes)
+    for line in update.changes:
+        info(f"  {line}")
+    info(f"tenant {name!r}: {update.change.value}")
+    before = tenant_entry(update.before) if update.before is not None else None
+    emit({"tenant": name, "change": update.change.value, "quota": update.quota, "before": before,
+          "after": tenant_entry(update.after), "changes": list(update.changes)}, opts.output,
          ("tenant", "change", "quota"))
 
 
@@ -58,14 +67,25 @@ def list_(ctx: typer.Context) -> None:
 
 
 @app.command()
-def remove(ctx: typer.Context, name: TenantName, yes: Yes = False) -> None:
-    """Delete what gpuctl made for a tenant: its namespace (and everything in it), or in an adopted
-    namespace only gpuctl's quota and binding."""
+def remove(
+    ctx: typer.Context,
+    name: TenantName,
+    yes: Yes = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the namespace is gone (as kubectl delete); --no-wait returns while it terminates.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds to wait for the namespace to go; then exit 7, saying it is still terminating.")] = 300.0,
+) -> None:
+    """Delete what gpuctl made for a tenant: its namespace (and everything in it; waits until it is gone), or
+    in an adopted namespace only gpuctl's quota and binding. A tenant that does not exist: nothing to remove
+    (exit 0, as `kubectl delete --ignore-not-found`)."""
     from gpuctl import api
+    from gpuctl.model.change import Change
     from gpuctl.model.tenant import check_tenant_name
 
     check_tenant_name(name, "NAME")
     confirm_or_refuse(yes, f"Delete tenant {name!r}?")
     opts = settings(ctx)
-    change = api.remove_tenant(name, opts.kubeconfig, opts.context)
-    info(f"tenant {name!r}: {change.value}")
+    change = api.remove_tenant(name, opts.kubeconfig, opts.context, timeout if wait else None)
+    if change is Change.NO_CHANGE:
+        info(f"tenant {name!r}: nothing to remove (no gpuctl tenant of that name; see 'gpuctl tenant list')")
+    else:
+        info(f"tenant {name!r}: {change.value}" + ("" if wait else "; its namespace is terminating"))

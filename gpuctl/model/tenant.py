@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import MIG_PROFILES
+from gpuctl.model.change import Change
 from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
 from gpuctl.model.mig import resource_name
 from gpuctl.model.naming import check_count, check_name, check_text
@@ -76,3 +79,73 @@ def make_tenant(name: str, gpus: int, mig: dict[str, int], group: str | None, ad
             raise UsageError(f"{path}.group", f"{shown(group)} is a Kubernetes system group",
                              "bind the team's own identity group")
     return Tenant(name, gpus, dict(mig), group, adopt, borrow, lend, cohort)
+
+
+# -- `tenant add` on an existing team: what the command names changes, the rest stays ---------------------------
+
+MIG_QUOTA_PREFIX = "nvidia.com/mig-"
+
+
+def profile_of(resource: str) -> str | None:
+    """The MIG profile of a quota resource (`nvidia.com/mig-1g.5gb.me` -> `1g.5gb+me`, mig.resource_name's
+    inverse); None for any other resource."""
+    if not resource.startswith(MIG_QUOTA_PREFIX):
+        return None
+    profile = resource.removeprefix(MIG_QUOTA_PREFIX)
+    return profile[:-3] + "+me" if profile.endswith("gb.me") else profile
+
+
+def tenant_entry(tenant: Tenant) -> dict[str, Any]:
+    """The `spec.tenants[]` entry that states `tenant` exactly (what specfile's parse turns back into it)."""
+    entry: dict[str, Any] = {"name": tenant.name, "gpus": tenant.gpus, "mig": dict(sorted(tenant.mig.items())),
+                             "group": tenant.group, "borrow": tenant.borrow, "lend": tenant.lend,
+                             "cohort": tenant.cohort}
+    if tenant.adopt:
+        entry["adopt"] = True
+    return entry
+
+
+def merged_entry(current: Tenant | None, given: Mapping[str, Any]) -> dict[str, Any]:
+    """`tenant add`'s one rule for an existing team (as `kubectl label` and `helm upgrade --reuse-values`):
+    the entry of `current` with the fields the command names in `given` replaced; a field given as None
+    goes back to its default (--group none, --lend all, --mig none); `mig` merges per profile, and a profile
+    given 0 is dropped. A new team (`current` None) starts from the defaults. A spec's entry never comes
+    here: it states the whole tenant."""
+    entry: dict[str, Any] = tenant_entry(current) if current is not None else {"name": given["name"]}
+    for key, value in given.items():
+        if key == "mig" and value is not None:
+            value = {**(entry.get("mig") or {}), **value}
+        entry[key] = value
+    if entry.get("mig") is not None:
+        entry["mig"] = {p: n for p, n in entry["mig"].items() if n != 0}
+    return {k: v for k, v in entry.items() if v not in (None, {})}
+
+
+def tenant_changes(before: Tenant | None, after: Tenant) -> list[str]:
+    """One line per field that differs, `quota nvidia.com/gpu: 2 -> 4` (group `-`: none; lend `all`: the
+    default); a new team (`before` None) is compared with the defaults."""
+    def fields(t: Tenant) -> dict[str, str]:
+        shown_fields = {f"quota {L.GPU_RESOURCE}": str(t.gpus)}
+        shown_fields.update({f"quota {resource_name(p)}": str(n) for p, n in sorted(t.mig.items())})
+        shown_fields.update({"group": t.group or "-", "borrow": str(t.borrow),
+                             "lend": "all" if t.lend is None else str(t.lend), "cohort": t.cohort})
+        return shown_fields
+
+    old, new = fields(before or Tenant(after.name, 0)), fields(after)
+    every = dict.fromkeys((*new, *old))  # a MIG profile only one side has is 0 on the other
+    quotas = sorted((k for k in every if k.startswith("quota ")), key=lambda k: (k != f"quota {L.GPU_RESOURCE}", k))
+    keys = [*quotas, *(k for k in every if not k.startswith("quota "))]
+    return [f"{key}: {old.get(key, '0')} -> {new.get(key, '0')}" for key in keys
+            if old.get(key, "0") != new.get(key, "0")]
+
+
+@dataclass(frozen=True)
+class TenantUpdate:
+    """What `tenant add` did: the outcome, the tenant before (None: new) and after, one line per changed
+    field (tenant_changes), and the quota the cluster now holds."""
+
+    change: Change
+    before: Tenant | None
+    after: Tenant
+    changes: tuple[str, ...]
+    quota: dict[str, str]

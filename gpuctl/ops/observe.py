@@ -196,4 +196,7 @@ def tenant(client: ApiClient, wanted: Tenant, dra: bool) -> Observed:
             action = Change.UPDATED
             diffs.append(diff_text(yaml.safe_dump(subset(observed, body), sort_keys=True),
                                    yaml.safe_dump(body, sort_keys=True), f"{kind}/{wanted.name}"))
+    binding = read_or_none(reads["binding"], "binding", wanted.name) if wanted.group is None else None
+    if binding is not None and L.managed_by_gpuctl(binding.metadata.labels):  # no group any more: it goes
+        return Observed(Change.UPDATED, f"removes RoleBinding {BINDING}", "\n".join(diffs))
     return Observed(action, "", "\n".join(diffs))

@@ -55,6 +55,7 @@ class Cluster:
     client: ApiClient = None  # None where unreached: none of its steps then runs
     helm: HelmTarget = None  # type: ignore[assignment]
     absent: Observed | None = None  # not reached (plan only): what each change step says instead
+    unqueued: tuple[str, ...] = ()  # with spec.kueue: tenants on the cluster without Kueue queues yet
 
 
 def _no_begin(steps: list[Step]) -> None:
@@ -90,7 +91,7 @@ def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmT
     """Read what the cluster-side steps depend on, and refuse (exit 2) before any write what apply refuses,
     for plan and apply alike: a tenant on another's namespace, a GPU stack gpuctl cannot configure, a DRA
     mode the cluster does not serve."""
-    from gpuctl.ops.tenancy.tenants import check_ownership
+    from gpuctl.ops.tenancy.tenants import check_ownership, unqueued_tenants
     from gpuctl.ops.tenancy.tolerations import any_tenant
     from gpuctl.ops.validation_record import read_validated, spec_digest
     from gpuctl.stack.dra_driver import check_dra_mode
@@ -110,8 +111,9 @@ def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmT
     stack_plan = check_single_owners(read_stack(client), spec.stack)
     dra_owner = check_dra_mode(client, spec.stack)
     validated = read_validated(core(client), stack_plan.namespace) == spec_digest(spec)
+    unqueued = tuple(unqueued_tenants(client)) if spec.kueue else ()
     return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, any_tenant(client), client,
-                   helm)
+                   helm, unqueued=unqueued)
 
 
 def unreached(spec: PlatformSpec, provider: Provider, absent: Observed = ABSENT) -> Cluster:
@@ -202,6 +204,8 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     if spec.kueue:  # before the tenants: their queues need Kueue's API
         steps.append(Step("install-kueue", lambda: observe.kueue(provider, client, helm, stack.charts),
                           lambda: install_kueue(provider, spec.name, helm, stack.charts)))
+        listed = {t.name for t in spec.tenants}  # (their own steps give them their queues)
+        steps.extend(_queues_step(client, name, stack.dra) for name in cluster.unqueued if name not in listed)
     for index, tenant in enumerate(spec.tenants):
         steps.append(_tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra))
     if spec.validate:
@@ -259,6 +263,16 @@ def _tenant_step(client: ApiClient, tenant: Tenant, adopt_field: str, dra: bool)
 
     return Step(f"ensure-tenant/{tenant.name}", lambda: observe.tenant(client, tenant, dra),
                 lambda: ensure_tenant(client, tenant, adopt_field=adopt_field))
+
+
+def _queues_step(client: ApiClient, name: str, dra: bool) -> Step:
+    """A tenant added before Kueue was installed: its queues, with the quota it holds now."""
+    from gpuctl.ops.tenancy.tenants import ensure_tenant_queues, observe_tenant_queues
+
+    return Step(f"ensure-queues/{name}",
+                lambda: Observed(observe_tenant_queues(client, name, dra), "the ClusterQueue and LocalQueues of "
+                                 f"tenant {name}, added before Kueue, with its current quota"),
+                lambda: ensure_tenant_queues(client, name, dra))
 
 
 def _noted(note: str, act: Callable[[], Change]) -> Change:

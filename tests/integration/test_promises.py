@@ -68,7 +68,7 @@ def test_the_fence_refuses_bypass_pods_the_moment_tenant_add_returns(cluster: Si
         assert gpuctl(cluster, "tenant", "remove", f"fence-now-{i}", "--yes").returncode == 0
 
 
-def test_tenant_add_means_exactly_its_flags(cluster: SimCluster) -> None:
+def test_tenant_add_changes_only_what_its_flags_name(cluster: SimCluster) -> None:
     proc = gpuctl(cluster, "tenant", "add", "team-flags", "--gpus", "2", "--borrow", "2")
     assert proc.returncode == 2 and "--borrow" in proc.stderr and "Kueue" in proc.stderr, proc.stderr
     v1 = cluster.core()
@@ -76,7 +76,10 @@ def test_tenant_add_means_exactly_its_flags(cluster: SimCluster) -> None:
     proc = gpuctl(cluster, "-o", "json", "tenant", "add", "team-flags", "--gpus", "2", "--mig", "1g.5gb=3")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["quota"] == {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-1g.5gb": "3"}
-    proc = gpuctl(cluster, "-o", "json", "tenant", "add", "team-flags", "--gpus", "1")  # --mig omitted: none
+    proc = gpuctl(cluster, "-o", "json", "tenant", "add", "team-flags", "--gpus", "1")  # --mig omitted: kept
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["quota"] == {"requests.nvidia.com/gpu": "1", "requests.nvidia.com/mig-1g.5gb": "3"}
+    proc = gpuctl(cluster, "-o", "json", "tenant", "add", "team-flags", "--mig", "none")  # cleared
     assert proc.returncode == 0, proc.stderr
     held = v1.read_namespaced_resource_quota("gpuctl-gpu-quota", "team-flags").spec.hard
     assert granted(held) == {"requests.nvidia.com/gpu": "1"} == json.loads(proc.stdout)["quota"]

@@ -251,7 +251,7 @@ def test_templates_follow_the_quota_and_the_nodes(cluster: Cluster) -> None:
     # the template is made again, its spec being immutable)
     provider.ensure_node_group(NAME, NodeGroupSpec("h100", get_gpu("h100-80gb"), 1, 1))
     try:
-        out = add(cluster, "team-m", "--gpus", "1", "--mig", "1g.10gb=1")  # 2g.10gb no longer in the quota
+        out = add(cluster, "team-m", "--mig", "2g.10gb=0")  # 2g.10gb no longer in the quota
         assert out["change"] == "updated"
         after = templates(cluster, "team-m")
         assert sorted(after) == ["gpu-a100-40gb", "gpu-h100-80gb", "gpu-t4", "mig-1g.10gb", "own"]

@@ -57,7 +57,7 @@ def test_tenant_lifecycle(sim_cluster: SimCluster) -> None:
     assert run_gpuctl(*base, "tenant", "remove", "team-a", env=sim_cluster.env).returncode == 2  # needs --yes
     proc = run_gpuctl(*base, "tenant", "remove", "team-a", "--yes", env=sim_cluster.env)
     assert proc.returncode == 0, proc.stderr
-    assert v1.read_namespace("team-a").status.phase == "Terminating"
+    assert "team-a" not in {ns.metadata.name for ns in v1.list_namespace().items}  # it waited for it to go
     missing = run_gpuctl(*base, "tenant", "remove", "kube-system", "--yes", env=sim_cluster.env)
     assert missing.returncode == 2 and "NAME: 'kube-system' is a system namespace" in missing.stderr
 
@@ -103,5 +103,5 @@ def test_tenants_own_only_what_gpuctl_made(sim_cluster: SimCluster) -> None:
     assert v1.read_namespaced_config_map("theirs", "ml-team").data == {"k": "v"}
     assert v1.list_namespaced_resource_quota("ml-team").items == []
     again = run_gpuctl(*base, "tenant", "remove", "ml-team", "--yes", env=sim_cluster.env)
-    assert again.returncode == 2 and "no gpuctl tenant 'ml-team'" in again.stderr
+    assert again.returncode == 0 and "tenant 'ml-team': nothing to remove" in again.stderr, again.stderr
     v1.delete_namespace("ml-team")

@@ -52,6 +52,8 @@ from gpuctl.model.taints import node_taint, tolerations
 from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from kubernetes.client import ApiClient, V1Node
 
     from gpuctl.model.tenant import Tenant
@@ -249,15 +251,30 @@ def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: b
     make are left alone."""
     queues = Queues(client)
     created = updated = False
+    for doc, current in _differing(queues, tenant, nodes, dra):
+        queues.apply(doc)
+        created, updated = created or current is None, updated or current is not None
+    return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+
+
+def observe_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
+    """What ensure_queues would do, read only."""
+    differing = list(_differing(Queues(client), tenant, nodes, dra))
+    if any(current is None for _, current in differing):
+        return Change.CREATED
+    return Change.UPDATED if differing else Change.NO_CHANGE
+
+
+def _differing(queues: Queues, tenant: Tenant, nodes: list[V1Node],
+               dra: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(wanted, current or None) of each of the team's Kueue objects gpuctl would write, in order."""
     for doc in queue_manifests(tenant, nodes, dra):
         meta = doc["metadata"]
         current = queues.get(doc["kind"], meta["name"], meta.get("namespace"))
         if current is not None and (contains(_quantities(current), _quantities(doc))
                                     or _not_ours_to_change(doc, current)):
             continue
-        queues.apply(doc)
-        created, updated = created or current is None, updated or current is not None
-    return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
+        yield doc, current
 
 
 def _quantities(doc: Any) -> Any:
@@ -283,6 +300,23 @@ def remove_queues(client: ApiClient, name: str) -> None:
     for flavor in queues.list("ResourceFlavor"):
         if is_managed(flavor) and flavor["metadata"]["name"] not in used:
             queues.delete("ResourceFlavor", flavor["metadata"]["name"])
+
+
+def queue_settings(queue: dict[str, Any] | None) -> tuple[int, int | None, str | None]:
+    """(borrow, lend, cohort) a team's ClusterQueue was written with (resource_groups' inverse; (0, None,
+    None) without one). Lend: every entry's lendingLimit is min(lend, nominal), so one below its nominal
+    quota is lend itself; where none is, lend was at least every nominal quota, and their largest
+    writes the same queue."""
+    if queue is None:
+        return 0, None, None
+    spec = queue.get("spec") or {}
+    entries = [res for group in spec.get("resourceGroups") or [] for flavor in group.get("flavors") or []
+               for res in flavor.get("resources") or []]
+    borrow = max((whole(res.get("borrowingLimit", 0)) for res in entries), default=0)
+    lent = [(whole(res["lendingLimit"]), whole(res.get("nominalQuota", 0))) for res in entries if "lendingLimit" in res]
+    below = [limit for limit, nominal in lent if limit < nominal]
+    lend = below[0] if below else max((nominal for _, nominal in lent), default=None)
+    return borrow, lend, spec.get("cohortName")
 
 
 def whole(value: Any) -> int:

@@ -31,10 +31,11 @@ from gpuctl.ops.tenancy.queues import (
     Queues,
     check_queue_ownership,
     ensure_queues,
+    queue_settings,
     queue_usage,
     remove_queues,
 )
-from gpuctl.util.errors import NotFound, UsageError
+from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -120,7 +121,6 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
 
     from gpuctl.kube.dra import dra_mode
     from gpuctl.kube.gpu_nodes import gpu_nodes
-    from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
     from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
     from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
     from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
@@ -137,18 +137,21 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
         "binding": (lambda: rbac.read_namespaced_role_binding(BINDING, tenant.name),
                     lambda body: apply(rbac.patch_namespaced_role_binding, BINDING, tenant.name, body)),
     }
-    created = updated = False
+    created = updated = new = False
     for kind, body in tenant_manifests(tenant, dra):
         read, write = calls[kind]
         current = read_or_none(read, kind, tenant.name)
         if current is None:
             created = True
+            new = new or kind in ("namespace", "quota")  # not yet a tenant (an adopted namespace exists)
         elif holds(client.sanitize_for_serialization(current), body):
             continue
         else:
             updated = True
         with requesting(f"applying the {kind} of tenant {tenant.name}"):
             write(body)
+    if tenant.group is None and _remove_binding(rbac, tenant.name):  # the tenant names no group any more
+        updated = True
     if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
         waited = wait_fence_in_force(client, tenant.name)
         _report(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
@@ -158,18 +161,86 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
     templates = ensure_claim_templates(client, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
     if kueue:
-        queued = ensure_queues(client, tenant, nodes, dra)
-        if job_defaulting_registered(client):  # Kueue's CRDs alone, without its webhooks: no default to wait for
-            waited = wait_default_queue_in_force(client, tenant.name)
-            _report(f"tenant {tenant.name!r}: Jobs without a queue label go to its LocalQueue "
-                    f"'{DEFAULT_QUEUE}' (waited {waited:.1f}s)")
+        queued = _ensure_queues(client, tenant, nodes, dra)
     else:
         queued = Change.NO_CHANGE
         _warn_no_kueue(tenant)
-    if created:
+    if new:
         return Change.CREATED
     others = (fence, tolerating, templates, queued)
-    return Change.UPDATED if updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
+    return Change.UPDATED if created or updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
+
+
+def _ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[Any], dra: bool) -> Change:
+    """The team's Kueue flavors and queues; then, where Kueue's Job webhook runs, wait until it sends the
+    namespace's Jobs to the LocalQueue `default`."""
+    from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
+
+    queued = ensure_queues(client, tenant, nodes, dra)
+    if job_defaulting_registered(client):  # Kueue's CRDs alone, without its webhooks: no default to wait for
+        waited = wait_default_queue_in_force(client, tenant.name)
+        _report(f"tenant {tenant.name!r}: Jobs without a queue label go to its LocalQueue "
+                f"'{DEFAULT_QUEUE}' (waited {waited:.1f}s)")
+    return queued
+
+
+def unqueued_tenants(client: ApiClient) -> list[str]:
+    """Tenants on the cluster without a ClusterQueue of their name (tenants added before Kueue was
+    installed): all of them where Kueue's API is not served yet."""
+    from kubernetes.client import CoreV1Api
+
+    with requesting("listing tenants"):
+        namespaces = CoreV1Api(client).list_namespace(label_selector=TENANT_LABEL).items
+    names = sorted(ns.metadata.name for ns in namespaces if ns.metadata.deletion_timestamp is None
+                   and ownership(ns, ns.metadata.name) is not None)
+    queues = Queues(client)
+    if not names or not queues.installed():
+        return names
+    return [name for name in names if queues.get("ClusterQueue", name) is None]
+
+
+def observe_tenant_queues(client: ApiClient, name: str, dra: bool) -> Change:
+    """What ensure_tenant_queues would do (read only): CREATED where Kueue's API is not served yet."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.gpu_nodes import gpu_nodes
+    from gpuctl.ops.tenancy.queues import observe_queues
+
+    tenant = read_tenant(client, name)
+    if tenant is None:
+        return Change.NO_CHANGE
+    if not Queues(client).installed():
+        return Change.CREATED
+    return observe_queues(client, tenant, gpu_nodes(CoreV1Api(client)), dra)
+
+
+def ensure_tenant_queues(client: ApiClient, name: str, dra: bool) -> Change:
+    """Give tenant `name`, added before Kueue was installed, its Kueue queues with the quota it holds now
+    (read_tenant); its namespace, quota and binding are left as they are."""
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.gpu_nodes import gpu_nodes
+
+    tenant = read_tenant(client, name)
+    if tenant is None:  # removed since the plan was made
+        return Change.NO_CHANGE
+    check_queue_ownership(Queues(client), tenant, "NAME")
+    return _ensure_queues(client, tenant, gpu_nodes(CoreV1Api(client)), dra)
+
+
+def _remove_binding(rbac: Any, name: str) -> bool:
+    """Delete gpuctl's RoleBinding in tenant `name`'s namespace, if there is one."""
+    from gpuctl.kube.errors import KubeNotFound
+
+    binding = read_or_none(lambda: rbac.read_namespaced_role_binding(BINDING, name), "binding", name)
+    if binding is None or not L.managed_by_gpuctl(binding.metadata.labels or {}):
+        return False
+    try:
+        with requesting(f"removing the binding of tenant {name}"):
+            rbac.delete_namespaced_role_binding(BINDING, name)
+    except KubeNotFound:
+        return False
+    return True
 
 
 def _report(line: str) -> None:
@@ -210,6 +281,53 @@ def read_quota(client: ApiClient, name: str) -> dict[str, str]:
     return granted(quota.spec.hard or {}) if quota is not None else {}
 
 
+def read_tenant(client: ApiClient, name: str) -> Tenant | None:
+    """Tenant `name` as the cluster holds it now, in `tenant add`'s fields: its quota (the ResourceQuota's, less
+    what it may borrow), group (RoleBinding), borrow, lend and cohort (ClusterQueue, where Kueue runs); None
+    where the cluster has no such tenant (or its namespace is terminating)."""
+    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+
+    from gpuctl.model.tenant import profile_of
+
+    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
+    ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
+    owner = ownership(ns, name) if ns is not None else None
+    quota = read_or_none(lambda: v1.read_namespaced_resource_quota(QUOTA, name), "quota", name) if owner else None
+    if ns is None or owner is None or quota is None or ns.metadata.deletion_timestamp is not None:
+        return None
+    binding = read_or_none(lambda: rbac.read_namespaced_role_binding(BINDING, name), "binding", name)
+    groups = [s.name for s in (binding.subjects or []) if s.kind == "Group"] if binding is not None else []
+    queues = Queues(client)
+    borrow, lend, cohort = queue_settings(queues.get("ClusterQueue", name) if queues.installed() else None)
+    hard = {k.removeprefix("requests."): count(v) for k, v in (quota.spec.hard or {}).items()}
+    mig = {profile: n - borrow for key, n in hard.items()
+           if (profile := profile_of(key)) is not None and n - borrow > 0}
+    return Tenant(name, max(hard.get(L.GPU_RESOURCE, 0) - borrow, 0), mig, groups[0] if groups else None,
+                  owner == "adopted", borrow, lend, cohort or DEFAULT_COHORT)
+
+
+def check_shrink(client: ApiClient, before: Tenant, after: Tenant, dra: bool) -> None:
+    """Refuse (exit 2) a quota lowered below what the team's pods request now (its ResourceQuota's
+    status.used), naming the resource, the use and the fix; the API server would take it, and leave the
+    team over its quota."""
+    from kubernetes.client import CoreV1Api
+
+    quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, after.name), "quota",
+                         after.name)
+    used = (quota.status.used or {}) if quota is not None and quota.status is not None else {}
+    old = before.hard(dra)
+    for key, value in after.hard(dra).items():
+        now, limit, was = count(used.get(key, 0)), int(value), count(old.get(key, 0))
+        if limit < now and limit < was:
+            resource = key.removeprefix("requests.")
+            flag = "--mig" if "mig" in resource else "--gpus"
+            if limit - after.borrow >= was - before.borrow:  # its nominal quota stays: less to borrow
+                flag = "--borrow"
+            raise UsageError(flag, f"the quota on {resource} would be {limit}, below the {now} the team's pods "
+                             "request now", "stop some of its pods first, or pass --yes to lower it anyway "
+                             "(running pods keep running; new ones are refused until use is under the quota)")
+
+
 def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
     """Each tenant's quota against what its pods request now."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
@@ -237,13 +355,20 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
                 row["cohort"] = queue["spec"].get("cohortName")
                 row["queue"] = queue_usage(queue)
             rows.append(row)
+    unqueued = [r["tenant"] for r in rows if kueue and "queue" not in r]
+    if unqueued:  # added before Kueue was installed
+        _report(f"hint: Kueue runs here, but tenant(s) {', '.join(unqueued)} have no queue: "
+                + "; ".join(f"'gpuctl tenant add {n}'" for n in unqueued)
+                + " gives each its queues with its current quota (or 'gpuctl apply -f SPEC' with kueue enabled)")
     return rows
 
 
 def remove_tenant(client: ApiClient, name: str) -> Change:
     """Delete what gpuctl made for tenant `name`: its Kueue queues, its namespace, or in an adopted namespace
     only the quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU
-    fence and tolerations."""
+    fence and tolerations. NO_CHANGE where there is no such tenant (nothing to remove, as `kubectl delete
+    --ignore-not-found`); a namespace already terminating is not deleted again (wait_namespace_gone waits
+    for either)."""
     from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
 
     from gpuctl.ops.tenancy.fence import remove_fence
@@ -253,7 +378,7 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
     ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
     owner = ownership(ns, name) if ns is not None else None
     if owner is None:
-        raise NotFound(f"no gpuctl tenant {name!r}", "see 'gpuctl tenant list'")
+        return Change.NO_CHANGE
     if Queues(client).installed():
         remove_queues(client, name)
     if owner == "adopted":  # (a namespace gpuctl made takes its templates along when it is deleted)
@@ -262,7 +387,8 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
         remove_claim_templates(client, name)
     with requesting(f"removing tenant {name}"):
         if owner == "created":
-            v1.delete_namespace(name)
+            if ns.metadata.deletion_timestamp is None:
+                v1.delete_namespace(name)
         else:
             selector = f"{L.MANAGED_BY}={L.MANAGER}"
             for quota in v1.list_namespaced_resource_quota(name, label_selector=selector).items:
@@ -277,6 +403,32 @@ def remove_tenant(client: ApiClient, name: str) -> Change:
         remove_tolerations(client)
         remove_fence(client)
     return Change.DELETED
+
+
+def wait_namespace_gone(client: ApiClient, name: str, timeout: float) -> float:
+    """Wait until namespace `name`, being deleted, is gone (the namespace controller deletes its content
+    first); the seconds waited. WaitTimeout (exit 7) after `timeout`, saying it is still terminating."""
+    import time
+
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.util.waiting import Look, wait_until
+
+    v1 = CoreV1Api(client)
+    started = time.monotonic()
+
+    def look() -> Look:
+        ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
+        if ns is None or ns.metadata.deletion_timestamp is None:  # gone, or kept (an adopted namespace)
+            return Look(True)
+        left = [c.message for c in (ns.status.conditions or []) if c.status == "True" and c.message] \
+            if ns.status is not None else []
+        return Look(False, detail="terminating" + (f": {left[0]}" if left else ""))
+
+    wait_until(f"namespace {name} to be deleted", look,
+               f"it is still terminating; see 'kubectl get namespace {name} -o yaml' for what it waits on, and run "
+               f"'gpuctl tenant remove {name}' again to wait longer", stall=timeout, timeout=timeout)
+    return time.monotonic() - started
 
 
 def over_allocatable(client: ApiClient, tenant: Tenant, dra: bool | None = None) -> list[str]:
