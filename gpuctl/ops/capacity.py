@@ -5,7 +5,10 @@ rolled out and ready, so that the validation after it cannot see a half-made sta
   expected_resources), and the device-plugin DaemonSet rolled out as `kubectl rollout status` judges it
   with every pod ready (validate.Rollout). A Helm upgrade or a changed config rolls or restarts the
   plugin's pods; a pod just deleted still counts as ready in the DaemonSet's status until its
-  controller catches up, so the pods are read too.
+  controller catches up, so the pods are read too. A changed ClusterPolicy reaches the DaemonSet only
+  once the GPU Operator has rewritten it, a moment after the upgrade; until then the old DaemonSet
+  looks rolled out, its pods about to be replaced. So the DaemonSet must carry the ClusterPolicy
+  first (gpuctl.stack.plugin_template, after NVIDIA/gpu-operator's object_controls.go), then roll out.
 - DRA mode: the devices each node's ResourceSlice publishes, and the DRA driver's kubelet plugin ready
   on every node.
 The wait lasts while nodes keep converging (gpuctl.util.waiting): 1,000 nodes take minutes, two take seconds.
@@ -13,6 +16,7 @@ The wait lasts while nodes keep converging (gpuctl.util.waiting): 1,000 nodes ta
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +74,45 @@ def capacity_check(client: ApiClient, selector: str, dra: bool) -> CapacityState
     found = device_plugin_rollouts(client)
     counts = [Count("nodes advertise their GPUs", sum(gpu_resources(n) == expected[n.metadata.name] for n in nodes),
                     len(nodes))]
+    agents = check_device_plugins(client, found)
     if (rollout := found[1]) is not None:
-        counts += [Count("device-plugin pods updated", rollout.updated, rollout.desired),
+        stale = check_policy_carried(client, rollout.name)
+        counts += [Count("device-plugin DaemonSet carries the ClusterPolicy", int(stale is None), 1),
+                   Count("device-plugin pods updated", rollout.updated, rollout.desired),
                    Count("ready", min(rollout.ready, rollout.pods_ready), rollout.desired)]
-    return CapacityState(check_capacity(nodes, expected), check_device_plugins(client, found), tuple(counts),
+        agents = stale or agents  # the rollout of a DaemonSet about to be rewritten proves nothing
+    return CapacityState(check_capacity(nodes, expected), agents, tuple(counts),
                          tuple(raced_plugin_nodes(nodes, expected)))
+
+
+def check_policy_carried(client: ApiClient, daemon_set: str) -> Check | None:
+    """None when device-plugin DaemonSet `daemon_set` (namespace/name) carries the ClusterPolicy that owns it
+    (or no ClusterPolicy owns it: not the GPU Operator's); else a failed check saying what it lacks yet."""
+    from kubernetes.client import AppsV1Api, CustomObjectsApi
+
+    from gpuctl.kube.errors import KubeNotFound, requesting
+    from gpuctl.stack.existing import CLUSTER_POLICY
+    from gpuctl.stack.plugin_template import policy_not_carried
+
+    namespace, name = daemon_set.split("/", 1)
+    try:
+        with requesting(f"reading DaemonSet {daemon_set}"):
+            body = json.loads(AppsV1Api(client).read_namespaced_daemon_set(name, namespace,
+                                                                          _preload_content=False).data)
+        owner = next((r["name"] for r in body["metadata"].get("ownerReferences") or []
+                      if r.get("kind") == "ClusterPolicy"), None)
+        if owner is None:
+            return None
+        with requesting(f"reading ClusterPolicy {owner}"):
+            policy = CustomObjectsApi(client).get_cluster_custom_object(*CLUSTER_POLICY, owner)
+    except KubeNotFound:
+        return None  # gone meanwhile: the next look reads what replaced it
+    wrong = policy_not_carried(policy.get("spec") or {}, body)
+    if not wrong:
+        return None
+    return Check("device-plugin", False, f"{daemon_set} does not carry ClusterPolicy {owner}'s change yet "
+                 f"({'; '.join(wrong[:3])}): the GPU Operator rewrites it, then it rolls out; see 'kubectl "
+                 f"get clusterpolicy {owner} -o jsonpath={{.status}}' and the operator's log")
 
 
 def _dra_check(client: ApiClient, nodes: list[V1Node], mig: dict[str, Any]) -> CapacityState:

@@ -6,7 +6,8 @@ DaemonSets ("operands") it creates, as NVIDIA/gpu-operator v26.7.0 does it:
 - `spec.daemonsets.tolerations` replaces the asset's toleration: object_controls.go applyCommonDaemonsetConfig;
 - deploy labels on GPU nodes (present values are kept): state_manager.go gpuStateLabels, addGPUStateLabels;
 - MIG_STRATEGY and the config-manager's DEFAULT_CONFIG / FALLBACK_STRATEGIES=empty on the device
-  plugin: object_controls.go applyMIGConfiguration, handleDevicePluginConfig.
+  plugin: object_controls.go applyMIGConfiguration, handleDevicePluginConfig; its image from the
+  ClusterPolicy (api/nvidia/v1 imagePath) and devicePlugin.env on it: TransformDevicePlugin.
 """
 
 from __future__ import annotations
@@ -115,15 +116,29 @@ def node_labels(policy: Policy, labels: dict[str, str], mig_capable: bool) -> di
     return {k: v for k, v in wanted.items() if labels.get(k) != v}
 
 
+def _image(operand: Operand, policy: Policy) -> str:
+    """The operand's image from its ClusterPolicy section (api/nvidia/v1 imagePath: repository/image:version,
+    @ for a sha256 digest); a placeholder where the section names none (the real operator then takes it
+    from its own environment, e.g. DEVICE_PLUGIN_IMAGE)."""
+    section = policy.section(operand.field) if operand.field else {}
+    repository, image, version = (str(section.get(k) or "") for k in ("repository", "image", "version"))
+    if repository and image and version:
+        return f"{repository}/{image}{'@' if version.startswith('sha256:') else ':'}{version}"
+    return f"nvcr.io/nvidia/{operand.name}:sim"
+
+
 def _container(operand: Operand, policy: Policy) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": operand.name, "image": f"nvcr.io/nvidia/{operand.name}:sim"}
+    container: dict[str, Any] = {"name": operand.name, "image": _image(operand, policy)}
     if operand.field == "devicePlugin":
         env = [{"name": "MIG_STRATEGY", "value": policy.mig_strategy}]
         name, default = policy.plugin_config
         if name:
             env += [{"name": "CONFIG_FILE", "value": "/config/config.yaml"},
                     {"name": "DEFAULT_CONFIG", "value": default}, {"name": "FALLBACK_STRATEGIES", "value": "empty"}]
-        container["env"] = env
+        # TransformDevicePlugin: each devicePlugin.env entry on the main container (setContainerEnv)
+        given = [{"name": e["name"], "value": str(e.get("value") or "")}
+                 for e in policy.section("devicePlugin").get("env") or [] if e.get("name")]
+        container["env"] = [e for e in env if e["name"] not in {g["name"] for g in given}] + given
     return container
 
 

@@ -110,6 +110,30 @@ def test_a_config_the_real_plugin_refuses_fails_validation(real: dict[str, str])
     assert run_gpuctl("validate", env=real).returncode == 0
 
 
+def test_changed_sharing_validates_on_every_rerun(real: dict[str, str]) -> None:
+    """MPS and time-slicing in turn, 4 replicas each: every re-run changes the ClusterPolicy's mig.strategy
+    (single for MPS, which the plugin refuses under mixed; mixed for time-slicing) and so the device plugin's
+    DaemonSet, which the operator rewrites a moment after the Helm upgrade, while the nodes already advertise
+    the 4 the new configuration expects. The capacity wait must see that rollout through, not pass on the plugin
+    about to restart (create validates: exit 0)."""
+    for run in range(10):
+        sharing, strategy = ("mps", "single") if run % 2 == 0 else ("time-slicing", "mixed")
+        result = create(real, "--sharing", sharing, "--slices", "4", "--mig-strategy", strategy)
+        steps = {s["step"]: s["outcome"] for s in result["steps"]}
+        if run:  # (the first run creates the release when this test runs alone)
+            assert steps["install-gpu-operator"] == "updated", (run, steps)
+        assert {c["check"]: c["ok"] for c in result["checks"]} == \
+            {"node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}, (run, result)
+        policy = kubectl_json(real, "get", "clusterpolicy", "cluster-policy")
+        assert policy["spec"]["mig"]["strategy"] == strategy
+        plugin = kubectl_json(real, "get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset")
+        env = {e["name"]: e.get("value") for c in plugin["spec"]["template"]["spec"]["containers"]
+               for e in c.get("env") or []}
+        assert env["MIG_STRATEGY"] == strategy, (run, env)  # the rolled-out plugin is the new one
+        assert {(n["sharing"], n["allocatable"]["nvidia.com/gpu"], n["device_plugin"])
+                for n in status(real).values()} == {(sharing, 4, "ready")}, run
+
+
 MIG_ONLY = """
 apiVersion: gpuctl.dev/v1alpha1
 kind: GpuCluster
