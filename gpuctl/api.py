@@ -303,11 +303,14 @@ def check_cloud(cloud: str, field: str = "--cloud") -> str:
     return check(cloud, field)
 
 
-def render(spec: PlatformSpec, out: Path | None, field: str = "--out") -> list[Path] | str:
-    """The manifests and Helm values `apply` would send, as text or written under `out`."""
+def render(spec: PlatformSpec, out: Path | None, field: str = "--out",
+           helm_values: str | None = None) -> list[Path] | str:
+    """Every object `apply` writes for `spec`, from apply's own renderers: the manifests as one stream (only
+    manifests: `kubectl apply -f -` takes it), or written with the Helm values files under `out`; with
+    `helm_values`, that one release's values file instead."""
     from gpuctl.ops.render import render as render_spec
 
-    return render_spec(spec, out, field)
+    return render_spec(spec, out, field, helm_values)
 
 
 def gpu_status(nodegroup: str | None = None, kubeconfig: Path | None = None,

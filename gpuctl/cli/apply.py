@@ -20,7 +20,13 @@ def apply(
     lock_timeout: Annotated[float, typer.Option("--lock-timeout", parser=seconds, help="Seconds to wait for another apply on the same cluster.")] = 300.0,
     timeout: Annotated[Optional[float], typer.Option("--timeout", parser=seconds, help="Seconds any one wait (capacity, MIG) may take; without it a wait gives up when nothing converges for 120 s.")] = None,
 ) -> None:
-    """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes."""
+    """Create or converge the cluster, node groups, GPU stack and tenants a GpuCluster spec describes.
+
+    Examples:
+      gpuctl apply -f gpu-platform.yaml
+      # Wait up to 10 minutes for another apply on the same cluster, then go on
+      gpuctl apply -f gpu-platform.yaml --lock-timeout 600 -o json
+    """
     from gpuctl import api
     from gpuctl.cli.cluster import print_step
     from gpuctl.model.change import Change
@@ -40,12 +46,22 @@ def apply(
 def render(
     ctx: typer.Context,
     filename: SpecFile,
-    out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="PATH", help="Write manifests/, helm/ and grafana/ (a dashboard of the GPUs at work) here (default: manifests and values on stdout).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", parser=path, metavar="DIR", help="Write manifests/, helm/<release>.values.yaml and grafana/ (a dashboard of the GPUs at work) here (default: the manifests on stdout).")] = None,
+    helm_values: Annotated[Optional[str], typer.Option("--helm-values", metavar="RELEASE", help="Print the values file of this Helm release (gpu-operator, node-feature-discovery, ...) instead of the manifests, for helm's -f -.")] = None,
 ) -> None:
-    """Every Kubernetes manifest and Helm values file of a spec, GitOps-ready; touches no cluster."""
+    """Every Kubernetes object apply writes for a spec, GitOps-ready; touches no cluster.
+
+    stdout holds only manifests (pipe into kubectl apply -f - or kubectl diff -f -); Helm values go under --out,
+    or one release's with --helm-values.
+
+    Examples:
+      gpuctl render -f gpu-platform.yaml | kubectl diff -f -
+      gpuctl render -f gpu-platform.yaml --out rendered/
+      gpuctl render -f gpu-platform.yaml --helm-values gpu-operator > gpu-operator.values.yaml
+    """
     from gpuctl import api
 
-    result = api.render(api.to_platform(*api.load_spec(filename)), out)
+    result = api.render(api.to_platform(*api.load_spec(filename)), out, helm_values=helm_values)
     if isinstance(result, str):
         print(result, end="")
     else:
@@ -54,7 +70,12 @@ def render(
 
 
 def plan(ctx: typer.Context, filename: SpecFile) -> None:
-    """What `apply -f` would do, step by step, with a diff of each change; writes nothing."""
+    """Show what `apply -f` would do, step by step, with a diff of each change; writes nothing.
+
+    Examples:
+      gpuctl plan -f gpu-platform.yaml
+      gpuctl plan -f gpu-platform.yaml -o json
+    """
     from gpuctl import api
 
     opts = settings(ctx)

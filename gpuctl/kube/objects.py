@@ -41,11 +41,23 @@ def contains(current: Any, wanted: Any) -> bool:
     return current == wanted
 
 
+def namespace_manifest(name: str) -> dict[str, Any]:
+    """A namespace gpuctl makes (ensure_namespace writes it; `gpuctl render` prints it)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(MANAGED)}}
+
+
+def config_map_manifest(namespace: str, name: str, data: Mapping[str, str]) -> dict[str, Any]:
+    """A ConfigMap gpuctl writes, its keys sorted (ensure_config_map_keys writes it; `gpuctl render` prints it)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace,
+                                                                  "labels": dict(MANAGED)},
+            "data": dict(sorted(data.items()))}
+
+
 def ensure_namespace(v1: CoreV1Api, name: str) -> Change:
     with requesting(f"reading namespace {name}"):
         if get_or_none(v1.read_namespace, name) is not None:
             return Change.NO_CHANGE
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": MANAGED}}
+    body = namespace_manifest(name)
     with requesting(f"creating namespace {name}"):
         apply(v1.patch_namespace, name, body)
     return Change.CREATED
@@ -84,8 +96,7 @@ def _apply_config_map(v1: CoreV1Api, namespace: str, name: str, data: dict[str, 
     """Server-side apply of the ConfigMap with exactly these keys. Apply removes the fields this manager
     applied before and leaves out now, so callers pass every key the ConfigMap keeps, not only the
     differing ones, or the configs in use would be dropped."""
-    body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace, "labels": MANAGED}, "data": dict(sorted(data.items()))}
+    body = config_map_manifest(namespace, name, data)
     with requesting(f"writing ConfigMap {namespace}/{name}"):
         apply(v1.patch_namespaced_config_map, name, namespace, body)
 

@@ -59,3 +59,21 @@ def chart_ref(chart: str, source: str, field: str = "--charts") -> ChartRef:
                          f"{DRA_DRIVER}/ for --dra), "
                          "an oci:// mirror, 'upstream' or 'bundled'")
     return ChartRef(str(directory))
+
+
+def published(ref: ChartRef) -> ChartRef:
+    """`ref` as a reader elsewhere fetches it: itself where it names a repository or an OCI reference, else (a
+    directory: gpuctl's bundled stand-ins, a local copy) the upstream chart of that name at the version gpuctl
+    pins. A path on the machine that rendered it means nothing to a GitOps repository."""
+    if ref.repo or ref.ref.startswith("oci://"):
+        return ref
+    return chart_ref(Path(ref.ref).name, "upstream")
+
+
+def helm_install_command(release: str, namespace: str, ref: ChartRef, values_file: str) -> str:
+    """The `helm upgrade --install` line that installs `ref` (published) as `release` with `values_file`."""
+    chart = published(ref)
+    source = f"{chart.ref} --repo {chart.repo}" if chart.repo else chart.ref
+    version = f" --version {chart.version}" if chart.version else ""
+    return (f"helm upgrade --install {release} {source}{version} --namespace {namespace} --create-namespace "
+            f"-f {values_file}")

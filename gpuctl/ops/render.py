@@ -1,30 +1,44 @@
-"""`gpuctl render`: every Kubernetes manifest and Helm values file of a spec, for GitOps.
+"""`gpuctl render`: every Kubernetes object `apply` writes for a spec, and the values of its Helm releases, for GitOps.
 
-The same functions build these objects for `apply`, so what is rendered is what apply writes.
-Nodes are the cloud's (taints and labels go through each node group), so they are not rendered.
+Each object comes from the function apply writes it with (one renderer per object): the GPU Operator's namespace
+and gpuctl's ConfigMaps (kube.objects, ops.converge), the Karpenter node class, NodePools and NodeOverlays
+(providers.karpenter_objects), the GPU fence and GPU tolerations policies (tenancy.fence, tenancy.tolerations),
+each tenant's Namespace, ResourceQuota, RoleBinding, ResourceClaimTemplates (DRA) and Kueue flavors and queues
+(tenancy.tenants, tenant_claims, queues). What apply derives from the cluster is derived here from the spec's
+own node groups: the Kueue flavors and the DRA templates from the nodes those groups make, the tolerations
+policy from their taints. Nodes are the cloud's (taints and labels go through each node group), and the
+ClusterPolicy of an operator gpuctl did not install depends on that cluster: neither is rendered.
+
+stdout carries manifests only (`gpuctl render -f spec | kubectl apply -f -`); Helm values go to files under
+--out, or to stdout one release at a time with --helm-values RELEASE (`... | helm upgrade --install ... -f -`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.objects import MANAGED
+from gpuctl.kube.objects import config_map_manifest, namespace_manifest
+from gpuctl.model.charts import helm_install_command, published
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.converge import gpu_config_data
 from gpuctl.ops.dashboard import FILE as DASHBOARD_FILE
 from gpuctl.ops.dashboard import dashboard_text
 from gpuctl.ops.tenancy.fence import fence_manifests
+from gpuctl.ops.tenancy.queues import group_shape, queue_manifests
 from gpuctl.ops.tenancy.tenant_claims import claim_templates
 from gpuctl.ops.tenancy.tenants import tenant_manifests
 from gpuctl.ops.tenancy.tolerations import policy_manifests
-from gpuctl.stack.dra_driver import dra_release
-from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
-from gpuctl.util.errors import ToolError
+from gpuctl.util.errors import ToolError, UsageError
 from gpuctl.util.output import info
+
+if TYPE_CHECKING:
+    from gpuctl.stack.helm import Release
+
+VALUES_FLAG = "--helm-values"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -40,62 +54,98 @@ def _dump(obj: Any) -> str:
 
 
 def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
-    """File name -> Kubernetes object, in apply order."""
-    files: dict[str, dict[str, Any]] = {
-        f"00-namespace-{NAMESPACE}.yaml": {"apiVersion": "v1", "kind": "Namespace",
-                                           "metadata": {"name": NAMESPACE, "labels": MANAGED}}}
+    """File name -> Kubernetes object, in the order `kubectl apply -f` must create them (a namespace before its
+    objects, a policy before its binding, flavors before the queues that name them)."""
+    files: dict[str, dict[str, Any]] = {f"00-namespace-{NAMESPACE}.yaml": namespace_manifest(NAMESPACE)}
     for name, data in gpu_config_data(spec, {}).items():
-        files[f"10-configmap-{name}.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
-                                              "metadata": {"name": name, "namespace": NAMESPACE, "labels": MANAGED},
-                                              "data": data}
-    models = list({g.spec.gpu.name: g.spec.gpu for g in spec.groups}.values())
+        files[f"10-configmap-{name}.yaml"] = config_map_manifest(NAMESPACE, name, data)
+    from gpuctl.providers import karpenter_objects  # their renderers load only for a spec with Karpenter
+
+    for obj in karpenter_objects(spec):
+        files[f"12-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"] = obj
     if spec.tenants:  # in force before a namespace is a tenant's
         policies = [(15, d) for d in fence_manifests()] + [(16, d) for d in policy_manifests(spec.every_group)]
         for order, doc in policies:
             files[f"{order}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"] = doc
+    dra = spec.stack.dra
+    models = list({g.spec.gpu.name: g.spec.gpu for g in spec.every_group}.values())
+    shapes = [group_shape(g, spec.stack.mig_strategy) for g in spec.every_group]
     for tenant in spec.tenants:
-        for kind, body in tenant_manifests(tenant, spec.stack.dra):
+        for kind, body in tenant_manifests(tenant, dra):
             order = {"namespace": 20, "quota": 21, "binding": 22}[kind]
             files[f"{order}-{kind}-{tenant.name}.yaml"] = body
-        for template in claim_templates(tenant, models) if spec.stack.dra else []:
+        for template in claim_templates(tenant, models) if dra else []:
             files[f"23-resourceclaimtemplate-{tenant.name}-{template['metadata']['name']}.yaml"] = template
-    return files
+        for doc in queue_manifests(tenant, shapes, dra) if spec.kueue else []:
+            meta = doc["metadata"]
+            order = {"ResourceFlavor": 18, "ClusterQueue": 24, "LocalQueue": 25}[doc["kind"]]
+            where = f"{meta['namespace']}-" if "namespace" in meta else ""
+            files[f"{order}-{doc['kind'].lower()}-{where}{meta['name']}.yaml"] = doc  # a shared flavor: once
+    return dict(sorted(files.items(), key=lambda item: int(item[0].split("-", 1)[0])))
 
 
-def helm_values(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
-    """File name -> values, one per Helm release, with the chart it is for in a comment."""
-    releases = [operator_release(spec.stack)]
-    if spec.stack.nfd == "standalone":
-        releases.insert(0, nfd_release(spec.stack))
+def helm_releases(spec: PlatformSpec) -> dict[str, Release]:
+    """Release name -> the Helm release apply installs for the spec (NFD where standalone, the GPU Operator, the DRA
+    driver in DRA mode, Kueue where the cloud does not run it itself), in install order."""
+    from gpuctl.providers import capabilities_of
+    from gpuctl.stack.dra_driver import dra_release
+    from gpuctl.stack.kueue import kueue_release
+    from gpuctl.stack.releases import nfd_release, operator_release
+
+    releases = [nfd_release(spec.stack)] if spec.stack.nfd == "standalone" else []
+    releases.append(operator_release(spec.stack))
     if spec.stack.dra:
         releases.append(dra_release(spec.stack))
-    return {f"values-{r.name}.yaml": {"release": r, "values": r.values} for r in releases}
+    if spec.kueue and not capabilities_of(spec.cloud).runs_kueue:
+        releases.append(kueue_release(spec.stack.charts))
+    return {r.name: r for r in releases}
 
 
-def _values_text(entry: dict[str, Any]) -> str:
-    release = entry["release"]
-    chart = release.chart
-    source = f"{chart.ref}" + (f" from {chart.repo}" if chart.repo else "") + (f" version {chart.version}"
-                                                                             if chart.version else "")
-    header = (f"# Helm values for release {release.name} in namespace {release.namespace}\n"
-              f"# chart: {source}\n")
-    return header + _dump(entry["values"])
+def values_file(release: str) -> str:
+    return f"{release}.values.yaml"
 
 
-def render(spec: PlatformSpec, out: Path | None, field: str = "--out") -> list[Path] | str:
-    """Write manifests/, helm/ and grafana/ (the dashboard of gpuctl.ops.dashboard) under `out`, or return
-    the manifests and values as one YAML stream (`kubectl apply -f -` takes it: no dashboard there). Every
-    file is rendered, and every path it goes to judged (paths.check_target, errors naming `field`), before
-    the first is written."""
-    objects = manifests(spec)
-    values = helm_values(spec)
+def values_text(release: Release, charts: str) -> str:
+    """The release's values, headed by the chart, version and repository a reader fetches it from and the helm
+    command that installs it (`charts`: the spec's source, named where apply installs a local copy)."""
+    chart = published(release.chart)
+    where = f"repo {chart.repo}" if chart.repo else "OCI"
+    install = helm_install_command(release.name, release.namespace, release.chart, values_file(release.name))
+    header = [f"# Helm values of release {release.name} in namespace {release.namespace}, rendered by gpuctl",
+              f"# chart: {chart.ref}  version: {chart.version}  ({where})", f"# install: {install}"]
+    if chart != release.chart:  # the spec's charts name no repository: say what apply installs instead
+        copy = "gpuctl's bundled stand-in" if charts == "bundled" else "a local copy"
+        source = "bundled" if charts == "bundled" else "a directory"
+        header.append(f"# apply installs {copy} of this chart (spec charts: {source}); it takes the same values")
+    return "\n".join(header) + "\n" + _dump(release.values)
+
+
+def manifest_stream(spec: PlatformSpec) -> str:
+    """The manifests as one YAML stream, each document headed by the file `--out` writes it to."""
+    return "".join(f"---\n# Source: manifests/{name}\n{_dump(obj)}" for name, obj in manifests(spec).items())
+
+
+def render(spec: PlatformSpec, out: Path | None, field: str = "--out",
+           helm_values: str | None = None) -> list[Path] | str:
+    """Write manifests/, helm/<release>.values.yaml and grafana/ (the dashboard of gpuctl.ops.dashboard) under
+    `out`; else return the manifests as one stream (`kubectl apply -f -` takes it), or with `helm_values` the
+    values of that one release. Every file is rendered, and every path it goes to judged (paths.check_target,
+    errors naming `field`), before the first is written."""
+    releases = helm_releases(spec)
+    if helm_values is not None:
+        if out is not None:
+            raise UsageError(VALUES_FLAG, "prints to stdout, and --out writes every values file",
+                             "drop one of them")
+        if helm_values not in releases:
+            raise UsageError(VALUES_FLAG, f"no Helm release {helm_values!r} in this spec",
+                             f"use one of: {', '.join(releases)}")
+        return values_text(releases[helm_values], spec.stack.charts)
     if out is None:
-        stream = "".join(f"---\n# {name}\n{_dump(obj)}" for name, obj in objects.items())
-        return stream + "".join(f"---\n# {name}\n{_values_text(v)}" for name, v in values.items())
+        return manifest_stream(spec)
     from gpuctl.util.paths import check_target
 
-    files = {out / "manifests" / name: _dump(obj) for name, obj in objects.items()}
-    files.update({out / "helm" / name: _values_text(entry) for name, entry in values.items()})
+    files = {out / "manifests" / name: _dump(obj) for name, obj in manifests(spec).items()}
+    files.update({out / "helm" / values_file(name): values_text(r, spec.stack.charts) for name, r in releases.items()})
     try:
         files[out / "grafana" / DASHBOARD_FILE] = dashboard_text(spec)
     except ToolError as exc:  # Python 3.10: no Grafana SDK; the manifests are what apply needs

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.model.cloud_options import CLOUD, CloudOptions, check_options
 
 if TYPE_CHECKING:
     from gpuctl.model.capabilities import Capabilities
+    from gpuctl.model.spec import PlatformSpec
     from gpuctl.providers.base import Provider
 
 # cloud name -> "module:class"; only clouds that work are listed.
@@ -34,3 +35,18 @@ def get_provider(cloud: str, options: CloudOptions | None = None, field: str = "
     """Instantiate the provider for `cloud` (importing its SDK only now) with its options."""
     module, cls = PROVIDERS[check_cloud(cloud, field)].split(":")
     return getattr(import_module(module), cls)(check_options(cloud, options or CloudOptions()))
+
+
+def karpenter_objects(spec: PlatformSpec) -> list[dict[str, Any]]:
+    """The Karpenter objects apply writes for `spec` (its cloud's node class, a NodePool per node group and a
+    NodeOverlay per sharing group), from the module its provider's cluster_steps call too; [] without Karpenter.
+    Loads neither the provider nor its SDK."""
+    if not spec.options.karpenter:
+        return []
+    if spec.cloud == "eks":
+        from gpuctl.providers.eks.karpenter import karpenter_objects as eks_objects
+
+        return eks_objects(spec, spec.options)
+    from gpuctl.providers.sim.karpenter import karpenter_objects as sim_objects  # check_options: eks or sim
+
+    return sim_objects(spec)

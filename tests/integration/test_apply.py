@@ -91,7 +91,7 @@ def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, 
     proc = run_gpuctl("render", "-f", str(SPEC), "--out", str(tmp_path / "out"), env=sim_env)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "out" / "helm").iterdir()) == [
-        "values-gpu-operator.yaml", "values-node-feature-discovery.yaml"]
+        "gpu-operator.values.yaml", "node-feature-discovery.values.yaml"]
     SimProvider().ensure_cluster("fresh")
     try:
         kubectl = [str(find_tool("kubectl")), "--kubeconfig", str(KwokCluster("fresh").kubeconfig_path)]

@@ -39,7 +39,7 @@ KARPENTER = UPSTREAM / "karpenter-provider-aws-v1.14.1"
 CRDS = (OPERATOR_CHART / "crds" / "nvidia.com_clusterpolicies.yaml", KARPENTER / "karpenter.sh_nodepools.yaml",
         KARPENTER / "karpenter.sh_nodeoverlays.yaml", KARPENTER / "karpenter.k8s.aws_ec2nodeclasses.yaml")
 BUNDLED_CHART = data_dir("templates") / "charts" / "gpu-operator"
-VALUES = Path("helm") / "values-gpu-operator.yaml"  # in the output of `gpuctl render --out`
+VALUES = Path("helm") / "gpu-operator.values.yaml"  # in the output of `gpuctl render --out`
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def test_spec_file_keys_are_strict(tmp_path) -> None:
 
 def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path) -> None:
     from gpuctl.api import load_spec, to_platform
-    from gpuctl.ops.render import helm_values, manifests
+    from gpuctl.ops.render import helm_releases, manifests
 
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": "c"},
            "spec": {"provider": {"cloud": "sim"}, "dra": {"enabled": True},
@@ -106,9 +106,9 @@ def test_render_covers_the_driver_release_and_the_tenants_claim_objects(tmp_path
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(doc))
     spec = to_platform(*load_spec(path))
-    values = helm_values(spec)
-    assert values["values-dra-driver-nvidia-gpu.yaml"]["values"]["gpuResourcesEnabledOverride"] is True
-    assert values["values-gpu-operator.yaml"]["values"]["devicePlugin"]["enabled"] is False
+    releases = helm_releases(spec)
+    assert releases["dra-driver-nvidia-gpu"].values["gpuResourcesEnabledOverride"] is True
+    assert releases["gpu-operator"].values["devicePlugin"]["enabled"] is False
     files = manifests(spec)
     assert files["21-quota-team-a.yaml"]["spec"]["hard"]["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "2"
     templates = {f: b for f, b in files.items() if b["kind"] == "ResourceClaimTemplate"}

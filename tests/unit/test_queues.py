@@ -43,11 +43,11 @@ def test_each_resource_in_one_group_every_flavor_lists_all_covered_resources() -
                                                          ["nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb"]]
     [mig] = groups[1]["flavors"]
     assert mig["resources"] == [
-        {"name": "nvidia.com/mig-2g.10gb", "nominalQuota": 3, "borrowingLimit": 1, "lendingLimit": 2},
-        {"name": "nvidia.com/mig-3g.20gb", "nominalQuota": 1, "borrowingLimit": 1, "lendingLimit": 1}]  # <= nominal
+        {"name": "nvidia.com/mig-2g.10gb", "nominalQuota": "3", "borrowingLimit": "1", "lendingLimit": "2"},
+        {"name": "nvidia.com/mig-3g.20gb", "nominalQuota": "1", "borrowingLimit": "1", "lendingLimit": "1"}]  # <= nominal
     [gpu] = groups[0]["flavors"]
     assert gpu == {"name": "gpuctl-t4-time-slicing-4", "resources": [
-        {"name": "nvidia.com/gpu", "nominalQuota": 2, "borrowingLimit": 1, "lendingLimit": 2}]}
+        {"name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "1", "lendingLimit": "2"}]}
 
 
 def test_a_flavor_offering_two_resources_joins_their_groups() -> None:
@@ -56,8 +56,8 @@ def test_a_flavor_offering_two_resources_joins_their_groups() -> None:
     groups = resource_groups(team, flavors_of([*NODES, mixed]))
     assert [g["coveredResources"] for g in groups] == [["nvidia.com/gpu", "nvidia.com/mig-3g.20gb"]]
     by_name = {f["name"]: f["resources"] for f in groups[0]["flavors"]}
-    assert by_name["gpuctl-t4-time-slicing-4"][1] == {"name": "nvidia.com/mig-3g.20gb", "nominalQuota": 0,
-                                                       "borrowingLimit": 0}  # listed, as Kueue wants, but none
+    assert by_name["gpuctl-t4-time-slicing-4"][1] == {"name": "nvidia.com/mig-3g.20gb", "nominalQuota": "0",
+                                                       "borrowingLimit": "0"}  # listed, as Kueue wants, but none
     assert {f["name"] for f in groups[0]["flavors"]} == {
         "gpuctl-a100-40gb", "gpuctl-t4-time-slicing-4", "gpuctl-a100-40gb-gpuctl-3g.20gb-2x2g.10gb"}
 

@@ -104,8 +104,8 @@ def test_dra_queue_covers_the_mapped_resources_on_one_flavor_without_node_labels
     # GPUs stay nvidia.com/gpu: Kueue's name for gpu.nvidia.com's devices, however a job asks for them
     assert group == {"coveredResources": [MIG_DEVICES, "nvidia.com/gpu"], "flavors": [{"name": DRA_FLAVOR,
                                                                                      "resources": [
-        {"name": MIG_DEVICES, "nominalQuota": 3, "borrowingLimit": 2, "lendingLimit": 3},
-        {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 2, "lendingLimit": 3}]}]}
+        {"name": MIG_DEVICES, "nominalQuota": "3", "borrowingLimit": "2", "lendingLimit": "3"},
+        {"name": "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "2", "lendingLimit": "3"}]}]}
     assert (queue["metadata"]["name"], queue["spec"]["cohortName"], local["spec"]["clusterQueue"],
             default["spec"]["clusterQueue"]) == ("team-a", "pool", "team-a", "team-a")
     # outside DRA mode nothing changes: the device plugin's resources, a flavor per model

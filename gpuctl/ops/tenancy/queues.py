@@ -48,7 +48,7 @@ from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.dra import DEVICE_CLASSES, GPU_CLASS, MIG_CLASS, dra_resource
 from gpuctl.model.sharing import CONFIG_LABEL
-from gpuctl.model.taints import node_taint, tolerations
+from gpuctl.model.taints import Taint, node_taint, tolerations
 from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     from kubernetes.client import ApiClient, V1Node
 
+    from gpuctl.model.spec import GroupPlan
     from gpuctl.model.tenant import Tenant
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -83,33 +84,73 @@ def _flavor_name(labels: dict[str, str]) -> str:
     return FLAVOR_PREFIX + re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.")[:200]
 
 
+@dataclass(frozen=True)
+class NodeShape:
+    """What a GPU node shows Kueue: its labels, the GPU resources it advertises (non-zero), its taints."""
+
+    labels: dict[str, str]
+    resources: frozenset[str]
+    taints: frozenset[Taint]
+
+
+def node_shape(node: V1Node) -> NodeShape:
+    return NodeShape(node.metadata.labels or {}, frozenset(gpu_resources(node)),
+                     frozenset(node_taint(t) for t in node.spec.taints or []))
+
+
+def group_shape(plan: GroupPlan, mig_strategy: str) -> NodeShape:
+    """How a node of node group `plan` shows once apply has configured it: gpuctl's model label, its device-plugin
+    and MIG config labels, what the device plugin advertises, the group's taints."""
+    from gpuctl.model.mig import config_name
+    from gpuctl.stack.karpenter import advertised
+
+    labels = {L.GPU_MODEL: plan.spec.gpu.name}
+    if plan.sharing.config_key:
+        labels[CONFIG_LABEL] = plan.sharing.config_key
+    if plan.mig is not None:
+        labels[L.MIG_CONFIG] = config_name(plan.mig)
+    resources = frozenset(r for r, n in advertised(plan, mig_strategy).items() if n > 0)
+    return NodeShape(labels, resources, frozenset(plan.spec.taints))
+
+
 def flavors_of(nodes: list[V1Node]) -> list[Flavor]:
     """One flavor per (GPU model, device-plugin config, MIG config) among GPU nodes with a catalog model."""
-    groups: dict[str, list[V1Node]] = {}
-    for node in nodes:
-        labels = node.metadata.labels or {}
-        if labels.get(L.GPU_MODEL):
-            groups.setdefault(_flavor_name(labels), []).append(node)
+    return _flavors([node_shape(n) for n in nodes])
+
+
+def _flavors(shapes: list[NodeShape]) -> list[Flavor]:
+    groups: dict[str, list[NodeShape]] = {}
+    for shape in shapes:
+        if shape.labels.get(L.GPU_MODEL):
+            groups.setdefault(_flavor_name(shape.labels), []).append(shape)
     flavors = []
     for name, members in sorted(groups.items()):
-        labels = members[0].metadata.labels or {}
+        labels = members[0].labels
         selector = {k: labels[k] for k in (L.GPU_MODEL, CONFIG_LABEL, L.MIG_CONFIG) if labels.get(k)}
-        resources = sorted({r for n in members for r, count in gpu_resources(n).items() if count > 0})
+        resources = sorted({r for m in members for r in m.resources})
         flavors.append(Flavor(name, selector, tuple(resources), _tolerations(members)))
     return flavors
 
 
-def _tolerations(nodes: list[V1Node]) -> tuple[dict[str, str], ...]:
-    """Tolerations of the taints every one of `nodes` carries."""
-    taint_sets = [{node_taint(t) for t in n.spec.taints or []} for n in nodes]
-    common = set.intersection(*taint_sets) if taint_sets else set()
+def _tolerations(shapes: list[NodeShape]) -> tuple[dict[str, str], ...]:
+    """Tolerations of the taints every one of `shapes` carries."""
+    common = frozenset.intersection(*(s.taints for s in shapes)) if shapes else frozenset()
     return tuple(tolerations(sorted(common)))
 
 
 def dra_flavor(nodes: list[V1Node]) -> Flavor:
     """DRA mode's one flavor: the driver's devices on every GPU node, no node labels (a claim's selector picks
     the model), tolerating the taints all GPU nodes carry."""
-    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DEVICE_CLASSES), _tolerations(nodes))
+    return _dra_flavor([node_shape(n) for n in nodes])
+
+
+def _dra_flavor(shapes: list[NodeShape]) -> Flavor:
+    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DEVICE_CLASSES), _tolerations(shapes))
+
+
+def offered_flavors(shapes: list[NodeShape], dra: bool = False) -> list[Flavor]:
+    """The flavors of GPU nodes shaped so: DRA mode's one, else one per model and sharing mode."""
+    return [_dra_flavor(shapes)] if dra else _flavors(shapes)
 
 
 def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:
@@ -151,9 +192,11 @@ def resource_groups(tenant: Tenant, flavors: list[Flavor], dra: bool = False) ->
 
 
 def _limits(resource: str, nominal: int, tenant: Tenant) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": resource, "nominalQuota": nominal, "borrowingLimit": tenant.borrow}
+    """Quantities as strings, as Kueue's manager writes its ClusterQueues back (finalizers): what gpuctl applies is
+    then what the cluster keeps, and `kubectl diff` of `gpuctl render` finds nothing."""
+    entry: dict[str, Any] = {"name": resource, "nominalQuota": str(nominal), "borrowingLimit": str(tenant.borrow)}
     if tenant.lend is not None:
-        entry["lendingLimit"] = min(tenant.lend, nominal)
+        entry["lendingLimit"] = str(min(tenant.lend, nominal))
     return entry
 
 
@@ -173,13 +216,13 @@ def local_queue_manifest(tenant: Tenant, name: str | None = None) -> dict[str, A
             "spec": {"clusterQueue": tenant.name}}
 
 
-def queue_manifests(tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> list[dict[str, Any]]:
+def queue_manifests(tenant: Tenant, nodes: list[V1Node] | list[NodeShape], dra: bool = False) -> list[dict[str, Any]]:
     """Flavors the team's queue uses, its ClusterQueue and LocalQueues (the team's, `default`), in the order
-    they must exist."""
-    flavors = [dra_flavor(nodes)] if dra else flavors_of(nodes)
-    queue = cluster_queue_manifest(tenant, flavors, dra)
+    they must exist: from the cluster's GPU nodes (apply), or from the node shapes of a spec's groups (render)."""
+    offered = offered_flavors([n if isinstance(n, NodeShape) else node_shape(n) for n in nodes], dra)
+    queue = cluster_queue_manifest(tenant, offered, dra)
     used = {f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]}
-    return [*(flavor_manifest(f) for f in flavors if f.name in used), queue, local_queue_manifest(tenant),
+    return [*(flavor_manifest(f) for f in offered if f.name in used), queue, local_queue_manifest(tenant),
             local_queue_manifest(tenant, DEFAULT_QUEUE)]
 
 

@@ -10,6 +10,8 @@ from gpuctl.util.errors import UsageError
 # GPU AMI types: AL2023 NVIDIA (current), Bottlerocket NVIDIA, AL2 GPU (legacy). Each ships the
 # NVIDIA driver and container toolkit, so the GPU Operator must not install them.
 AMI_TYPES = ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "AL2_x86_64_GPU")
+# The label of a managed node group's nodes; Karpenter's nodes of the group get it from their NodePool.
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 DEFAULT_AMI_TYPE = AMI_TYPES[0]
 EKS_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
 

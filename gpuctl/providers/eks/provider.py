@@ -49,8 +49,7 @@ def _managed(item: dict[str, Any]) -> bool:
     return all(tags.get(k) == v for k, v in MANAGED_TAGS.items())
 
 
-# The label of a managed node group's nodes; Karpenter's nodes of the group get it from their NodePool.
-NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+NODEGROUP_LABEL = ng.NODEGROUP_LABEL
 
 
 class EksProvider:
@@ -262,17 +261,10 @@ class EksProvider:
         if not self.options.karpenter:
             return []
 
-        def objects() -> list[dict[str, Any]]:
-            from gpuctl.providers.eks.karpenter import EC2_NODE_CLASS, render_ec2nodeclass
-            from gpuctl.stack.karpenter import pool_objects
-
-            role = (self.options.node_role or "").rsplit("/", 1)[-1] or node_role_name(spec.name)
-            return [render_ec2nodeclass(spec.name, role, self.ami_type),
-                    *pool_objects(spec, NODEGROUP_LABEL, EC2_NODE_CLASS)]
-
+        from gpuctl.providers.eks.karpenter import karpenter_objects
         from gpuctl.stack.karpenter import OVERLAY_GATE_NOTE, nodepool_step
 
-        return [nodepool_step(client, objects, note=OVERLAY_GATE_NOTE)]
+        return [nodepool_step(client, lambda: karpenter_objects(spec, self.options), note=OVERLAY_GATE_NOTE)]
 
     # -- node groups ----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, scaled_bounds
 from gpuctl.providers.sim import CAPABILITIES
-from gpuctl.simulator.nodes import DEVICES_PENDING, SYSTEM_NODE, node_name, render_node, render_system_node
+from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
 
@@ -114,7 +114,8 @@ class SimProvider:
         if not self.options.karpenter:
             return []
         from gpuctl.simulator import karpenter as sim_karpenter
-        from gpuctl.stack.karpenter import nodepool_step, pool_objects
+        from gpuctl.providers.sim.karpenter import karpenter_objects
+        from gpuctl.stack.karpenter import nodepool_step
 
         def observe() -> Observed:
             drift = sim_karpenter.karpenter_drift(spec.name)
@@ -129,12 +130,7 @@ class SimProvider:
                 return Change.NO_CHANGE
             return Change.CREATED if fresh else Change.UPDATED
 
-        def objects() -> list[dict[str, Any]]:
-            return [sim_karpenter.render_kwok_node_class(),
-                    *pool_objects(spec, L.NODEGROUP, sim_karpenter.KWOK_NODE_CLASS, sim_karpenter.CONSOLIDATE_AFTER,
-                                  (DEVICES_PENDING,))]
-
-        return [Step("install-karpenter", observe, install), nodepool_step(client, objects)]
+        return [Step("install-karpenter", observe, install), nodepool_step(client, lambda: karpenter_objects(spec))]
 
     # -- clusters -------------------------------------------------------------------------
 
