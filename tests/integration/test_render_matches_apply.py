@@ -80,7 +80,7 @@ def differences(want: Any, have: Any, path: str = "") -> list[str]:
     if isinstance(want, list):
         if not isinstance(have, list) or len(want) != len(have):
             return [f"{path}: {have!r} for {want!r}"]
-        return [d for i, (w, h) in enumerate(zip(want, have)) for d in differences(w, h, f"{path}[{i}]")]
+        return [d for i, (w, h) in enumerate(zip(want, have, strict=True)) for d in differences(w, h, f"{path}[{i}]")]
     return [] if want == have else [f"{path}: {have!r} for {want!r}"]
 
 
@@ -94,7 +94,7 @@ def test_every_rendered_object_is_on_the_cluster_as_rendered(cluster: dict[str, 
     assert live.returncode == 0, live.stderr
     items = json.loads(live.stdout)["items"]
     assert len(items) == len(docs)
-    for doc, item in zip(docs, items):
+    for doc, item in zip(docs, items, strict=True):
         where = f"{doc['kind']} {doc['metadata'].get('namespace', '')}/{doc['metadata']['name']}"
         assert (item["kind"], item["metadata"]["name"]) == (doc["kind"], doc["metadata"]["name"])
         assert differences(quantities(doc), quantities(item)) == [], where
