@@ -16,9 +16,11 @@ where it matters to gpuctl:
 - allocatable nvidia.com/gpu = GPUs x replicas, labels nvidia.com/gpu.replicas, .sharing-strategy,
   nvidia.com/mps.capable and product "-SHARED" (GPU Feature Discovery);
 - an edited config is NOT reloaded until the node's device-plugin pod restarts (upstream defect);
-- nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed; as the real MIG
-  manager does when it starts, a label whose state is not the answer to it (cleared, or left pending by
-  an operator that died) is answered too, `success` at once where the config is the one applied;
+- nvidia.com/mig.config moves nvidia.com/mig.config.state pending -> success | failed, as mig-parted's own
+  apply of the config decides on go-nvml's mock of the node's GPU, and the MIG resources advertised are the
+  MIG devices that apply made (mig_manager.py); as the real MIG manager does when it starts, a label whose
+  state is not the answer to it (cleared, or left pending by an operator that died) is answered too,
+  `success` at once where the config is the one applied;
 - with the device plugin off in the ClusterPolicy (DRA mode), no nvidia.com/gpu or nvidia.com/mig-* on the node;
 - a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version; it gets its GPU
   from the device plugin (resources.limits, with a ClusterPolicy) or from a ResourceClaim the scheduler
@@ -51,10 +53,10 @@ from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
 from gpuctl.model.dra import DRIVER
-from gpuctl.model.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
+from gpuctl.simulator.mig_manager import MigApplied, apply_mig_config, mig_resources
 from gpuctl.simulator.nodes import CUDA_VERSION, DEVICES_PENDING
 from gpuctl.simulator.operands import (
     CLUSTER_POLICY,
@@ -99,6 +101,8 @@ class SimOperator:
         self.upstreamcheck = find_tool("upstreamcheck")
         self.namespace = NAMESPACE
         self.mig_seen: set[str] = set()  # nodes whose MIG config this process has looked at
+        # mig-parted's answers by (config.yaml, config, GPU model, GPUs): one apply per change, not per pass
+        self.mig_answers: dict[tuple[str, str, str, int], MigApplied] = {}
 
     def operator_namespace(self) -> str:
         """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the chart's
@@ -149,17 +153,14 @@ class SimOperator:
         plugin_name, _ = policy.plugin_config
         plugin_configs = self._config_map(plugin_name) if plugin_name else None
         mig_name, _ = policy.mig_config
-        try:  # without a custom ConfigMap the real MIG manager generates configs from the hardware
-            text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
-            mig_configs = parse_mig_parted_config(text) if text else {}
-        except ValueError:
-            mig_configs = {}
+        # without a custom ConfigMap the real MIG manager generates configs from the hardware; the sim has none
+        mig_text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
         plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
             self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items
             if p.spec.node_name and p.status.phase == "Running"}
         for node in nodes:
             try:
-                self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_configs,
+                self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_text,
                                      plugin_pods.get(node.metadata.name))
             except KubeConflict:
                 log.info("node %s changed since it was read; next pass", node.metadata.name)
@@ -193,7 +194,7 @@ class SimOperator:
                                   policy.mig_strategy, model.compute_capability, mig_enabled)
 
     def _reconcile_node(self, node: Any, policy: Policy, plugin_name: str, plugin_configs: dict[str, str] | None,
-                        mig_configs: dict[str, dict[str, int] | None], plugin_pod: Any) -> None:
+                        mig_text: str, plugin_pod: Any) -> None:
         labels = node.metadata.labels or {}
         annotations = node.metadata.annotations or {}
         model = model_of(labels)
@@ -203,8 +204,12 @@ class SimOperator:
         want_labels: dict[str, str | None] = dict(node_labels(policy, labels, model.mig is not None))
         want_annotations: dict[str, str | None] = {}
         applied = annotations.get(MIG_APPLIED)
-        mig_enabled = bool(applied and applied in mig_configs
-                           and layout_from_counts(applied, mig_configs[applied]).enabled)
+
+        def mig_apply(name: str) -> MigApplied:
+            return self._mig_apply(model, mig_text, name, gpus)
+
+        mig_enabled = bool(model.mig is not None and applied and mig_apply(applied).ok
+                           and mig_apply(applied).mig_enabled)
 
         # Device plugin: load the node's config when its pod (re)starts, the label or the MIG strategy
         # changes, or (a crash loop) while the last load failed.
@@ -245,7 +250,7 @@ class SimOperator:
             if mig_state != "pending":
                 want_labels[L.MIG_STATE] = "pending"
             else:
-                ok = self._mig_fits(model, mig_configs, mig_wanted)
+                ok = mig_apply(mig_wanted).ok
                 want_labels[L.MIG_STATE] = "success" if ok else "failed"
                 if ok:
                     want_annotations[MIG_APPLIED] = applied = mig_wanted
@@ -258,18 +263,18 @@ class SimOperator:
             # label when it first lists it, then from each change); a config that is already applied is
             # answered `success` without `pending` (pkg/mig/reconfigure/reconfigure.go Run:
             # validateMigConfig, then isConfigAlreadyApplied -> setState(success)).
-            want_labels[L.MIG_STATE] = "success" if self._mig_fits(model, mig_configs, mig_wanted) else "failed"
-        if serving and applied and model.mig is not None and mig_wanted == applied and applied in mig_configs:
-            layout = layout_from_counts(applied, mig_configs[applied])
+            want_labels[L.MIG_STATE] = "success" if mig_apply(mig_wanted).ok else "failed"
+        if serving and applied and model.mig is not None and mig_wanted == applied and mig_apply(applied).ok:
+            made = mig_apply(applied)  # the MIG devices mig-parted made: what the device plugin finds
             try:
-                resources = advertised_resources(layout, gpus, policy.mig_strategy)
+                resources = mig_resources(made, policy.mig_strategy)
             except UsageError:
                 want_labels[L.MIG_STATE] = "failed"
             else:
-                if layout.enabled:
+                if made.mig_enabled:
                     sharing = NO_SHARING
-                    if policy.mig_strategy == "single" and layout.profiles:
-                        product = f"{model.product}-MIG-{layout.profiles[0]}"
+                    if policy.mig_strategy == "single" and made.profiles:
+                        product = f"{model.product}-MIG-{made.profiles[0]}"
                 else:
                     resources = {L.GPU_RESOURCE: gpus * sharing.replicas}
             want_labels["nvidia.com/mig.strategy"] = policy.mig_strategy
@@ -301,14 +306,17 @@ class SimOperator:
             self.v1.patch_node(node.metadata.name, {"metadata": {"resourceVersion": version},
                                                     "spec": {"taints": taints}})
 
-    def _mig_fits(self, model: GpuModel, mig_configs: dict[str, dict[str, int] | None], name: str) -> bool:
-        if model.mig is None or name not in mig_configs:
-            return False
-        try:
-            place(layout_from_counts(name, mig_configs[name]).profiles, model)
-        except UsageError:
-            return False
-        return True
+    def _mig_apply(self, model: GpuModel, text: str, name: str, gpus: int) -> MigApplied:
+        """mig-parted's apply of config `name` on this node's GPUs, asked once per distinct input."""
+        key = (text, name, model.name, gpus)
+        if key not in self.mig_answers:
+            if len(self.mig_answers) > 256:
+                self.mig_answers.clear()
+            answer = apply_mig_config(self.upstreamcheck, text, name, model, gpus)
+            if answer.error is not None:
+                log.info("MIG config %s on %s x %d: %s", name, model.name, gpus, answer.error)
+            self.mig_answers[key] = answer
+        return self.mig_answers[key]
 
     def _patch_node(self, node: Any, labels: dict[str, str | None], annotations: dict[str, str | None],
                     resources: dict[str, int]) -> str:

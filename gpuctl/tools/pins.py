@@ -18,7 +18,7 @@ CONTROLLER_TOOLS_VERSION = "v0.20.1"
 # build fetches that toolchain when the local Go is older (gobuild.needed_toolchain).
 KARPENTER_VERSION = "v1.15.0"
 # gpuctl's own checker, built from gpuctl/tools/upstreamcheck; must equal `Version` in its main.go.
-UPSTREAMCHECK_VERSION = "v1"
+UPSTREAMCHECK_VERSION = "v2"
 # Prometheus for the sim's monitoring (simulator/prometheus.py): the newest 3.x the Go module proxy serves. Its Go
 # module github.com/prometheus/prometheus numbers release v3.X.Y as v0.3XX.Y (VERSION file 3.16.0 in v0.316.0).
 PROMETHEUS_VERSION = "v3.16.0"

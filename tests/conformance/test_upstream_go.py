@@ -6,6 +6,7 @@ v0.15.0, which the proxy does not serve; their differences are listed in README.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpuctl.model.catalog import GPUS
-from gpuctl.model.mig import config_name, mig_parted_config, parse_layout
+from gpuctl.model.mig import config_name, mig_parted_config, parse_layout, place
 from gpuctl.model.sharing import DEFAULT_CONFIG_KEY, Sharing, plugin_configs
 from gpuctl.tools.installer import ensure_tools, find_tool
+from gpuctl.util.errors import UsageError
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +89,61 @@ def test_the_device_plugin_refuses_what_gpuctl_refuses(upstreamcheck: Path, tmp_
     assert mixed.returncode == 1 and "using --mig-strategy=mixed is not supported with MPS" in mixed.stderr
     too_many = run(upstreamcheck, *base, "--mig-strategy", "single")
     assert too_many.returncode == 1 and "maximum allowed replicas exceeded: 49 > 48" in too_many.stderr
+
+
+# Every MIG layout tests/integration gives a sim node (test_every_integration_layout_is_listed keeps this whole),
+# with the GPU model it is given on. gpuctl checks a layout before writing any label (gpuctl.model.mig); the sim's
+# MIG manager then applies it with mig-parted's own code (gpuctl/simulator/mig_manager.py).
+INTEGRATION_LAYOUTS = {
+    ("a100-40gb", "3g.20gb-2x2g.10gb"): {"3g.20gb": 1, "2g.10gb": 2},
+    ("a100-40gb", "all-balanced"): {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2},
+    ("a100-40gb", "all-disabled"): None,
+    ("a100-40gb", "3g.20gb-3g.20gb-1g.5gb"): {"3g.20gb": 2, "1g.5gb": 1},  # refused: no memory slot left
+    ("a100-40gb", "4x2g.10gb"): {"2g.10gb": 4},  # refused: at most 3
+    ("a100-40gb", "2g.20gb"): {"2g.20gb": 1},  # refused: no such profile on a 40 GB A100
+}
+LAYOUT_TEXT = re.compile(r"""["'{ :]((?:\d+x)?\dg\.\d+gb(?:\+me)?(?:-(?:\d+x)?\dg\.\d+gb(?:\+me)?)+|\d+x\dg\.\d+gb"""
+                         r"""|all-(?:balanced|disabled|enabled|\dg\.\d+gb))\b""")
+
+
+def test_every_integration_layout_is_listed() -> None:
+    root = Path(__file__).parents[1] / "integration"
+    used = {m for f in root.glob("*.py") for m in LAYOUT_TEXT.findall(f.read_text())}
+    assert used, "no MIG layout found in tests/integration: the pattern is stale"
+    assert used <= {layout for _, layout in INTEGRATION_LAYOUTS}, used
+
+
+def mig_parted_apply(tool: Path, tmp_path: Path, config: str, devices: dict[str, int] | None, gpu: str,
+                     gpus: int = 2) -> subprocess.CompletedProcess[str]:
+    """`upstreamcheck mig-apply` of one config, written as gpuctl writes it (devices: all)."""
+    entry = {"devices": "all", "mig-enabled": devices is not None, **({"mig-devices": devices} if devices else {})}
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps({"version": "v1", "mig-configs": {config: [entry]}}))
+    return run(tool, "mig-apply", "--file", str(path), "--config", config, "--gpu", gpu, "--gpus", str(gpus))
+
+
+@pytest.mark.parametrize("gpu,layout", sorted(INTEGRATION_LAYOUTS))
+def test_gpuctl_accepts_exactly_the_layouts_mig_parted_makes(upstreamcheck: Path, tmp_path: Path, gpu: str,
+                                                            layout: str) -> None:
+    """Where gpuctl accepts a layout, mig-parted's apply on go-nvml's mock GPU makes exactly its instances on
+    every GPU, where gpuctl's plan puts them; where gpuctl refuses one, mig-parted cannot make it (it fails,
+    or, for a profile the GPU does not have, applies nothing and says success: gpuctl is stricter there)."""
+    devices = INTEGRATION_LAYOUTS[(gpu, layout)]
+    model = GPUS[gpu]
+    try:
+        parsed = parse_layout(layout, model)
+    except UsageError:
+        parsed = None
+    name = config_name(parsed) if parsed is not None else layout
+    proc = mig_parted_apply(upstreamcheck, tmp_path, name, devices, gpu)
+    if parsed is None:
+        made = [g["mig-devices"] for g in json.loads(proc.stdout)["gpus"]] if proc.returncode == 0 else []
+        assert proc.returncode == 1 or devices not in made, proc.stdout
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert dict(Counter(parsed.profiles)) == (devices or {})
+    for applied in json.loads(proc.stdout)["gpus"]:
+        assert applied["mig-enabled"] is parsed.enabled
+        assert applied["mig-devices"] == (devices or {})
+        planned = place(parsed.profiles, model) if parsed.enabled else ()
+        assert [(p["profile"], p["start"]) for p in applied["placements"]] == [(p.profile, p.start) for p in planned]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +60,10 @@ def test_mig_apply_reaches_success_with_mig_resources(mig_env: dict[str, str]) -
     result = json.loads(proc.stdout)
     assert [s["step"] for s in result["steps"]] == ["write-mig-config", "label-nodes", "wait-mig-manager",
                                                     "verify-allocatable"]
-    status = json.loads(run_gpuctl("status", "--nodegroup", "a100", "-o", "json", env=mig_env).stdout)
+    listed = run_gpuctl("status", "--nodegroup", "a100", "-o", "json", env=mig_env)
+    assert listed.returncode == 0, listed.stderr
+    status = json.loads(listed.stdout)
+    assert sorted(node["node"] for node in status) == ["a100-0", "a100-1"]
     for node in status:
         assert node["mig_state"] == "success"
         assert node["mig_config"] == "custom-3g.20gb-2x2g.10gb"
@@ -95,3 +101,82 @@ def test_mig_validate_and_plan_commands() -> None:
     plan = run_gpuctl("mig", "plan", "3g.20gb-2x2g.10gb", "--gpu", "a100-40gb", "-o", "json")
     rows = json.loads(plan.stdout)["instances"]
     assert [(r["profile"], r["start"]) for r in rows] == [("2g.10gb", 0), ("2g.10gb", 2), ("3g.20gb", 4)]
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"not after {timeout:.0f}s: {what}"
+        time.sleep(0.2)
+
+
+# Configs the sim's MIG manager is given beside gpuctl's own, written into the MIG ConfigMap as another tool
+# could: gpuctl refuses each layout before any write, so only the MIG manager decides them.
+UNCHECKED = {
+    "crowded": {"3g.20gb": 2, "1g.5gb": 1},  # no memory slot left for the 1g.5gb
+    "four-2g": {"2g.10gb": 4},
+    "no-such-profile": {"2g.20gb": 1},  # not an A100-40GB profile
+}
+
+
+def test_the_sim_mig_manager_answers_as_mig_parted_does(mig_env: dict[str, str], tmp_path: Path) -> None:
+    """Each config on node a100-0: the state the sim's MIG manager sets and the MIG resources it advertises
+    are what mig-parted's own apply (upstreamcheck mig-apply, go-nvml's mock A100-40GB) gives for that
+    ConfigMap, config and node: success or failure, and on success the instances it made on each GPU."""
+    import yaml
+    from kubernetes import client, config
+
+    from gpuctl.kube.objects import MERGE_PATCH
+    from gpuctl.model import labels as L
+    from gpuctl.tools.installer import find_tool
+
+    tool = find_tool("upstreamcheck")
+    assert tool is not None  # a sim cluster runs, so `gpuctl sim install` has put it in the cache
+    v1 = client.CoreV1Api(config.new_client_from_config(mig_env["KUBECONFIG"]))
+    [policy] = client.CustomObjectsApi(v1.api_client).list_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies")["items"]
+    cm_name = policy["spec"]["migManager"]["config"]["name"]
+    [cm] = [c for c in v1.list_config_map_for_all_namespaces(field_selector=f"metadata.name={cm_name}").items]
+    doc = yaml.safe_load(cm.data["config.yaml"])
+    doc["mig-configs"].update({name: [{"devices": "all", "mig-enabled": True, "mig-devices": devices}]
+                               for name, devices in UNCHECKED.items()})
+    text = yaml.safe_dump(doc)
+    v1.patch_namespaced_config_map(cm_name, cm.metadata.namespace, {"data": {"config.yaml": text}})
+    (tmp_path / "config.yaml").write_text(text)
+    node = v1.read_node("a100-0")
+    gpus = int(node.metadata.labels[L.GPU_COUNT])
+    before = node.metadata.labels[L.MIG_CONFIG]
+    answers = {}
+    try:
+        for name in [*UNCHECKED, "all-balanced", "custom-3g.20gb-2x2g.10gb"]:
+            if name not in doc["mig-configs"]:
+                continue
+            upstream = subprocess.run([str(tool), "mig-apply", "--file", str(tmp_path / "config.yaml"), "--config",
+                                       name, "--gpu", "a100-40gb", "--gpus", str(gpus)],
+                                      capture_output=True, text=True, timeout=60)
+            want_state = "success" if upstream.returncode == 0 else "failed"
+            v1.patch_node("a100-0", {"metadata": {"labels": {L.MIG_CONFIG: name, L.MIG_STATE: None}}},
+                          _content_type=MERGE_PATCH)
+            wait_until(f"the MIG manager's answer to {name}", lambda: (v1.read_node("a100-0").metadata.labels
+                                                                         or {}).get(L.MIG_STATE) in ("success", "failed"))
+            labels = v1.read_node("a100-0").metadata.labels
+            answers[name] = (labels[L.MIG_STATE], want_state)
+            assert labels[L.MIG_STATE] == want_state, (name, upstream.stderr)
+            if want_state == "failed":
+                continue
+            want: dict[str, int] = {"nvidia.com/gpu": 0}
+            for applied in json.loads(upstream.stdout)["gpus"]:
+                for profile, count in applied["mig-devices"].items():
+                    want[f"nvidia.com/mig-{profile}"] = want.get(f"nvidia.com/mig-{profile}", 0) + count
+
+            def advertised() -> dict[str, int]:
+                allocatable = v1.read_node("a100-0").status.allocatable or {}
+                return {k: int(v) for k, v in allocatable.items() if k.startswith("nvidia.com/")}
+
+            wait_until(f"the resources of {name}", lambda: advertised() == want)  # noqa: B023
+            assert advertised() == want, name
+    finally:
+        v1.patch_node("a100-0", {"metadata": {"labels": {L.MIG_CONFIG: before, L.MIG_STATE: None}}},
+                      _content_type=MERGE_PATCH)
+    # both answers occur: the loop checked a refusal and an apply (a pattern gone stale cannot pass it)
+    assert {want for _, want in answers.values()} == {"success", "failed"}, answers

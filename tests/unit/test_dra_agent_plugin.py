@@ -96,7 +96,8 @@ def reconcile(policy_spec: dict[str, Any], node: V1Node) -> list[tuple[str, str,
     operator = SimOperator.__new__(SimOperator)  # no cluster: only the node's patch is looked at
     operator.v1 = RecordingCoreV1()
     operator.mig_seen = set()
-    operator._reconcile_node(node, Policy("cluster-policy", "uid", policy_spec), "", None, {}, None)
+    operator.mig_answers = {}
+    operator._reconcile_node(node, Policy("cluster-policy", "uid", policy_spec), "", None, "", None)
     return operator.v1.calls
 
 

@@ -180,3 +180,30 @@ def test_a100_40gb_placements(upstreamcheck: Path) -> None:
     assert starts["3g.20gb"] == [0, 4]
     assert starts["1g.5gb"] == list(range(7))
     assert {"1g.5gb+me", "1g.10gb", "2g.10gb", "4g.20gb", "7g.40gb"} <= set(starts)
+
+
+def test_mig_apply_makes_the_instances_on_the_gpus_the_config_names(upstreamcheck: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(MIG_PARTED)
+    code, out, err = check(upstreamcheck, "mig-apply", "--file", str(tmp_path / "config.yaml"), "--config", "custom",
+                           "--gpu", "a100-40gb", "--gpus", "3")
+    assert code == 0, err
+    assert [(g["index"], g["mig-enabled"], g["mig-devices"]) for g in out["gpus"]] == [
+        (0, True, {"3g.20gb": 1, "1g.5gb": 4}), (1, True, {"3g.20gb": 1, "1g.5gb": 4}), (2, False, {})]
+    # mig-parted tries the widest first; 3g.20gb at 0 leaves no room for four 1g.5gb, so another order wins
+    assert [(p["profile"], p["start"], p["size"]) for p in out["gpus"][0]["placements"]] == [
+        ("1g.5gb", 0, 1), ("1g.5gb", 1, 1), ("1g.5gb", 2, 1), ("1g.5gb", 3, 1), ("3g.20gb", 4, 4)]
+
+
+def test_mig_apply_refuses_what_does_not_fit_with_mig_parteds_error(upstreamcheck: Path, tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(
+        "version: v1\nmig-configs:\n  too-many:\n  - devices: all\n    mig-enabled: true\n"
+        "    mig-devices: {3g.20gb: 2, 1g.5gb: 1}\n")
+    base = ["mig-apply", "--file", str(tmp_path / "config.yaml"), "--gpu", "a100-40gb"]
+    assert refusal(upstreamcheck, *base, "--config", "too-many") == (
+        "error applying MIG configuration with hooks: error setting MIGConfig: "
+        "error attempting multiple config orderings: all orderings failed")
+    assert refusal(upstreamcheck, *base, "--config", "other") == \
+        "error selecting MIG config: selected mig-config not present: other"
+    assert check(upstreamcheck, *base)[0] == 2  # --config is required
+    assert check(upstreamcheck, "mig-apply", "--file", str(tmp_path / "config.yaml"), "--config", "too-many",
+                 "--gpu", "h200")[0] == 2  # no usable go-nvml mock: a usage error, not an answer

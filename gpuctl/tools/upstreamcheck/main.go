@@ -20,7 +20,7 @@ import (
 
 // Version is what `upstreamcheck --version` prints; gpuctl pins it (gpuctl/tools/pins.py), so
 // bump it whenever this program's behaviour changes, or gpuctl keeps using a cached older build.
-const Version = "v1"
+const Version = "v2"
 
 const usage = `usage: upstreamcheck COMMAND [FLAGS]
   --version          print "upstreamcheck ` + Version + `"
@@ -28,7 +28,8 @@ const usage = `usage: upstreamcheck COMMAND [FLAGS]
   plugin-config      --dir DIR --mig-strategy none|single|mixed [--node-config KEY] [--default KEY]
                      [--fallback-strategies empty] [--compute-capability 8.0] [--mig-enabled]
   mig-parted         --file F
-  mig-placements     --gpu a100-40gb|a100-80gb|a30`
+  mig-placements     --gpu a100-40gb|a100-80gb|a30
+  mig-apply          --file F --config NAME --gpu a100-40gb|a100-80gb|a30|h100-80gb [--gpus N]`
 
 // usageError makes run exit 2 instead of 1.
 type usageError struct{ msg string }
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out, err = migParted(args[1:])
 	case "mig-placements":
 		out, err = migPlacements(args[1:])
+	case "mig-apply":
+		out, err = migApply(args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0
