@@ -22,7 +22,7 @@ def test_bench_scale_runs_and_a_converged_run_writes_nothing(sim_env: dict[str, 
 
 
 def test_bench_create_runs_and_the_create_exits_0(sim_env: dict[str, str]) -> None:
-    # 3 nodes here; 1,000 in the README's figure (the capacity wait lasts while nodes converge).
+    # 3 nodes here; 1,000 in the figure of docs/testing.md (the capacity wait lasts while nodes converge).
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "create"), "--nodes", "3"],
                           capture_output=True, text=True, env=sim_env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -82,7 +82,7 @@ def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
 
 
 def test_bench_top_runs(sim_env: dict[str, str]) -> None:
-    # 16 GPUs here; 1,000 in the README's figure. Timings on a shared CI machine are printed; the run must
+    # 16 GPUs here; 1,000 in the figure of docs/testing.md. Timings on a shared CI machine are printed; the run must
     # show every GPU and refuse an unreachable Prometheus with exit 5 naming it.
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "top"), "--gpus", "16", "--runs", "1",
                            "--max-seconds", "60"], capture_output=True, text=True, env=sim_env, timeout=900)

@@ -1,6 +1,6 @@
 """Workloads land as upstream writes them (templates/policies/gpu-tolerations.yaml), on one sim cluster of two
 node groups made by `apply -f`: a time-sliced T4 group labelled workload=inference and a MIG A100 group with
-a second taint. The README's four manifests (section "Bringing workloads") are created unmodified in a tenant
+a second taint. The four manifests of docs/workloads.md (section "Four manifests as upstream writes them") are created unmodified in a tenant
 namespace and the real controllers, admission chain and scheduler put their pods on the GPU nodes; the same
 manifests elsewhere stay Pending; the policy follows the node groups and goes with the last tenant."""
 
@@ -21,7 +21,7 @@ from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 
 pytestmark = pytest.mark.integration
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
 CLUSTER = "workloads"
 TEAM = "team-w"
 SPEC = f"""apiVersion: gpuctl.dev/v1alpha1
@@ -44,14 +44,14 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "eff
 TRAINING_TAINT = {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}
 
 
-def readme_workloads() -> list[str]:
-    """The manifests of the README's section "Bringing workloads", in order."""
-    section = README.read_text().split("## Bringing workloads", 1)[1].split("\n## ", 1)[0]
+def documented_workloads() -> list[str]:
+    """The manifests of docs/workloads.md's section "Four manifests as upstream writes them", in order."""
+    section = PAGE.read_text().split("## Four manifests as upstream writes them", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```yaml\n(.*?)```", section, re.S)
 
 
 def kubectl_apply(env: dict[str, str], manifest: str, namespace: str) -> None:
-    """`kubectl -n NAMESPACE apply -f FILE`, as the README tells a team."""
+    """`kubectl -n NAMESPACE apply -f FILE`, as docs/workloads.md tells a team."""
     subprocess.run([str(find_tool("kubectl")), "-n", namespace, "apply", "-f", "-"], input=manifest, env=env,
                    check=True, capture_output=True, text=True)
 
@@ -118,7 +118,7 @@ def pods_of(env: dict[str, str], namespace: str) -> dict[str, Any]:
 
 
 def test_upstream_manifests_land_on_the_time_sliced_gpus(cluster: dict[str, str]) -> None:
-    workloads = readme_workloads()
+    workloads = documented_workloads()
     assert [yaml.safe_load(w)["kind"] for w in workloads] == ["Deployment", "Job", "StatefulSet", "Pod"]
     for text in workloads:  # as written upstream: gpuctl's fields are the platform's to add
         assert "toleration" not in text and "kueue.x-k8s.io" not in text and "nodeSelector" not in text
@@ -194,7 +194,7 @@ def test_a_bypass_pod_is_still_refused_after_the_mutation(cluster: dict[str, str
 
 def test_the_same_manifests_elsewhere_stay_pending(cluster: dict[str, str]) -> None:
     v1(cluster).create_namespace({"metadata": {"name": "outsider"}})
-    kubectl_apply(cluster, readme_workloads()[0], "outsider")  # the Deployment
+    kubectl_apply(cluster, documented_workloads()[0], "outsider")  # the Deployment
 
     def unschedulable() -> Any:
         for p in pods_of(cluster, "outsider").values():
