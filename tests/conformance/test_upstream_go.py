@@ -142,7 +142,9 @@ def test_gpuctl_accepts_exactly_the_layouts_mig_parted_makes(upstreamcheck: Path
         return
     assert proc.returncode == 0, proc.stderr
     assert dict(Counter(parsed.profiles)) == (devices or {})
-    for applied in json.loads(proc.stdout)["gpus"]:
+    gpus = json.loads(proc.stdout)["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1]
+    for applied in gpus:
         assert applied["mig-enabled"] is parsed.enabled
         assert applied["mig-devices"] == (devices or {})
         planned = place(parsed.profiles, model) if parsed.enabled else ()

@@ -182,7 +182,9 @@ def test_a_mig_change_left_pending_by_a_dead_operator_is_answered_when_it_restar
     assert proc.returncode == 0, proc.stderr
     assert took < 60, proc.stderr
     assert "started the simulated operator" in proc.stderr
-    for node in faults.core().list_node(label_selector="gpuctl.dev/nodegroup=gpu").items:
+    nodes = faults.core().list_node(label_selector="gpuctl.dev/nodegroup=gpu").items
+    assert sorted(n.metadata.name for n in nodes) == ["gpu-0", "gpu-1"]  # the spec's 2 nodes, each checked below
+    for node in nodes:
         labels = node.metadata.labels
         assert (labels["nvidia.com/mig.config"], labels.get("nvidia.com/mig.config.state")) == (LAYOUT, "success"), \
             node.metadata.name

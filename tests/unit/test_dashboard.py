@@ -11,8 +11,7 @@ import pytest
 
 from gpuctl import api
 from gpuctl.kube.prometheus import Prometheus
-from gpuctl.model import promql
-from gpuctl.ops.dashboard import FILE, TENANT_PANELS, WINDOW_VARIABLE, build_dashboard, panel_queries
+from gpuctl.ops.dashboard import FILE, WINDOW_VARIABLE, build_dashboard
 from gpuctl.ops.gpu_metrics import read_metrics
 from tests.conftest import run_gpuctl
 from tests.unit.fake_prometheus import Canned, fake_prometheus
@@ -48,12 +47,50 @@ def top_queries() -> list[str]:
     return canned.queries
 
 
+# The expected PromQL, written out (not built with gpuctl.model.promql, the code under test).
+BY = "Hostname, hostname, gpu, UUID, modelName, GPU_I_PROFILE, GPU_I_ID"
+RELABEL = '"pod", "$1", "exported_pod", "(.+)"), "namespace", "$1", "exported_namespace", "(.+)"'
+
+
+def device_queries(selector: str, window: str) -> list[str]:
+    """A GPU row's panels, in panel order, for DCGM series matching `selector` ("" or '{modelName="..."}')."""
+    return [
+        f"100 * max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{selector})",
+        f"max by ({BY}) (DCGM_FI_DEV_GPU_UTIL{selector})",
+        f"max by ({BY}) (DCGM_FI_DEV_FB_USED{selector})",
+        f"max by ({BY}) (DCGM_FI_DEV_FB_USED{selector}) + max by ({BY}) (DCGM_FI_DEV_FB_FREE{selector})",
+        f"100 * avg_over_time((max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{selector}))[{window}])",
+        f"100 * max_over_time((max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{selector}))[{window}])",
+        f"avg_over_time((max by ({BY}) (DCGM_FI_DEV_GPU_UTIL{selector}))[{window}])",
+        f"max_over_time((max by ({BY}) (DCGM_FI_DEV_GPU_UTIL{selector}))[{window}])",
+        f"max_over_time((max by ({BY}) (DCGM_FI_DEV_FB_USED{selector}))[{window}])",
+        f"count_over_time((max(DCGM_FI_DEV_FB_USED{selector}))[{window}]) / count_over_time(vector(1)[{window}])",
+        f"group by ({BY}, pod, namespace) (label_replace(label_replace(DCGM_FI_DEV_FB_USED{selector}, {RELABEL}))",
+        f"group by ({BY}, pod, namespace) (last_over_time((label_replace(label_replace("
+        f"DCGM_FI_DEV_FB_USED{selector}, {RELABEL}))[{window}]))",
+    ]
+
+
+def tenant_queries(namespace: str, window: str) -> list[str]:
+    def of(metric: str) -> str:
+        return f'({metric}{{exported_namespace="{namespace}"}} or {metric}{{namespace="{namespace}",exported_namespace=""}})'
+
+    held = (f"count by (namespace, GPU_I_PROFILE) (group by ({BY}, pod, namespace) "
+            f"(label_replace(label_replace({of('DCGM_FI_DEV_FB_USED')}, {RELABEL})))")
+    busy = (f"sum by (namespace) (max by ({BY}, namespace) "
+            f"(label_replace(label_replace({of('DCGM_FI_PROF_GR_ENGINE_ACTIVE')}, {RELABEL})))")
+    covered = f"on() group_left() count_over_time((max(DCGM_FI_DEV_FB_USED))[{window}])"
+    return [f"sum_over_time(({held})[{window}]) / {covered}", f"max_over_time(({held})[{window}])",
+            f"sum_over_time(({busy})[{window}]) / {covered}"]
+
+
 def test_the_all_gpus_row_runs_exactly_tops_device_queries(board: dict) -> None:
     [all_gpus] = [queries for title, queries in rows(board).items() if title.startswith("All GPUs")]
+    assert sorted(all_gpus) == sorted(device_queries("", WINDOW_VARIABLE))
     shown = sorted(q.replace(WINDOW_VARIABLE, "1h:15s") for q in all_gpus)  # the variable's value for 1h
     sent = top_queries()
-    tenant_queries = {build(promql.Where(window="1h")) for build in promql.TENANT_WINDOW.values()}
-    assert shown == sorted(q for q in sent if q not in tenant_queries)
+    assert len(sent) == 15, sent  # top's 12 device queries and its 3 tenant ones
+    assert shown == sorted(q for q in sent if "by (namespace" not in q)  # not the per-tenant sums
     assert len(shown) == len(set(shown)) == 12
 
 
@@ -62,22 +99,17 @@ def test_node_group_rows_select_their_gpu_model_and_name_the_groups(board: dict)
     t4 = next(t for t in by_title if t.startswith("Tesla T4"))
     a100 = next(t for t in by_title if t.startswith("NVIDIA A100-SXM4-40GB"))
     assert "inference (time-slicing x4)" in t4 and "training (MIG 3g.20gb-2x2g.10gb)" in a100
-    where = promql.Where(window=WINDOW_VARIABLE, model="Tesla T4")
-    assert by_title[t4] == panel_queries(where)
-    assert sorted(by_title[t4]) == sorted(build(where) for build in (*promql.DEVICE_NOW.values(),
-                                                                     *promql.DEVICE_WINDOW.values(),
-                                                                     promql.coverage, promql.pods_now,
-                                                                     promql.pods_over))
-    assert all('modelName="Tesla T4"' in q for q in by_title[t4])
+    assert by_title[t4] == device_queries('{modelName="Tesla T4"}', "$window")
+    assert by_title[a100] == device_queries('{modelName="NVIDIA A100-SXM4-40GB"}', "$window")
 
 
 def test_tenant_rows_run_tops_tenant_queries_for_the_tenants_namespace(board: dict) -> None:
     by_title = rows(board)
+    titles = [t for t in by_title if t.startswith("tenant ")]
+    assert len(titles) == 2, titles
     for tenant in ("team-a", "team-b"):
-        [title] = [t for t in by_title if t.startswith(f"tenant {tenant} ")]
-        where = promql.Where(window=WINDOW_VARIABLE, namespace=tenant)
-        assert by_title[title] == [build(where) for _, build, _, _ in TENANT_PANELS]
-        assert sorted(by_title[title]) == sorted(b(where) for b in promql.TENANT_WINDOW.values())
+        [title] = [t for t in titles if t.startswith(f"tenant {tenant} ")]
+        assert by_title[title] == tenant_queries(tenant, "$window")
     assert "2 x 3g.20gb" in next(t for t in by_title if t.startswith("tenant team-b"))
 
 
