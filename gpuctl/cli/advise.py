@@ -10,9 +10,15 @@ from gpuctl.util.output import emit
 
 
 def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h") -> None:
-    """Recommendations from the window's metrics and the cluster's configuration, each with the figures behind it and
-    the command that applies it: share idle whole GPUs, ease saturated time-slicing, a MIG layout for the demand,
-    lower unused tenant quotas. Reads only."""
+    """Recommend changes from the window's GPU metrics and the cluster's configuration; changes nothing.
+
+    Each recommendation comes with the figures behind it and the command that applies it: share idle whole GPUs,
+    ease saturated time-slicing, a MIG layout for the demand, lower unused tenant quotas.
+
+    Examples:
+      gpuctl advise
+      gpuctl advise --since 7d -o yaml
+    """
     from gpuctl import api
 
     opts = settings(ctx)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuctl.cli.help import one_of
 from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
 from gpuctl.cli.options import (
     AmiType,
@@ -35,6 +36,7 @@ from gpuctl.cli.options import (
 )
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import seconds
+from gpuctl.model.stack_spec import MIG_STRATEGY, NFD_OWNER
 from gpuctl.util.output import emit, info
 
 if TYPE_CHECKING:
@@ -42,9 +44,15 @@ if TYPE_CHECKING:
 
     from gpuctl.api import StepResult
 
-app = typer.Typer(help="Create, list and delete GPU clusters.", no_args_is_help=True)
+app = typer.Typer(help="""Create, list and delete GPU clusters.
 
-Name = Annotated[str, typer.Option("--name", help="Cluster name.")]
+Examples:
+  gpuctl cluster create --gpu t4 --slices 4
+  gpuctl cluster list
+  gpuctl cluster delete --name gpuctl --yes
+""", no_args_is_help=True)
+
+Name = Annotated[str, typer.Option("--name", metavar="NAME", help="Cluster name.")]
 
 
 def print_step(result: StepResult) -> None:
@@ -59,17 +67,17 @@ def create(
     name: Name = "gpuctl",
     nodes: Nodes = 1,
     gpus_per_node: GpusPerNode = None,
-    nodegroup_name: Annotated[str, typer.Option("--nodegroup-name", help="Name of the GPU node group.")] = "gpu",
+    nodegroup_name: Annotated[str, typer.Option("--nodegroup-name", metavar="NAME", rich_help_panel="Node group", help="Name of the GPU node group.")] = "gpu",
     slices: Slices = None,
     sharing: SharingMode = None,
     mig_layout: MigLayoutOption = None,
     label: Labels = None,
     taint: Taints = None,
-    nfd: Annotated[Optional[str], typer.Option("--nfd", help="Who deploys Node Feature Discovery: standalone (default) or operator.")] = None,
-    charts: Annotated[Optional[str], typer.Option("--charts", help="Chart source: upstream, bundled, a directory, or an oci:// mirror (default: per cloud).")] = None,
-    mig_strategy: Annotated[Optional[str], typer.Option("--mig-strategy", help="GPU Operator MIG strategy: mixed or single (default: mixed, single with MPS).")] = None,
-    smoke_image: Annotated[Optional[str], typer.Option("--smoke-image", help="CUDA smoke-test image.")] = None,
-    validate: Annotated[bool, typer.Option("--validate/--no-validate", help="Run the CUDA smoke test at the end.")] = True,
+    nfd: Annotated[Optional[str], typer.Option("--nfd", metavar=one_of(NFD_OWNER.names), rich_help_panel="GPU stack", help="Who deploys Node Feature Discovery: gpuctl on its own, or the GPU Operator (default: standalone).")] = None,
+    charts: Annotated[Optional[str], typer.Option("--charts", metavar="upstream|bundled|DIR|oci://PREFIX", rich_help_panel="GPU stack", help="Where the charts come from: their upstream repositories, the copies bundled with gpuctl, a directory of charts, or an OCI mirror (default: per cloud).")] = None,
+    mig_strategy: Annotated[Optional[str], typer.Option("--mig-strategy", metavar=one_of(MIG_STRATEGY.names), rich_help_panel="Sharing and MIG", help="GPU Operator MIG strategy (default: mixed; single with MPS).")] = None,
+    smoke_image: Annotated[Optional[str], typer.Option("--smoke-image", metavar="IMAGE", rich_help_panel="GPU stack", help="CUDA smoke-test image.")] = None,
+    validate: Annotated[bool, typer.Option("--validate/--no-validate", rich_help_panel="GPU stack", help="Run the CUDA smoke test at the end.")] = True,
     region: Region = None,
     os_cloud: OsCloud = None,
     profile: Profile = None,
@@ -82,16 +90,30 @@ def create(
     subnet: Subnets = None,
     min_nodes: MinNodes = None,
     max_nodes: MaxNodes = None,
-    kubernetes_version: Annotated[Optional[str], typer.Option("--kubernetes-version", help="EKS: Kubernetes version of a new cluster.")] = None,
-    karpenter: Annotated[bool, typer.Option("--karpenter", help="Karpenter GPU NodePools (EKS: and their EC2NodeClass; sim: and Karpenter itself), a NodeOverlay per sharing group.")] = False,
-    exec_auth: Annotated[bool, typer.Option("--exec-auth", help="EKS: kubeconfig with the aws exec plugin instead of a token.")] = False,
-    kueue: Annotated[bool, typer.Option("--kueue", help="Install Kueue (pinned chart; --charts applies), so tenants get queues with borrowing.")] = False,
-    dra: Annotated[bool, typer.Option("--dra", help="GPUs by ResourceClaim: install NVIDIA's DRA driver (pinned chart; --charts applies) and turn the operator's device plugin off.")] = False,
-    dra_alpha_sharing: Annotated[bool, typer.Option("--dra-alpha-sharing", help="With --dra: allow time-slicing and MPS through the DRA driver's ALPHA feature gates.")] = False,
+    kubernetes_version: Annotated[Optional[str], typer.Option("--kubernetes-version", metavar="VERSION", rich_help_panel="EKS", help="Kubernetes version of a new cluster.")] = None,
+    karpenter: Annotated[bool, typer.Option("--karpenter", rich_help_panel="Autoscaling", help="Karpenter GPU NodePools (EKS: and their EC2NodeClass; sim: and Karpenter itself), a NodeOverlay per sharing group.")] = False,
+    exec_auth: Annotated[bool, typer.Option("--exec-auth", rich_help_panel="EKS", help="A kubeconfig with the aws exec plugin instead of a token.")] = False,
+    kueue: Annotated[bool, typer.Option("--kueue", rich_help_panel="GPU stack", help="Install Kueue (pinned chart; --charts applies), so tenants get queues with borrowing.")] = False,
+    dra: Annotated[bool, typer.Option("--dra", rich_help_panel="GPU stack", help="GPUs by ResourceClaim: install NVIDIA's DRA driver (pinned chart; --charts applies) and turn the operator's device plugin off.")] = False,
+    dra_alpha_sharing: Annotated[bool, typer.Option("--dra-alpha-sharing", rich_help_panel="GPU stack", help="With --dra: allow time-slicing and MPS through the DRA driver's ALPHA feature gates.")] = False,
     export_spec: Annotated[bool, typer.Option("--export-spec", help="Print the GpuCluster spec of this command line and stop.")] = False,
     timeout: Annotated[Optional[float], typer.Option("--timeout", parser=seconds, help="Seconds any one wait (capacity, MIG) may take; without it a wait gives up when nothing converges for 120 s.")] = None,
 ) -> None:
-    """Create (or converge) a GPU cluster: node group, GPU stack, sharing, validation."""
+    """Create (or converge) a GPU cluster: its node group, GPU stack and sharing, validated at the end.
+
+    A re-run with the same name converges the cluster to the command line; what it leaves out of the node
+    group (labels, taints, sharing) stays as recorded.
+
+    Examples:
+      # A local simulated cluster with two T4 nodes, each GPU shared 4 ways
+      gpuctl cluster create --gpu t4 --nodes 2 --slices 4
+      # A100 nodes split by MIG, and Kueue for the tenants' queues
+      gpuctl cluster create --gpu a100-40gb --mig-layout 3g.20gb-2x2g.10gb --kueue
+      # EKS, with Karpenter launching up to 4 A10G nodes
+      gpuctl cluster create --cloud eks --region us-west-2 --name demo --gpu a10g --karpenter --max-nodes 4
+      # The spec of a command line, for 'gpuctl apply -f'
+      gpuctl cluster create --gpu t4 --slices 4 --export-spec > gpu-platform.yaml
+    """
     from gpuctl import api
     from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
     from gpuctl.model.change import Change
@@ -157,7 +179,12 @@ def _has_tenants(kubeconfig: Path | None, context: str | None) -> bool:
 @app.command("list")
 def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
           profile: Profile = None) -> None:
-    """List clusters of a provider."""
+    """List the clusters of a provider.
+
+    Examples:
+      gpuctl cluster list
+      gpuctl cluster list --cloud eks --region us-west-2 -o json
+    """
     from gpuctl import api
 
     cloud = api.check_cloud(cloud)
@@ -168,7 +195,12 @@ def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cl
 @app.command()
 def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = False, region: Region = None,
            os_cloud: OsCloud = None, profile: Profile = None) -> None:
-    """Delete a cluster and everything gpuctl made for it, and drop its kubeconfig context."""
+    """Delete a cluster and everything gpuctl made for it, and drop its kubeconfig context.
+
+    Examples:
+      gpuctl cluster delete --name gpuctl --yes
+      gpuctl cluster delete --cloud openstack --os-cloud mycloud --name demo
+    """
     from gpuctl import api
     from gpuctl.model.naming import check_name
 

@@ -15,7 +15,12 @@ COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_pe
 
 
 def gpus(ctx: typer.Context) -> None:
-    """List the GPU models gpuctl knows, with MIG capability and cloud shapes (site config applied)."""
+    """List the GPU models gpuctl knows, with MIG capability and cloud shapes (site config applied).
+
+    Examples:
+      gpuctl gpus
+      gpuctl gpus -o json
+    """
     from gpuctl.model.site import openstack_flavor
 
     fmt = settings(ctx).output

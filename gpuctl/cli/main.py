@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 # typer vendors click (0.26 on) and exports UsageError and ClickException nowhere public: typer._click is
 # private, like the coercion gpuctl.cli.lazy patches. pyproject.toml admits only the typer releases on which
@@ -14,10 +15,12 @@ import typer
 from typer._click import exceptions as click_exceptions
 
 from gpuctl import __version__
+from gpuctl.cli.help import Group, adopt, one_of
 from gpuctl.cli.lazy import LazyGroup, install_fast_coercion
 from gpuctl.cli.settings import make_settings
 from gpuctl.cli.types import path
 from gpuctl.util.errors import ExitCode, GpuctlError
+from gpuctl.util.output import FORMAT
 
 # Each subcommand: the module under gpuctl.cli and its typer app (a group) or function (a command),
 # in the order `gpuctl --help` lists them (typer lists commands before groups). A module is imported
@@ -39,10 +42,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+HELP = """Turn a cloud account into a working, shared GPU platform on Kubernetes.
+
+Examples:
+  # A local simulated cluster with one T4 node, each GPU shared 4 ways
+  gpuctl cluster create --gpu t4 --slices 4
+  # Give team-a a quota of 4 GPUs in its own namespace
+  gpuctl tenant add team-a --gpus 4
+  # The GPU nodes, as JSON
+  gpuctl status -o json
+  # Converge a cluster to a spec file
+  gpuctl apply -f gpu-platform.yaml
+"""
+
+
 def _new_app(**kwargs: object) -> typer.Typer:
     return typer.Typer(
         name="gpuctl",
-        help="Turn a cloud account into a working, shared GPU platform on Kubernetes.",
+        help=HELP,
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
@@ -64,10 +81,10 @@ def load_command(name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
         holder.add_typer(target, name=name)
     else:
         holder.command(name)(target)
-    return typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined]
+    return adopt(typer.main.get_command(holder).commands[name])  # type: ignore[attr-defined]
 
 
-class _RootGroup(LazyGroup):
+class _RootGroup(Group, LazyGroup):
     names = tuple(COMMANDS)
 
     def load(self, name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
@@ -88,8 +105,8 @@ def _version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     kubeconfig: Annotated[Optional[Path], typer.Option("--kubeconfig", parser=path, metavar="PATH", help="Kubeconfig to write or read (default: $KUBECONFIG or ~/.kube/config).")] = None,
-    context: Annotated[Optional[str], typer.Option("--context", help="Kubeconfig context to use.")] = None,
-    output: Annotated[str, typer.Option("-o", "--output", help="Output format: table, json or yaml.")] = "table",
+    context: Annotated[Optional[str], typer.Option("--context", metavar="NAME", help="Kubeconfig context to use.")] = None,
+    output: Annotated[str, typer.Option("-o", "--output", metavar=one_of(FORMAT.names), help="Output format.")] = "table",
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More logging (repeat for more).")] = 0,
     debug: Annotated[bool, typer.Option("--debug", envvar="GPUCTL_DEBUG", help="Show tracebacks.")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
@@ -135,6 +152,7 @@ def _fail(message: str, code: int) -> int:
     from gpuctl.util.redact import redact
 
     line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(redact(message).split()))
+    line = line.replace(".;", ";").replace("?;", "?")  # a sentence's own stop before the fix: one mark only
     if len(line) > MAX_ERROR_LINE:
         line = f"{line[:MAX_ERROR_LINE]}..."
     print(f"error: {line}", file=sys.stderr)
@@ -163,6 +181,73 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr = stderr
 
 
+def _see(ctx: Any) -> str:
+    return f"see '{ctx.command_path if ctx else 'gpuctl'} --help'"
+
+
+def _usage(ctx: Any) -> str:
+    if ctx is None:
+        return _see(ctx)
+    return f"usage: {ctx.command_path} {' '.join(ctx.command.collect_usage_pieces(ctx))}"
+
+
+def _field(param: object) -> str:
+    """How a user names a parameter: its flags (`-o/--output`), or an argument's metavar (`NAME`)."""
+    from gpuctl.cli.help import argument_usage
+
+    if getattr(param, "param_type_name", None) == "argument":
+        return argument_usage(param).strip("[]")
+    return "/".join(getattr(param, "opts", None) or [str(getattr(param, "name", "value"))])
+
+
+_NO_COMMAND = re.compile(r"No such command '(?P<word>.*)'\.(?: Did you mean (?P<close>.*)\?)?", re.S)
+_EXTRA = re.compile(r"Got unexpected extra arguments?(?:\(s\))? \((?P<words>.*)\)", re.S)
+
+
+def _either(words: list[str]) -> str:
+    return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def usage_error_line(exc: click_exceptions.UsageError) -> str:
+    """click's and typer's usage errors in gpuctl's one style, `<field>: <problem>; <fix>`, the field being
+    what the user typed (a flag, an argument's NAME, a command word)."""
+    from gpuctl.cli.help import metavar
+
+    ctx, message = exc.ctx, exc.message.replace("Value error, ", "").strip().rstrip(".")
+    see = _see(ctx)
+    if isinstance(exc, click_exceptions.NoSuchOption):
+        close = _either([repr(p) for p in exc.possibilities or ()])
+        return f"{exc.option_name}: no such option; " + (f"did you mean {close}? ({see})" if close else see)
+    if isinstance(exc, click_exceptions.MissingParameter) and exc.param is not None:
+        field = _field(exc.param)
+        if exc.param.param_type_name == "argument":
+            return f"{field}: required; {_usage(ctx)}"
+        return f"{field}: required; pass {exc.param.opts[-1]} {metavar(exc.param)} ({see})"
+    if isinstance(exc, click_exceptions.BadParameter) and exc.param is not None:
+        return f"{_field(exc.param)}: {message}" + ("" if "; " in message else f"; {see}")
+    if isinstance(exc, click_exceptions.BadOptionUsage):
+        flag = exc.option_name
+        if "requires" in message:
+            params = [p for p in (ctx.command.params if ctx else ()) if flag in getattr(p, "opts", ())]
+            return f"{flag}: needs a value; pass {flag} {metavar(params[0]) if params else 'VALUE'} ({see})"
+        if "does not take a value" in message:
+            return f"{flag}: takes no value; pass {flag} alone ({see})"
+        return f"{flag}: {message.replace(f'Option {flag!r} ', '')}; {see}"
+    if found := _NO_COMMAND.fullmatch(message + "." if not message.endswith("?") else message):
+        where = ctx.command_path if ctx else "gpuctl"
+        close = found["close"]
+        return (f"{found['word']}: not a '{where}' command; "
+                + (f"did you mean {_either(close.split(', '))}? ({see})" if close else see))
+    if found := _EXTRA.fullmatch(message):
+        words = found["words"].split()
+        noun = "argument" if len(words) == 1 else "arguments"
+        return f"{' '.join(words)}: unexpected {noun}; {_usage(ctx)}"
+    if message == "Missing command" and ctx is not None:
+        return f"{ctx.command_path}: missing command; {see}"
+    where = ctx.command_path if ctx else "gpuctl"
+    return f"{where}: {message[:1].lower()}{message[1:]}; {see}"
+
+
 def _traceback(debug: bool) -> None:
     if debug:
         import traceback
@@ -178,13 +263,14 @@ def _run(args: list[str], debug: bool) -> int:
     except GpuctlError as exc:
         _traceback(debug)
         return _fail(exc.one_line(), exc.exit_code)
+    except click_exceptions.NoArgsIsHelpError as exc:  # a group without its command: the group's help
+        print(exc.format_message(), file=sys.stderr)
+        return ExitCode.USAGE
     except click_exceptions.UsageError as exc:
-        where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx else ""
-        # typer reports a `parser=` refusal through pydantic, which prefixes "Value error, "
-        message = exc.format_message().replace("Value error, ", "")
-        return _fail(message.rstrip(".") + where, ExitCode.USAGE)
+        return _fail(usage_error_line(exc), ExitCode.USAGE)
     except click_exceptions.ClickException as exc:
-        return _fail(" ".join(exc.format_message().split()), exc.exit_code)
+        message = " ".join(exc.format_message().split()).rstrip(".")
+        return _fail(f"gpuctl: {message[:1].lower()}{message[1:]}", exc.exit_code)
     except typer.Exit as exc:
         return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):

@@ -41,9 +41,15 @@ if TYPE_CHECKING:
     from gpuctl.api import StepResult
     from gpuctl.model.cloud_options import CloudOptions
 
-app = typer.Typer(help="Add, scale, delete and list GPU node groups.", no_args_is_help=True)
+app = typer.Typer(help="""Add, scale, delete and list GPU node groups.
 
-Name = Annotated[str, typer.Option("--name", help="Node group name.")]
+Examples:
+  gpuctl nodegroup add --cluster gpuctl --name l4 --gpu l4 --nodes 2
+  gpuctl nodegroup scale --cluster gpuctl --name l4 --nodes 0
+  gpuctl nodegroup list --cluster gpuctl
+""", no_args_is_help=True)
+
+Name = Annotated[str, typer.Option("--name", metavar="NAME", help="Node group name.")]
 # scaling: cloud (a node group of the cloud's), karpenter (a NodePool: min 0, max its limit, nodes = launched),
 # or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too.
 COLUMNS = ("name", "cluster", "gpu", "gpus_per_node", "scaling", "min_nodes", "max_nodes", "nodes", "ready_nodes",
@@ -74,9 +80,20 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         ami_type: AmiType = None, node_role: NodeRole = None, subnet: Subnets = None, min_nodes: MinNodes = None,
         max_nodes: MaxNodes = None, taint: Taints = None, label: Labels = None, slices: Slices = None,
         sharing: SharingMode = None, mig_layout: MigLayoutOption = None) -> None:
-    """Add a GPU node group (or converge an existing one to these values: what is not given of an existing
-    group, its labels, taints and sharing, stays as recorded). Where gpuctl set up the cluster's GPU stack the
-    group is configured as `apply` configures one: labels, sharing or MIG layout, the stack's settings."""
+    """Add a GPU node group, or converge an existing one to these values.
+
+    What is not given of an existing group, its labels, taints and sharing, stays as recorded. Where gpuctl set
+    up the cluster's GPU stack the group is configured as `apply` configures one: labels, sharing or MIG layout,
+    the stack's settings.
+
+    Examples:
+      # Two L4 nodes beside the cluster's first group
+      gpuctl nodegroup add --cluster gpuctl --name l4 --gpu l4 --nodes 2
+      # T4 nodes whose GPUs are shared 8 ways through MPS
+      gpuctl nodegroup add --cluster gpuctl --name shared --gpu t4 --slices 8 --sharing mps
+      # A100 nodes split by MIG, labelled for one team's workloads
+      gpuctl nodegroup add --cluster gpuctl --name mig --gpu a100-40gb --mig-layout all-1g.5gb --label team=ml
+    """
     from gpuctl import api
     from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
 
@@ -103,8 +120,16 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
 def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: ScaleNodes = None, min_nodes: ScaleMin = None,
           max_nodes: ScaleMax = None, cloud: Cloud = "sim", region: Region = None, os_cloud: OsCloud = None,
           profile: Profile = None) -> None:
-    """Change the number of nodes of a node group (0 included, where the cloud takes it: the sim, Magnum,
-    EKS), or its bounds. A Karpenter group's NodePool limit is the most nodes Karpenter may launch for it."""
+    """Change the number of nodes of a node group, or its autoscaling bounds.
+
+    0 nodes is taken where the cloud takes it: the sim, Magnum, EKS. A Karpenter group's NodePool limit is the
+    most nodes Karpenter may launch for it.
+
+    Examples:
+      gpuctl nodegroup scale --cluster gpuctl --name gpu --nodes 3
+      # Let the autoscaler run the group between 0 and 4 nodes
+      gpuctl nodegroup scale --cluster demo --name gpu --cloud eks --min-nodes 0 --max-nodes 4
+    """
     from gpuctl import api
     from gpuctl.model.naming import MAX_NODES, check_count, check_name
 
@@ -126,7 +151,12 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: ScaleNode
 @app.command()
 def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = "sim", yes: Yes = False,
            region: Region = None, os_cloud: OsCloud = None, profile: Profile = None) -> None:
-    """Delete a node group and its nodes."""
+    """Delete a node group and its nodes.
+
+    Examples:
+      gpuctl nodegroup delete --cluster gpuctl --name l4 --yes
+      gpuctl nodegroup delete --cluster demo --name gpu --cloud eks --region us-west-2
+    """
     from gpuctl import api
     from gpuctl.model.naming import check_name
 
@@ -142,7 +172,12 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
 @app.command("list")
 def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region: Region = None,
           os_cloud: OsCloud = None, profile: Profile = None) -> None:
-    """List the GPU node groups of a cluster."""
+    """List the GPU node groups of a cluster.
+
+    Examples:
+      gpuctl nodegroup list --cluster gpuctl
+      gpuctl nodegroup list --cluster demo --cloud eks --region us-west-2 -o yaml
+    """
     from gpuctl import api
 
     cloud = _checked(cloud, cluster)

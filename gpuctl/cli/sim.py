@@ -9,12 +9,21 @@ import typer
 from gpuctl.cli.settings import settings
 from gpuctl.util.output import emit, info
 
-app = typer.Typer(help="The local simulated GPU cluster's tools.", no_args_is_help=True)
+app = typer.Typer(help="""The local simulated GPU cluster's tools.
+
+Examples:
+  gpuctl sim install
+""", no_args_is_help=True)
 
 
 @app.command()
 def install(ctx: typer.Context) -> None:
-    """Install pinned helm, kwok, kwokctl, etcd and Kubernetes binaries into the user cache."""
+    """Install pinned helm, kwok, kwokctl, etcd and Kubernetes binaries into the user cache.
+
+    Examples:
+      gpuctl sim install
+      gpuctl sim install -o json
+    """
     from gpuctl import api
 
     installed, where = api.install_sim_tools(progress=info)

@@ -12,10 +12,17 @@ from gpuctl.util.output import emit
 
 def status(
     ctx: typer.Context,
-    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Show this node group only.")] = None,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", metavar="NAME", help="Show this node group only.")] = None,
 ) -> None:
-    """GPU nodes with node group, product, sharing, MIG config and state, allocatable GPUs and taints
-    (in DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable)."""
+    """Show the GPU nodes: node group, product, sharing, MIG config and state, allocatable GPUs and taints.
+
+    In DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable.
+
+    Examples:
+      gpuctl status
+      gpuctl status --nodegroup gpu -o yaml
+      gpuctl --context demo status
+    """
     from gpuctl import api
     from gpuctl.model.naming import check_name
     from gpuctl.util.output import info

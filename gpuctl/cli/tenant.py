@@ -11,8 +11,14 @@ from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count, seconds
 from gpuctl.util.output import emit, info
 
-app = typer.Typer(help="Onboard teams onto the shared GPU pool.", no_args_is_help=True)
-TenantName = Annotated[str, typer.Argument(help="Team name; also the namespace.")]
+app = typer.Typer(help="""Onboard teams onto the shared GPU pool.
+
+Examples:
+  gpuctl tenant add team-a --gpus 4
+  gpuctl tenant list
+  gpuctl tenant remove team-a --yes
+""", no_args_is_help=True)
+TenantName = Annotated[str, typer.Argument(metavar="NAME", help="Team name; also the namespace.")]
 
 
 @app.command()
@@ -20,20 +26,31 @@ def add(
     ctx: typer.Context,
     name: TenantName,
     gpus: Annotated[Optional[int], typer.Option("--gpus", parser=count, help="Quota on requests.nvidia.com/gpu (with NVIDIA's DRA driver: also on claimed gpu.nvidia.com devices); 0 for none. Omitted: the team's current quota (a new team: 0).")] = None,
-    mig: Annotated[Optional[list[str]], typer.Option("--mig", help="MIG quota PROFILE=COUNT (repeatable), e.g. 3g.20gb=2; merged into the team's current MIG quota per profile, PROFILE=0 drops one, --mig none drops all. Omitted: unchanged (a new team: none).")] = None,
-    group: Annotated[Optional[str], typer.Option("--group", help="Group bound to the 'edit' role in the namespace; --group none removes the binding. Omitted: unchanged (a new team: none).")] = None,
+    mig: Annotated[Optional[list[str]], typer.Option("--mig", metavar="PROFILE=COUNT", help="MIG quota (repeatable), e.g. 3g.20gb=2; merged into the team's current MIG quota per profile, PROFILE=0 drops one, --mig none drops all. Omitted: unchanged (a new team: none).")] = None,
+    group: Annotated[Optional[str], typer.Option("--group", metavar="NAME", help="Group bound to the 'edit' role in the namespace; --group none removes the binding. Omitted: unchanged (a new team: none).")] = None,
     adopt: Annotated[bool, typer.Option("--adopt", help="Take over an existing namespace gpuctl did not create; 'tenant remove' then deletes only gpuctl's objects in it.")] = False,
     borrow: Annotated[Optional[int], typer.Option("--borrow", parser=count, help="Kueue: how much the team may borrow from its cohort's idle quota, per resource; refused where Kueue is not installed. Omitted: unchanged (a new team: 0).")] = None,
     lend: Annotated[Optional[str], typer.Option("--lend", metavar="N|all", help="Kueue: how much of the team's idle quota others may borrow; 'all' (the default) lends all of it. Omitted: unchanged.")] = None,
-    cohort: Annotated[Optional[str], typer.Option("--cohort", help="Kueue cohort the team's ClusterQueue shares quota in. Omitted: unchanged (a new team: gpuctl).")] = None,
+    cohort: Annotated[Optional[str], typer.Option("--cohort", metavar="NAME", help="Kueue cohort the team's ClusterQueue shares quota in. Omitted: unchanged (a new team: gpuctl).")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Lower a quota even below what the team's pods request now (refused without it).")] = False,
 ) -> None:
-    """Create a tenant, or update one keeping what the flags do not name (as `kubectl label` and `helm
-    upgrade --reuse-values`; a spec file's `tenants:` entry instead states the whole tenant): Namespace,
+    """Create a tenant, or update one keeping what the flags do not name.
+
+    As `kubectl label` and `helm upgrade --reuse-values` (a spec file's `tenants:` entry instead states the
+    whole tenant). A tenant is its Namespace,
     ResourceQuota on GPU resources, RoleBinding, the GPU fence and GPU tolerations, where Kueue runs, the
     team's ClusterQueue, its LocalQueues (the team's and `default`, where Jobs without a queue label go) and
     the cluster's GPU ResourceFlavors and, where NVIDIA's DRA driver serves the GPUs, ResourceClaimTemplates
-    (gpu-<model>, mig-<profile>). Each changed field is printed as `before -> after`."""
+    (gpu-<model>, mig-<profile>). Each changed field is printed as `before -> after`.
+
+    Examples:
+      # A team with a quota of 4 whole GPUs, edited by its group
+      gpuctl tenant add team-a --gpus 4 --group team-a-devs
+      # Two 3g.20gb MIG instances, no whole GPU
+      gpuctl tenant add team-b --gpus 0 --mig 3g.20gb=2
+      # With Kueue: borrow up to 2 GPUs from the cohort's idle quota
+      gpuctl tenant add team-a --borrow 2 --lend all
+    """
     from gpuctl import api
     from gpuctl.cli.documents import tenant_document
     from gpuctl.model.tenant import tenant_entry
@@ -53,8 +70,14 @@ def add(
 
 @app.command("list")
 def list_(ctx: typer.Context) -> None:
-    """Tenants with their GPU quota and current use; with Kueue, per flavor: admitted use, nominal quota
-    and what the team borrows from its cohort."""
+    """List the tenants with their GPU quota and current use.
+
+    With Kueue, per flavor: admitted use, nominal quota and what the team borrows from its cohort.
+
+    Examples:
+      gpuctl tenant list
+      gpuctl tenant list -o json
+    """
     from gpuctl import api
 
     opts = settings(ctx)
@@ -74,9 +97,16 @@ def remove(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the namespace is gone (as kubectl delete); --no-wait returns while it terminates.")] = True,
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds to wait for the namespace to go; then exit 7, saying it is still terminating.")] = 300.0,
 ) -> None:
-    """Delete what gpuctl made for a tenant: its namespace (and everything in it; waits until it is gone), or
-    in an adopted namespace only gpuctl's quota and binding. A tenant that does not exist: nothing to remove
-    (exit 0, as `kubectl delete --ignore-not-found`)."""
+    """Delete what gpuctl made for a tenant.
+
+    That is its namespace (and everything in it; waits until it is gone), or in an adopted namespace only
+    gpuctl's quota and binding. A tenant that does not exist: nothing to remove (exit 0, as `kubectl delete
+    --ignore-not-found`).
+
+    Examples:
+      gpuctl tenant remove team-a --yes
+      gpuctl tenant remove team-b --yes --no-wait
+    """
     from gpuctl import api
     from gpuctl.model.change import Change
     from gpuctl.model.tenant import check_tenant_name

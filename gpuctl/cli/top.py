@@ -15,11 +15,19 @@ def top(
     ctx: typer.Context,
     prometheus: Prometheus = None,
     since: Since = "1h",
-    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Show this node group's GPUs only.")] = None,
-    tenant: Annotated[Optional[str], typer.Option("--tenant", help="Show this tenant and the GPUs its pods use only.")] = None,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", metavar="NAME", help="Show this node group's GPUs only.")] = None,
+    tenant: Annotated[Optional[str], typer.Option("--tenant", metavar="NAME", help="Show this tenant and the GPUs its pods use only.")] = None,
 ) -> None:
-    """Per node and GPU (and MIG instance): SM activity, utilisation, memory and the pods on it; per tenant: GPUs held
-    against its quota, and how busy they were over --since. A GPU several pods share shows the GPU's figures, marked."""
+    """Show the GPUs at work, from Prometheus: per GPU and per tenant.
+
+    Per node and GPU (and MIG instance): SM activity, utilisation, memory and the pods on it; per tenant: GPUs held
+    against its quota, and how busy they were over --since. A GPU several pods share shows the GPU's figures, marked.
+
+    Examples:
+      gpuctl top
+      gpuctl top --since 15m --nodegroup gpu
+      gpuctl top --tenant team-a --prometheus http://localhost:9090 -o json
+    """
     from gpuctl import api
 
     opts = settings(ctx)

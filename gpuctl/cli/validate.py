@@ -15,13 +15,19 @@ COLUMNS = ("check", "ok", "detail")
 
 def validate(
     ctx: typer.Context,
-    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", help="Validate this node group only.")] = None,
-    image: Annotated[Optional[str], typer.Option("--image", help="CUDA smoke-test image (default: NVIDIA's vectoradd sample).")] = None,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", metavar="NAME", help="Validate this node group only.")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", metavar="IMAGE", help="CUDA smoke-test image (default: NVIDIA's vectoradd sample).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds the smoke-test pod may take.")] = 120.0,
 ) -> None:
-    """Check allocatable GPUs against the configuration, one device plugin, and run the CUDA smoke test
-    (in DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with
-    its GPU from a ResourceClaim)."""
+    """Prove the GPU platform works: allocatable GPUs as configured, one device plugin, a CUDA smoke test.
+
+    In DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with its GPU
+    from a ResourceClaim. Exit 6 when a check fails.
+
+    Examples:
+      gpuctl validate
+      gpuctl validate --nodegroup gpu --timeout 300
+    """
     from gpuctl import api
     from gpuctl.model.naming import check_name, check_text
     from gpuctl.model.spec import SMOKE_IMAGE

@@ -14,6 +14,9 @@ CLOUDS = ("sim", "openstack", "eks")
 # names users reach for first answered with the one meant).
 CLOUD = Choice("cloud", CLOUDS, {"aws": ("eks",), "amazon": ("eks",), "ec2": ("eks",), "magnum": ("openstack",),
                                  "os": ("openstack",), "kwok": ("sim",), "local": ("sim",)})
+# EKS GPU AMI types: AL2023 NVIDIA (current, the default), Bottlerocket NVIDIA, AL2 GPU (legacy). Each ships the
+# NVIDIA driver and container toolkit, so the GPU Operator must not install them.
+AMI_TYPES = ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "AL2_x86_64_GPU")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from gpuctl.ops.gpu_metrics import (
     read_queues,
     recorded_groups,
 )
+from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -114,7 +115,8 @@ def claims_note(view: ClusterView) -> str | None:
     """Where pods hold GPUs through ResourceClaims (DRA), why the sharing rules leave those GPUs out."""
     if not view.claimed:
         return None
-    return (f"{len(view.claimed)} device(s) held through ResourceClaims (DRA): dcgm-exporter, as the GPU Operator "
+    return (f"{plural(len(view.claimed), 'device')} held through ResourceClaims (DRA): dcgm-exporter, as the GPU "
+            "Operator "
             "runs it, names no pod on their series, so the rules that weigh the window's pods (sharing idle or "
             "saturated GPUs) leave them out; under DRA a GPU is shared through its claim's config (the driver's "
             "GpuConfig sharing), not with --slices")
@@ -231,7 +233,7 @@ def idle_whole_gpus(group: GroupSetup, devices: list[Device], view: ClusterView,
         "figures": {"gpus": len(held), "peak_util_pct": round(peak, 1), "peak_memory_mib": round(mem),
                     "memory_mib": round(total), "slices": slices, "by_util": by_util, "by_memory": by_memory,
                     "max_replicas": limit},
-        "why": [f"{len(held)} whole GPU(s) held by pods over {window}: utilisation peaked at {peak:.0f}% "
+        "why": [f"{plural(len(held), 'whole GPU')} held by pods over {window}: utilisation peaked at {peak:.0f}% "
                 f"(<= {IDLE_UTIL_PCT:.0f}%), memory at {_gib(mem)} of {_gib(total)} (<= half)",
                 f"{slices} = min(floor(100 / {max(peak, 1.0):.0f}%) = {by_util}, floor({_gib(total)} / "
                 f"{_gib(max(mem, 1.0))}) = {by_memory}, {limit} (the device plugin's most replicas))"],
@@ -258,12 +260,13 @@ def saturated_sharing(group: GroupSetup, devices: list[Device], view: ClusterVie
     commands.append(group.create_command([f"--slices {fewer}"] if fewer > 1 else ["--sharing none"]))
     return {
         "rule": "saturated-sharing", "nodegroup": group.name,
-        "summary": f"node group {group.name}: its time-sliced GPUs are saturated: MPS, or {fewer} replica(s) "
+        "summary": f"node group {group.name}: its time-sliced GPUs are saturated: MPS, or {plural(fewer, 'replica')} "
                    f"instead of {group.replicas}",
         "figures": {"gpus": len(averages), "avg_util_pct": round(mean, 1), "replicas": group.replicas,
                     "most_pods_on_a_gpu": pods, "fewer_replicas": fewer},
-        "why": [f"{len(averages)} GPU(s) shared {group.replicas} ways were {mean:.0f}% busy on average over "
-                f"{window} (>= {SATURATED_PCT:.0f}%), up to {pods} pod(s) on one GPU: time-slices queue behind "
+        "why": [f"{plural(len(averages), 'GPU')} shared {group.replicas} ways {noun(len(averages), 'was', 'were')} "
+                f"{mean:.0f}% busy on average over "
+                f"{window} (>= {SATURATED_PCT:.0f}%), up to {plural(pods, 'pod')} on one GPU: time-slices queue behind "
                 "each other",
                 "MPS runs the pods' kernels side by side with a fixed share of SMs each; fewer replicas give each "
                 "pod a larger slice (and need more GPUs for as many pods)"],
@@ -317,7 +320,7 @@ def idle_mig_instances(group: GroupSetup, devices: list[Device], view: ClusterVi
         "figures": {"layout": group.mig, "proposed": layout, "gpus": gpus,
                     "idle_instances": dict(sorted(idle_profiles.items())),
                     "busy_instances": dict(sorted(busy.items())), "pending_pods": dict(sorted(pending.items()))},
-        "why": [f"over {window}, idle MIG instance(s): "
+        "why": [f"over {window}, {noun(sum(idle_profiles.values()), 'idle MIG instance')}: "
                 + ", ".join(f"{n} x {p}" for p, n in sorted(idle_profiles.items()))
                 + f" (no pod, or SM activity <= {MIG_IDLE_PCT:.0f}%)",
                 "Pending pods ask for: " + ", ".join(f"{n} x {p}" for p, n in sorted(pending.items())),

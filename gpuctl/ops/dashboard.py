@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import promql
 from gpuctl.model.catalog import nvml_name
+from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -106,11 +107,11 @@ def build_dashboard(spec: PlatformSpec) -> dict[str, Any]:
                                                               value=promql.window_range(promql.DEFAULT_WINDOW)))))
     _device_row(sdk, board, ref, "All GPUs (the queries of gpuctl top)", promql.Where(window=WINDOW_VARIABLE))
     for model, groups in model_rows(spec.every_group).items():
-        _device_row(sdk, board, ref, f"{model}: node group(s) {', '.join(groups)}",
+        _device_row(sdk, board, ref, f"{model}: {noun(len(groups), 'node group')} {', '.join(groups)}",
                     promql.Where(window=WINDOW_VARIABLE, model=model))
     for tenant in spec.tenants:
         where = promql.Where(window=WINDOW_VARIABLE, namespace=tenant.name)
-        board.with_row(sdk.dashboard.Row(f"tenant {tenant.name} (quota: {tenant.gpus} GPU(s)"
+        board.with_row(sdk.dashboard.Row(f"tenant {tenant.name} (quota: {plural(tenant.gpus, 'GPU')}"
                                          + "".join(f", {n} x {p}" for p, n in sorted(tenant.mig.items())) + ")"))
         for title, build, unit, legend in TENANT_PANELS:
             board.with_panel(_timeseries(sdk, ref, title, build(where), unit, legend, width=8))

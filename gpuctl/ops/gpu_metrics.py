@@ -28,6 +28,7 @@ from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import TENANT_LABEL
 from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, granted
 from gpuctl.util.errors import UsageError
+from gpuctl.util.words import noun
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -373,7 +374,8 @@ def attach_claimed(devices: dict[Any, Device], claimed: list[ClaimedDevice]) -> 
             matches[0].pods |= claim.pods
         elif matches:
             pods = ", ".join(f"{ns}/{name}" for ns, name in sorted(claim.pods))
-            notes.append(f"{pods} hold(s) a {claim.mig_profile} MIG device of GPU {claim.uuid} on {claim.node} through "
+            notes.append(f"{pods} {noun(len(claim.pods), 'holds', 'hold')} a {claim.mig_profile} MIG device of GPU "
+                         f"{claim.uuid} on {claim.node} through "
                          f"a ResourceClaim; the GPU has {len(matches)} {claim.mig_profile} instances and the series "
                          "do not say which")
     return notes

@@ -19,6 +19,7 @@ from gpuctl.providers.base import NodeGroupInfo
 from gpuctl.stack.karpenter import Pool, read_pools, remove_pool, set_pool_limit
 from gpuctl.util.errors import GpuctlError, UsageError
 from gpuctl.util.output import info
+from gpuctl.util.words import plural
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -93,7 +94,7 @@ def scale_group(provider: Provider, cluster: str, name: str, nodes: int | None, 
         raise UsageError("--max-nodes", f"no new limit for Karpenter's node group {name!r}",
                          "pass --max-nodes N (the most nodes Karpenter may launch for it)")
     change = set_pool_limit(client(), name, limit)
-    info(f"  Karpenter may launch up to {limit} node(s) for {name!r}; {pool.launched} launched now")
+    info(f"  Karpenter may launch up to {plural(limit, 'node')} for {name!r}; {pool.launched} launched now")
     if pool.launched > limit:
         info(f"  the {pool.launched - limit} above the limit stay until Karpenter consolidates them (once empty)")
     return change
@@ -118,7 +119,7 @@ def delete_group(provider: Provider, cluster: str, name: str, client: Client) ->
     if pool is None:
         return provider.delete_node_group(cluster, name)
     claims = remove_pool(client(), name, KARPENTER_DELETE_TIMEOUT_S)
-    info(f"  NodePool and NodeOverlay of {name!r} deleted; Karpenter terminated {claims} NodeClaim(s)")
+    info(f"  NodePool and NodeOverlay of {name!r} deleted; Karpenter terminated {plural(claims, 'NodeClaim')}")
     if provider.get_node_group(cluster, name) is not None:
         provider.delete_node_group(cluster, name)
     return Change.DELETED

@@ -23,6 +23,7 @@ from gpuctl.ops.gpu_metrics import (
     coverage_note,
     read_all,
 )
+from gpuctl.util.words import noun
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -65,7 +66,7 @@ def top_of(view: ClusterView, devices: dict[Any, Device], usage: dict[str, dict[
     else:
         missing = sorted(set(view.nodes) - {d.node for d in devices.values()})
         if missing and nodegroup is None and tenant is None:
-            notes.append(f"no GPU series for node(s) {', '.join(missing)}")
+            notes.append(f"no GPU series for {noun(len(missing), 'node')} {', '.join(missing)}")
     return {"gpus": gpus, "tenants": tenants, "notes": notes}
 
 

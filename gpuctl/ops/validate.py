@@ -38,6 +38,7 @@ from gpuctl.ops.smoke import (
 )
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 from gpuctl.util.errors import UsageError
+from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
 
@@ -91,7 +92,8 @@ def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> 
     for per_node in expected.values():
         for k, v in per_node.items():
             total[k] = total.get(k, 0) + v
-    return Check("capacity", True, f"{len(nodes)} nodes advertise what was configured: {total}")
+    return Check("capacity", True, f"{plural(len(nodes), 'node')} {noun(len(nodes), 'advertises', 'advertise')} "
+                                     f"what was configured: {total}")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,8 @@ def check_node_config(nodes: list[V1Node], plans: dict[str, GroupPlan]) -> Check
     if drift:
         more = f" (+{len(drift) - 5} more)" if len(drift) > 5 else ""
         return Check("node-config", False, "; ".join(drift[:5]) + more + "; rerun 'gpuctl apply'")
-    return Check("node-config", True, f"{len(nodes)} nodes carry their node group's configuration")
+    return Check("node-config", True, f"{plural(len(nodes), 'node')} {noun(len(nodes), 'carries', 'carry')} "
+                                        "their node group's configuration")
 
 
 def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | None] | None = None) -> Check:
@@ -372,7 +375,8 @@ def check_dra_capacity(nodes: list[V1Node], published: dict[str, NodeDevices], m
     if wrong:
         return Check("capacity", False, "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))
     allocated = sum(published[n.metadata.name].in_use for n in nodes)
-    return Check("capacity", True, f"{len(nodes)} nodes publish what was configured: {total} devices of "
+    return Check("capacity", True, f"{plural(len(nodes), 'node')} {noun(len(nodes), 'publishes', 'publish')} "
+                 f"what was configured: {plural(total, 'device')} of "
                  f"driver gpu.nvidia.com ({allocated} allocated)")
 
 

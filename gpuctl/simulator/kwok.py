@@ -57,6 +57,7 @@ from gpuctl.util.output import info
 from gpuctl.util.paths import state_dir
 from gpuctl.util.resources import data_dir
 from gpuctl.util.templating import render_template
+from gpuctl.util.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +365,7 @@ class KwokCluster:
         if current is not None:
             if self.pids().get(OPERATOR) != current.pid:
                 write_atomic(self.operator_pid_file, str(current.pid))
-            return f"stopped {len(stale)} other simulated operator(s)" if stale else None
+            return f"stopped {plural(len(stale), 'other simulated operator')}" if stale else None
         crash_point("operator-start")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         with (self.dir / "logs" / f"{OPERATOR}.log").open("a") as log_file:

@@ -45,6 +45,7 @@ import yaml
 
 from gpuctl.simulator.procs import is_component, read_argv
 from gpuctl.util.files import write_atomic
+from gpuctl.util.words import plural
 
 log = logging.getLogger("gpuctl.sim.supervisor")
 
@@ -153,8 +154,8 @@ class Supervisor:
         cluster_dir = kubeconfig.resolve().parent
         if cluster_dir.parent.name != "clusters" or not (cluster_dir / "kwok.yaml").is_file():
             return None
-        return cls(cluster_dir, {"kwok-controller": lambda: f"released the {release_node_leases(client)} node "
-                                                            "Lease(s) it held"})
+        return cls(cluster_dir, {"kwok-controller": lambda: "released the "
+                                 f"{plural(release_node_leases(client), 'node Lease')} it held"})
 
     def _due(self, component: str, now: float) -> bool:
         backoff = self.backoff.get(component)

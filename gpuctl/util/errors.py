@@ -30,7 +30,7 @@ class GpuctlError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        text = self.message if not self.hint else f"{self.message}; {self.hint}"
+        text = self.message if not self.hint else f"{self.message.rstrip().rstrip('.')}; {self.hint}"
         return " ".join(text.split())
 
 

@@ -266,7 +266,7 @@ def test_validate_passes_in_dra_mode(cluster: Cluster) -> None:
     assert proc.returncode == 0, proc.stderr + proc.stdout
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
     assert set(checks) == {"capacity", "dra-driver", "smoke-test"} and all(c["ok"] for c in checks.values())
-    assert checks["capacity"]["detail"].startswith("1 nodes publish what was configured: 1 devices")
+    assert checks["capacity"]["detail"].startswith("1 node publishes what was configured: 1 device ")
     smoke = checks["smoke-test"]["detail"]
     assert smoke.startswith("CUDA vectoradd passed on t4-0 with 1 gpu.nvidia.com device from ResourceClaim "
                             "gpuctl-smoke-")
@@ -282,7 +282,7 @@ def test_validate_uses_mig_devices_where_the_group_has_only_those(cluster: Clust
     proc = gpuctl(cluster, "-o", "json", "validate", "--nodegroup", "mig")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     checks = {c["check"]: c["detail"] for c in json.loads(proc.stdout)}
-    assert checks["capacity"].startswith("1 nodes publish what was configured: 3 devices")
+    assert checks["capacity"].startswith("1 node publishes what was configured: 3 devices")
     assert "with 1 mig.nvidia.com device from ResourceClaim" in checks["smoke-test"]
     assert "-mig-" in checks["smoke-test"].rpartition("allocated by the scheduler: ")[2]
 

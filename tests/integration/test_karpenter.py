@@ -49,7 +49,7 @@ def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     launched = len(claims(env))
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert f"Karpenter terminated {launched} NodeClaim(s)" in proc.stderr
+    assert f"Karpenter terminated {launched} NodeClaim{'' if launched == 1 else 's'}" in proc.stderr
 
 
 def api(env: dict[str, str]) -> Any:

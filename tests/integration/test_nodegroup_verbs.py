@@ -212,7 +212,7 @@ def test_delete_removes_the_nodepool_overlay_and_its_nodeclaims(karpenter: dict[
     launched = len(claims(env))
     proc = run_gpuctl("nodegroup", "delete", *SIM, "--cluster", CLUSTER, "--name", "kp", "--yes", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert f"Karpenter terminated {launched} NodeClaim(s)" in proc.stderr
+    assert f"Karpenter terminated {launched} NodeClaim{'' if launched == 1 else 's'}" in proc.stderr
     assert nodepool(env) is None and nodepool(env, "nodeoverlays", "v1alpha1") is None
     assert claims(env) == []  # the delete waited for Karpenter to terminate them
     assert "kp" not in groups(env)

@@ -203,7 +203,7 @@ def test_devices_held_by_claim_are_left_out_of_the_sharing_rules_and_it_says_so(
     assert claims_note(view) is None
     view.claimed.append(ClaimedDevice("dra-0", "GPU-a", None, frozenset({("team-a", "train")})))
     note = claims_note(view)
-    assert note is not None and note.startswith("1 device(s) held through ResourceClaims (DRA)")
+    assert note is not None and note.startswith("1 device held through ResourceClaims (DRA)")
     assert "not with --slices" in note
 
 

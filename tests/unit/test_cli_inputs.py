@@ -10,7 +10,7 @@ BAD_CREATES = [
     (["--gpu", "z100"], "--gpu: unknown GPU 'z100'; use one of: t4,"),
     (["--gpu", "t4", "--nodes", "0"], "--nodes: must be at least 1, got 0"),
     (["--gpu", "t4", "--nodes", "-1"], "'-1' is not a whole number in ASCII digits"),
-    (["--gpu", "t4", "--nodes", "abc"], "'--nodes'"),
+    (["--gpu", "t4", "--nodes", "abc"], "error: --nodes: 'abc' is not a whole number"),
     (["--gpu", "t4", "--name", "Bad_Name!"], "--name: 'Bad_Name!' is not a valid name; use 1-40 lowercase"),
     (["--gpu", "t4", "--cloud", "gcp"], "--cloud: unknown cloud 'gcp'; use one of: sim"),
     (["--gpu", "t4", "--gpus-per-node", "0"], "--gpus-per-node: must be at least 1"),
@@ -37,11 +37,11 @@ def test_bad_create_input_exits_2_cleanly(args: list[str], expected: str, isolat
 @pytest.mark.parametrize("args,expected", [
     (["-o", "xml", "gpus"], "-o/--output: unknown format 'xml'"),
     (["nodegroup", "add", "--cluster", "demo", "--name", "ng", "--gpu", "t4", "--nodes", "0"], "--nodes: must be at least 1"),
-    (["nodegroup", "scale", "--cluster", "demo", "--name", "ng", "--nodes", "abc"], "'--nodes'"),
+    (["nodegroup", "scale", "--cluster", "demo", "--name", "ng", "--nodes", "abc"], "error: --nodes: 'abc' is not a whole number"),
     (["nodegroup", "add", "--cluster", "Demo!", "--name", "ng", "--gpu", "t4"], "--cluster: 'Demo!' is not a valid name"),
     (["cluster", "delete", "--name", "demo"], "--yes: this deletes resources and needs confirmation; pass --yes"),
     (["cluster", "delete", "--name", "demo", "--yes"], "sim cluster 'demo' not found"),
-    (["cluster", "frobnicate"], "No such command 'frobnicate'"),
+    (["cluster", "frobnicate"], "error: frobnicate: not a 'gpuctl cluster' command"),
 ])
 def test_other_bad_inputs(args: list[str], expected: str, isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl(*args, env=isolated_env)

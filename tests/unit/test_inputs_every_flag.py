@@ -132,7 +132,7 @@ def cases() -> list[Any]:
 
 
 def names_flag(line: str, param: Any) -> bool:
-    """The error line names the parameter: 'error: --nodes: ...', "Invalid value for '--nodes'", 'LAYOUT: ...'."""
+    """The error line names the parameter: 'error: --nodes: ...', 'LAYOUT: ...'."""
     names = [flag_of(param), *param.opts]
     return any(line.startswith(f"error: {n}:") or f"'{n}'" in line or f"{n}:" in line for n in names)
 

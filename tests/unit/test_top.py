@@ -183,7 +183,7 @@ def test_pods_holding_devices_by_claim_are_shown_on_them_or_said_unplaceable() -
         ClaimedDevice("dra-0", "GPU-gone", None, frozenset({("team-b", "lost")}))])
     assert [sorted(d.pods) for d in devices.values()] == [
         [("team-a", "train")], [("team-a", "infer-1"), ("team-b", "infer-2")], [], []]
-    assert notes == ["team-b/small hold(s) a 2g.10gb MIG device of GPU GPU-b on dra-0 through a ResourceClaim; "
+    assert notes == ["team-b/small holds a 2g.10gb MIG device of GPU GPU-b on dra-0 through a ResourceClaim; "
                      "the GPU has 2 2g.10gb instances and the series do not say which"]
     view = cluster()
     view.pods += [PodInfo("team-a", "train", "dra-0", "Running", {}, claims=True),

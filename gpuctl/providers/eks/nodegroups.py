@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from gpuctl.model.catalog import GPUS, GpuModel, InstanceType
+from gpuctl.model.cloud_options import AMI_TYPES
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.model.taints import Taint
 from gpuctl.util.errors import UsageError
 
-# GPU AMI types: AL2023 NVIDIA (current), Bottlerocket NVIDIA, AL2 GPU (legacy). Each ships the
-# NVIDIA driver and container toolkit, so the GPU Operator must not install them.
-AMI_TYPES = ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "AL2_x86_64_GPU")
 # The label of a managed node group's nodes; Karpenter's nodes of the group get it from their NodePool.
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 DEFAULT_AMI_TYPE = AMI_TYPES[0]

@@ -30,6 +30,7 @@ from gpuctl.providers.eks.roles import (
 from gpuctl.providers.eks.token import EXEC_API_VERSION
 from gpuctl.util.errors import CloudError, NotFound, UsageError
 from gpuctl.util.output import info
+from gpuctl.util.words import plural
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -182,7 +183,8 @@ class EksProvider:
         for group in ours:
             self._wait_nodegroup(name, group["nodegroupName"], deleting=True)
         if not _managed(cluster):
-            info(f"EKS cluster {name!r} was not created by gpuctl: kept; deleted {len(ours)} gpuctl node group(s)")
+            info(f"EKS cluster {name!r} was not created by gpuctl: kept; "
+                 f"deleted {plural(len(ours), 'gpuctl node group')}")
             self._delete_node_role(name, remaining=foreign)
             return Change.UPDATED if ours else Change.NO_CHANGE
         with translated(f"deleting EKS cluster {name!r}"):
@@ -210,7 +212,7 @@ class EksProvider:
                  "instances Karpenter launched may outlive the cluster: check EC2 for karpenter.sh/nodepool tags")
             return
         if claims:
-            info(f"  Karpenter terminated {claims} NodeClaim(s) of EKS cluster {name!r}")
+            info(f"  Karpenter terminated {plural(claims, 'NodeClaim')} of EKS cluster {name!r}")
 
     def _delete_node_role(self, cluster: str, remaining: list[dict[str, Any]]) -> None:
         """Delete the node role gpuctl made, unless a node group that stays still uses it."""

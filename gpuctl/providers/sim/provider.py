@@ -29,6 +29,7 @@ from gpuctl.providers.sim import CAPABILITIES
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
+from gpuctl.util.words import plural
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, CoreV1Api, V1Node
@@ -243,7 +244,7 @@ class SimProvider:
             return
         claims = remove_capacity(api_client(kwok.kubeconfig_path), KARPENTER_DRAIN_TIMEOUT_S)
         if claims:
-            info(f"  Karpenter terminated {claims} NodeClaim(s) of sim cluster {kwok.name!r}")
+            info(f"  Karpenter terminated {plural(claims, 'NodeClaim')} of sim cluster {kwok.name!r}")
 
     def kubeconfig(self, cluster: str) -> dict[str, Any]:
         doc = yaml.safe_load(self._existing(cluster).kubeconfig_path.read_text())
