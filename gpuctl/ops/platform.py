@@ -82,16 +82,21 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
 
     run = Run(reach_written, begin, kubeconfig=kubeconfig, context=context, checks=result.checks)
     where = "before ensure-cluster"  # what the run is doing, for the line Ctrl-C prints
+
+    def report_done(done: StepResult) -> None:
+        nonlocal where
+        where = f"after step {done.name}"  # its line may be half-printed when Ctrl-C comes: it is done
+        report(done)
+
     try:
         with ExitStack() as held:
             for step in platform_steps(spec, provider, run):
                 where = f"in step {step.name}"
                 if result.steps:  # ensure-cluster done: the cloud's (the sim's) own record says what comes before
                     record_step(spec.cloud, spec.name, step.name)
-                done = run_step(step.name, step.act, report)
+                done = run_step(step.name, step.act, report_done)
                 result.steps.append(done)
                 run.note(done.outcome)
-                where = f"after step {step.name}"
             result.kubeconfig = run.written
             if run.cluster is not None and any(s.name.startswith("validate/") and s.outcome is Change.PASSED
                                                for s in result.steps):  # (a failed validation raised)
