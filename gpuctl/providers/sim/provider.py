@@ -114,8 +114,8 @@ class SimProvider:
         (and NodeOverlays) of the run's node groups with their KWOKNodeClass."""
         if not self.options.karpenter:
             return []
-        from gpuctl.simulator import karpenter as sim_karpenter
         from gpuctl.providers.sim.karpenter import karpenter_objects
+        from gpuctl.simulator import karpenter as sim_karpenter
         from gpuctl.stack.karpenter import nodepool_step
 
         def observe() -> Observed:
