@@ -29,6 +29,7 @@ from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
+from tests.integration.operator_pass import operator_pass
 from tests.integration.test_dra_agent_real_chart import CHART, CUDA_SAMPLE, RELEASE, TOLERATE_GPU, until
 
 pytestmark = pytest.mark.integration
@@ -106,16 +107,17 @@ def test_device_plugin_off_takes_its_resources_off_the_node(cluster: Cluster) ->
     until("the device-plugin DaemonSet gone", lambda: not [
         d for d in AppsV1Api(cluster.client).list_namespaced_daemon_set("gpu-operator").items
         if d.metadata.name == "nvidia-device-plugin-daemonset"])
-    time.sleep(2.5)  # two loops: the keys stay off
+    # the keys stay off: a pass of the operator begun after the DaemonSet went decides the node again
+    operator_pass(cluster.v1, "gpu-0")
     assert gpu_keys(cluster, "gpu-0") == {"capacity": {}, "allocatable": {}}
 
 
 def test_a_node_whose_device_plugin_never_ran_lists_no_gpu_resource(cluster: Cluster) -> None:
     SimProvider().ensure_node_group(NAME, NodeGroupSpec("late", get_gpu("t4"), 1, 1))
-    # the operator has seen it once it labels it
+    # the operator has seen it once it labels it; every write of that pass is done once a later pass has labelled it
     until("the operator labelling late-0",
           lambda: (cluster.v1.read_node("late-0").metadata.labels or {}).get("nvidia.com/gpu.present") == "true")
-    time.sleep(2.5)
+    operator_pass(cluster.v1, "late-0")
     assert gpu_keys(cluster, "late-0") == {"capacity": {}, "allocatable": {}}
 
 

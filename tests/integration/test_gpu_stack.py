@@ -98,15 +98,21 @@ def test_failing_smoke_test_exits_6_with_diagnostics(stack: dict[str, str]) -> N
 
 
 def test_edited_config_needs_a_device_plugin_restart(stack: dict[str, str]) -> None:
+    from gpuctl.simulator.operator import LOADED
+    from tests.integration.operator_pass import operator_pass
+
     v1 = core(stack)
+    loaded = json.loads(v1.read_node("gpu-0").metadata.annotations[LOADED])
+    assert loaded["replicas"] == 4 and not loaded["error"], loaded
     cm = v1.read_namespaced_config_map("gpuctl-device-plugin-config", "gpu-operator")
     edited = cm.data["slice-4"].replace("replicas: 4", "replicas: 2")
     v1.patch_namespaced_config_map("gpuctl-device-plugin-config", "gpu-operator", {"data": {"slice-4": edited}},
                                    _content_type="application/merge-patch+json")
-    import time
-
-    time.sleep(3)  # the device plugin does not reload an edited config (upstream behaviour)
-    assert v1.read_node("gpu-0").status.allocatable["nvidia.com/gpu"] == "4"
+    # The device plugin does not reload an edited config (upstream behaviour): after a pass of the operator that
+    # read the edited ConfigMap, the node's plugin still holds what its pod loaded when it started.
+    node = operator_pass(v1, "gpu-0")
+    assert json.loads(node.metadata.annotations[LOADED]) == loaded
+    assert node.status.allocatable["nvidia.com/gpu"] == "4"
     before = {p.metadata.uid for p in v1.list_namespaced_pod(
         "gpu-operator", label_selector="app=nvidia-device-plugin-daemonset").items}
 

@@ -183,7 +183,24 @@ def test_the_pool_limit_holds(from_zero: dict[str, str]) -> None:
     env = from_zero
     create_pods(env, "slices", "nvidia.com/gpu", 13)
     wait_for("12 pods running", lambda: len(running(env)) == 12)
-    time.sleep(5)  # Karpenter had its chance to launch a fourth node
+    [pending] = [p.metadata.name for p in pods(env) if p.status.phase != "Running"]
+
+    seen: list[str] = []
+
+    def limited() -> list[str]:
+        """Karpenter's own verdict on the pending pod: its FailedScheduling event naming the pool's limit
+        (sigs.k8s.io/karpenter pkg/controllers/provisioning/scheduling/scheduler.go addToNewNodeClaim: the
+        node limit, or every instance type over the GPU limit; events.go PodFailedToScheduleEvent)."""
+        events = core(env).list_namespaced_event("default", field_selector=f"involvedObject.name={pending}").items
+        seen[:] = [f"{e.source.component if e.source else ''} {e.reason}: {e.message}" for e in events]
+        return [e.message for e in events if e.reason == "FailedScheduling" and "gpuctl-slices" in (e.message or "")
+                and any(limit in e.message for limit in ("node limits have been exhausted for nodepool",
+                                                         "all available instance types exceed limits for nodepool"))]
+
+    try:
+        wait_for(f"Karpenter's limit event on {pending}", lambda: bool(limited()))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; its events: {seen}") from None
     assert len(running(env)) == 12
     assert len({p.spec.node_name for p in running(env)}) == 3
     assert len([c for c in claims(env) if c["metadata"]["labels"].get(NODE_GROUP) == "slices"]) == 3

@@ -320,6 +320,16 @@ def test_kueue_charges_nvidia_gpu_however_a_job_asks_for_gpus(cluster: Cluster) 
     wait("limits admitted", lambda: admitted("limits"))
     assert wait("4 GPUs in use", lambda: used() == 4)
     submit("over", 1, template="gpu-a100-40gb")
-    time.sleep(3)  # Kueue has decided by now
+
+    def refused(job: str) -> dict[str, Any] | None:
+        """Kueue's refusal: the Workload's QuotaReserved condition False, with its message."""
+        for wl in custom.list_namespaced_custom_object(*KUEUE, "team-k", "workloads")["items"]:
+            if any(o["name"] == job for o in wl["metadata"].get("ownerReferences", [])):
+                reserved = next((c for c in (wl.get("status") or {}).get("conditions") or []
+                                 if c["type"] == "QuotaReserved"), None)
+                return reserved if reserved and reserved["status"] == "False" and reserved.get("message") else None
+        return None
+
+    reason = wait("Kueue's refusal of over", lambda: refused("over"))
+    assert "nvidia.com/gpu" in reason["message"] and "gpuctl-dra" in reason["message"], reason
     assert not admitted("over")
-    assert BatchV1Api(cluster.client).read_namespaced_job("over", "team-k").spec.suspend is True

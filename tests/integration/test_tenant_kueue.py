@@ -75,6 +75,18 @@ def admitted(env: dict[str, str], team: str, job: str) -> bool:
     return False
 
 
+def refused(env: dict[str, str], team: str, job: str) -> dict[str, Any] | None:
+    """Kueue's own refusal of the Job's Workload: its QuotaReserved condition False, with Kueue's message (as
+    tests/integration/test_kueue_controller.py reads it); None until Kueue has tried it."""
+    _, custom = clients(env)
+    for wl in custom.list_namespaced_custom_object(GROUP, VERSION, team, "workloads")["items"]:
+        if any(o["name"] == job for o in wl["metadata"].get("ownerReferences", [])):
+            reserved = next((c for c in (wl.get("status") or {}).get("conditions") or []
+                             if c["type"] == "QuotaReserved"), None)
+            return reserved if reserved and reserved["status"] == "False" and reserved.get("message") else None
+    return None
+
+
 def wait(what: str, probe: Any) -> Any:
     from gpuctl.simulator.kwok import KwokCluster
 
@@ -111,14 +123,16 @@ def test_a_team_over_its_quota_is_admitted_by_borrowing_idle_quota(cluster: dict
     submit(cluster, "team-b", "eval", 4)  # 2 of team-b's 4 are lent, and not reclaimed
     submit(cluster, "team-b", "small", 2)
     wait("small admitted", lambda: admitted(cluster, "team-b", "small"))
-    time.sleep(3)  # Kueue has decided on eval by now
+    reason = wait("Kueue's refusal of eval", lambda: refused(cluster, "team-b", "eval"))
+    assert "insufficient unused quota for nvidia.com/gpu in flavor" in reason["message"], reason
     assert not admitted(cluster, "team-b", "eval")
-    assert batch.read_namespaced_job("eval", "team-b").spec.suspend is True
 
 
 def test_a_job_beyond_quota_and_borrowing_is_never_admitted(cluster: dict[str, str]) -> None:
     submit(cluster, "team-a", "too-big", 7)  # 4 + 2 at most, however idle the cohort
-    time.sleep(5)
+    reason = wait("Kueue's refusal of too-big", lambda: refused(cluster, "team-a", "too-big"))
+    assert reason["reason"] == "Pending", reason
+    assert "current podset request (7) > maximum capacity (6)" in reason["message"], reason
     assert not admitted(cluster, "team-a", "too-big")
 
 

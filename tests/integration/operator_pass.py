@@ -1,0 +1,30 @@
+"""A whole pass of the sim's GPU Operator over a node, begun after the caller's last write: the decision a
+test waits for where what it proves is that the operator did NOT do something (reload a config, put a
+resource back). A fixed sleep would pass on a machine too slow for the operator to have looked at all.
+
+The operator (gpuctl/simulator/operator.py) reconciles one node after another, pass after pass, in one
+process: it lists the nodes, reads the ClusterPolicy's ConfigMaps, decides each node's labels, annotations
+and allocatable, and writes them in that order, conditional on the node as it read it. Taking away a label
+it owns (nvidia.com/gpu.present, which it puts on every GPU node: operands.node_labels) and seeing it back
+shows a pass that listed the node after the caller's writes; every write of the passes before it is done,
+and that pass's own labels and annotations came in the same write as the label.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuctl.kube.objects import MERGE_PATCH
+
+MARK = "nvidia.com/gpu.present"
+
+
+def operator_pass(v1: Any, node: str, timeout: float = 60.0) -> Any:
+    """Wait for a pass of the sim's operator over `node` that began after this call; the node as it left it."""
+    v1.patch_node(node, {"metadata": {"labels": {MARK: None}}}, _content_type=MERGE_PATCH)
+    deadline = time.monotonic() + timeout
+    while (found := v1.read_node(node)).metadata.labels.get(MARK) != "true":
+        assert time.monotonic() < deadline, f"the sim's operator did not label {node} {MARK} again in {timeout:.0f}s"
+        time.sleep(0.2)
+    return found
