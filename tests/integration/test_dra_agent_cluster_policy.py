@@ -114,7 +114,7 @@ def test_device_plugin_off_takes_its_resources_off_the_node(cluster: Cluster) ->
 
 def test_a_node_whose_device_plugin_never_ran_lists_no_gpu_resource(cluster: Cluster) -> None:
     SimProvider().ensure_node_group(NAME, NodeGroupSpec("late", get_gpu("t4"), 1, 1))
-    # the operator has seen it once it labels it; every write of that pass is done once a later pass has labelled it
+    # the operator has seen it once it labels it; a pass of it begun later decides the node again
     until("the operator labelling late-0",
           lambda: (cluster.v1.read_node("late-0").metadata.labels or {}).get("nvidia.com/gpu.present") == "true")
     operator_pass(cluster.v1, "late-0")
