@@ -21,9 +21,16 @@ _KEY = "spec-sha256"
 
 
 def spec_digest(spec: Any) -> str:
-    """A digest of a PlatformSpec (a dataclass): equal specs, equal digests."""
-    text = json.dumps(asdict(spec), sort_keys=True, default=str)
+    """A digest of a PlatformSpec (a dataclass): equal specs, equal digests, in every process. What a command
+    line left unsaid (`unstated`) is not state: the spec has taken the recorded values by then."""
+    state = {k: v for k, v in asdict(spec).items() if k != "unstated"}
+    text = json.dumps(state, sort_keys=True, default=_stable)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stable(value: Any) -> Any:
+    """A set in a fixed order (str() of one follows the process's hash seed), anything else as text."""
+    return sorted(value, key=str) if isinstance(value, (set, frozenset)) else str(value)
 
 
 def read_validated(v1: CoreV1Api, namespace: str) -> str:
