@@ -14,11 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_scale_runs_and_a_converged_run_writes_nothing(sim_env: dict[str, str]) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scale"), "--nodes", "20", "--min-speedup", "0"],
+    # The speedup is reported, not asserted, at 20 nodes (start-up dominates); the writes are asserted.
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scale"), "--nodes", "20", "--report-only"],
                           capture_output=True, text=True, env=sim_env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "(0 write requests, target 0)" in proc.stdout
-    assert "targets: MET" in proc.stdout
+    assert "(target >= 3x, reported only)" in proc.stdout
+    assert "targets: MET (writes only; speedup reported only)" in proc.stdout
 
 
 def test_bench_create_runs_and_the_create_exits_0(sim_env: dict[str, str]) -> None:
@@ -85,7 +87,8 @@ def test_bench_top_runs(sim_env: dict[str, str]) -> None:
     # 16 GPUs here; 1,000 in the figure of docs/testing.md. Timings on a shared CI machine are printed; the run must
     # show every GPU and refuse an unreachable Prometheus with exit 5 naming it.
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "top"), "--gpus", "16", "--runs", "1",
-                           "--max-seconds", "60"], capture_output=True, text=True, env=sim_env, timeout=900)
+                           "--report-only"], capture_output=True, text=True, env=sim_env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "targets: MET (GPUs, pods, exit codes; time reported only)" in proc.stdout
     [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert figures["gpus"] == figures["shown"] == 16 and figures["unreachable_exit"] == 5
