@@ -12,6 +12,7 @@ import pytest
 from gpuctl.stack.owners import is_device_plugin
 from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
+from tests.integration.kube_api import core
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +28,6 @@ def stack(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     env["FIRST_RUN"] = proc.stdout
     yield env
     assert run_gpuctl("cluster", "delete", "--name", "stack", "--yes", env=env).returncode == 0
-
-
-def core(env: dict[str, str]):
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))
 
 
 def test_full_flow_steps_and_capacity(stack: dict[str, str]) -> None:

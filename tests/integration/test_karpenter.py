@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_gpuctl
+from tests.integration.kube_api import core, custom
 
 pytestmark = pytest.mark.integration
 CLUSTER = "karp"
@@ -50,24 +51,6 @@ def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"Karpenter terminated {launched} NodeClaim{'' if launched == 1 else 's'}" in proc.stderr
-
-
-def api(env: dict[str, str]) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(env["KUBECONFIG"])
-
-
-def core(env: dict[str, str]) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(api(env))
-
-
-def custom(env: dict[str, str]) -> Any:
-    from kubernetes import client
-
-    return client.CustomObjectsApi(api(env))
 
 
 def claims(env: dict[str, str]) -> list[dict[str, Any]]:

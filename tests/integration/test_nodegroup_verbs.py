@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_gpuctl
+from tests.integration.kube_api import core, custom
 
 pytestmark = pytest.mark.integration
 CLUSTER = "ngv"
@@ -31,24 +32,6 @@ def env(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
     assert proc.returncode == 0, proc.stderr
     yield env
     assert run_gpuctl("cluster", "delete", *SIM, "--name", CLUSTER, "--yes", env=env).returncode == 0
-
-
-def api(env: dict[str, str]) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(env["KUBECONFIG"])
-
-
-def core(env: dict[str, str]) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(api(env))
-
-
-def custom(env: dict[str, str]) -> Any:
-    from kubernetes import client
-
-    return client.CustomObjectsApi(api(env))
 
 
 def labels(env: dict[str, str], node: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from gpuctl.simulator.kwok import KwokCluster
 from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
+from tests.integration.kube_api import core
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +51,6 @@ def os1(os_env: dict[str, str], openstack_bed: OpenStackBed) -> Iterator[dict[st
     yield json.loads(proc.stdout)
     if named(openstack_bed, "os1"):
         run_gpuctl("cluster", "delete", *CLOUD, "--name", "os1", "--yes", env=os_env)
-
-
-def core(env: dict[str, str]):
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))
 
 
 def group_nodes(env: dict[str, str], group: str) -> dict[str, object]:

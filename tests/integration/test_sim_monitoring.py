@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_gpuctl
+from tests.integration.kube_api import core
 
 pytestmark = pytest.mark.integration
 CLUSTER = "mon"
@@ -51,12 +52,6 @@ def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     assert proc.returncode == 0, proc.stderr
     assert cluster_procs(workdir(), CLUSTER) == ([], []), "a monitoring process outlived its cluster"
     assert not KwokCluster(CLUSTER).dir.exists()
-
-
-def core(env: dict[str, str]) -> Any:
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))
 
 
 def wait_for(what: str, done: Callable[[], Any], timeout: float = WAIT_S) -> Any:
