@@ -409,7 +409,7 @@ def apply_mig(layout: str, nodegroup: str | None = None, selector: str | None = 
 
 
 def ensure_tenant(tenant: Tenant, kubeconfig: Path | None = None, context: str | None = None,
-                  warn: Callable[[str], None] | None = None) -> tuple[Change, dict[str, str]]:
+                  warn: Callable[[str], None] | None = None) -> tuple[Change, dict[str, int]]:
     """Create or update the tenant to exactly `tenant`; `warn` hears first of quotas above what the cluster's
     GPU nodes offer (allowed). Returns the change and the quota the cluster now holds."""
     from gpuctl.kube.dra import dra_mode

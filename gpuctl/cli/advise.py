@@ -6,7 +6,7 @@ import typer
 
 from gpuctl.cli.options import Prometheus, Since
 from gpuctl.cli.settings import settings
-from gpuctl.util.output import emit
+from gpuctl.util.output import emit, is_table, out
 
 
 def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h") -> None:
@@ -23,7 +23,7 @@ def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h
 
     opts = settings(ctx)
     result = api.advise(prometheus, since, opts.kubeconfig, opts.context)
-    if opts.output == "table":
-        print(api.advice_text(result))
+    if is_table(opts.output):
+        out(api.advice_text(result) + "\n")
     else:
         emit(result, opts.output)

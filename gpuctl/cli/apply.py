@@ -9,7 +9,7 @@ import typer
 
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import path, seconds
-from gpuctl.util.output import emit, info
+from gpuctl.util.output import emit, emit_manifests, info, is_table, section
 
 SpecFile = Annotated[Path, typer.Option("-f", "--filename", parser=path, metavar="PATH", help="GpuCluster spec file.")]
 
@@ -28,7 +28,7 @@ def apply(
       gpuctl apply -f gpu-platform.yaml --lock-timeout 600 -o json
     """
     from gpuctl import api
-    from gpuctl.cli.cluster import print_step
+    from gpuctl.cli.cluster import print_step, show_result
     from gpuctl.model.change import Change
 
     doc, groups = api.load_spec(filename)  # every value checked before any cloud or cluster call
@@ -38,9 +38,7 @@ def apply(
                                 context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
-    emit({"cluster": spec.name, "changed": changed, "kubeconfig": str(result.kubeconfig),
-          "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks]}
-         if opts.output != "table" else [s.as_dict() for s in result.steps], opts.output, ("step", "outcome", "seconds"))
+    show_result(spec, result, changed, opts.output, opts.context)
 
 
 def render(
@@ -62,11 +60,14 @@ def render(
     from gpuctl import api
 
     result = api.render(api.to_platform(*api.load_spec(filename)), out, helm_values=helm_values)
-    if isinstance(result, str):
-        print(result, end="")
-    else:
-        for path in result:
-            info(f"wrote {path}")
+    fmt = settings(ctx).output
+    if isinstance(result, str):  # manifests (or one release's values): YAML, or with -o json one JSON document
+        emit_manifests(result, fmt)
+        return
+    for written in result:
+        info(f"wrote {written}")
+    if not is_table(fmt):
+        emit({"files": [str(w) for w in result]}, fmt)
 
 
 def plan(ctx: typer.Context, filename: SpecFile) -> None:
@@ -80,11 +81,11 @@ def plan(ctx: typer.Context, filename: SpecFile) -> None:
 
     opts = settings(ctx)
     planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.kubeconfig, opts.context)
-    if opts.output != "table":
+    if not is_table(opts.output):
         emit([p.as_dict() for p in planned], opts.output)
         return
     emit([{"step": p.step, "action": p.action.value, "detail": p.detail} for p in planned], opts.output,
-         ("step", "action", "detail"))
+         ("step", "action", "detail"), fit="detail")
     for p in planned:
         if p.diff:
-            print(f"\n--- {p.step}\n{p.diff}")
+            section(f"--- {p.step}\n{p.diff}")

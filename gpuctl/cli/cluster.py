@@ -9,6 +9,8 @@ import typer
 
 from gpuctl.cli.help import one_of
 from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
+from gpuctl.cli.nodegroup import WIDE as NODEGROUP_WIDE
+from gpuctl.cli.nodegroup import group_rows
 from gpuctl.cli.options import (
     AmiType,
     Cloud,
@@ -37,12 +39,13 @@ from gpuctl.cli.options import (
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import seconds
 from gpuctl.model.stack_spec import MIG_STRATEGY, NFD_OWNER
-from gpuctl.util.output import emit, info
+from gpuctl.util.output import emit, emit_manifests, info, is_table
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from gpuctl.api import StepResult
+    from gpuctl.api import PlatformResult, StepResult
+    from gpuctl.model.spec import PlatformSpec
 
 app = typer.Typer(help="""Create, list and delete GPU clusters.
 
@@ -138,23 +141,28 @@ def create(
     spec = replace(spec, unstated=unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout),
                                             "migStrategy": mig_strategy}))
     cloud = spec.cloud  # as the document reads it: --cloud SIM is sim
-    if export_spec:
-        print(render_spec(spec), end="")
+    if export_spec:  # the spec a file would hold, as YAML (table, wide, yaml) or JSON: keys as the spec spells them
+        emit_manifests(render_spec(spec), opts.output)
         return
 
     result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
-    groups = [asdict(g) for g in api.list_node_groups(cloud, name, spec.options, result.kubeconfig,
-                                                      opts.context)]
-    if opts.output == "table":
-        emit(groups, opts.output, NODEGROUP_COLUMNS)
-    else:
-        emit({"cluster": name, "cloud": cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
-              "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],
-              "nodeGroups": groups}, opts.output)
-    if opts.output == "table" and not _has_tenants(opts.kubeconfig, opts.context):
+    show_result(spec, result, changed, opts.output, opts.context)
+    if is_table(opts.output) and not _has_tenants(opts.kubeconfig, opts.context):
         info(NEXT_STEP)
+
+
+def show_result(spec: PlatformSpec, result: PlatformResult, changed: bool, fmt: str, context: str | None) -> None:
+    """What `cluster create` and `apply` print on stdout, once: the node groups as they now are (the steps went by
+    on stderr as they ran), or in json and yaml the whole result, steps and checks included."""
+    from gpuctl import api
+
+    groups = group_rows(api.list_node_groups(spec.cloud, spec.name, spec.options, result.kubeconfig, context),
+                        spec.every_group, spec.stack.mig_strategy)
+    emit({"cluster": spec.name, "cloud": spec.cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
+          "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],
+          "nodeGroups": groups}, fmt, NODEGROUP_COLUMNS, NODEGROUP_WIDE, rows=groups)
 
 
 # What a new user does next (the README's quick start): GPU work belongs in a team's namespace, where the
@@ -211,3 +219,5 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
     opts = settings(ctx)
     change = api.delete_cluster(cloud, name, opts.kubeconfig, options)
     info(f"cluster {name!r} {change.value}")
+    if not is_table(opts.output):
+        emit({"cluster": name, "cloud": cloud, "change": change.value}, opts.output)

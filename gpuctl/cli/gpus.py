@@ -8,10 +8,10 @@ import typer
 
 from gpuctl.cli.settings import settings
 from gpuctl.model.catalog import GPUS
-from gpuctl.util.output import emit
+from gpuctl.util.output import emit, is_table
 
-COLUMNS = ("name", "product", "memory_mib", "family", "compute", "mig", "gpus_per_node",
-           "ec2", "openstack_flavor")
+COLUMNS = ("name", "memory_mib", "family", "compute", "mig", "gpus_per_node")
+WIDE = ("product", "ec2", "openstack_flavor")
 
 
 def gpus(ctx: typer.Context) -> None:
@@ -24,7 +24,7 @@ def gpus(ctx: typer.Context) -> None:
     from gpuctl.model.site import openstack_flavor
 
     fmt = settings(ctx).output
-    if fmt == "table":
+    if is_table(fmt):
         rows = [{
             "name": m.name,
             "product": m.product,
@@ -36,7 +36,7 @@ def gpus(ctx: typer.Context) -> None:
             "ec2": m.default_instance_type.name if m.default_instance_type else None,
             "openstack_flavor": openstack_flavor(m),
         } for m in GPUS.values()]
-        emit(rows, fmt, COLUMNS)
+        emit(rows, fmt, COLUMNS, WIDE)
     else:
         emit([{**asdict(m), "mig_capable": m.mig_capable, "openstack_flavor": openstack_flavor(m)}
               for m in GPUS.values()], fmt)

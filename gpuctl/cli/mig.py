@@ -11,7 +11,7 @@ from gpuctl.cli.options import Gpu
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import seconds
 from gpuctl.model.stack_spec import MIG_STRATEGY
-from gpuctl.util.output import emit
+from gpuctl.util.output import emit, is_table, out
 
 app = typer.Typer(help="""Validate, plan and apply MIG layouts.
 
@@ -39,8 +39,8 @@ def validate_(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
     model = get_gpu(gpu)
     parsed = parse_layout(layout, model)
     fmt = settings(ctx).output
-    if fmt == "table":
-        print(f"{parsed.name} fits on {model.name}")
+    if is_table(fmt):
+        out(f"{parsed.name} fits on {model.name}\n")
     else:
         emit({"layout": parsed.name, "gpu": model.name, "fits": True, "profiles": list(parsed.profiles)}, fmt)
 
@@ -59,8 +59,8 @@ def plan(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
     model = get_gpu(gpu)
     parsed = parse_layout(layout, model)
     fmt = settings(ctx).output
-    if fmt == "table":
-        print(render_plan(parsed, model))
+    if is_table(fmt):
+        out(render_plan(parsed, model) + "\n")
     else:
         emit({"layout": parsed.name, "gpu": model.name, "instances": plan_rows(parsed, model)}, fmt)
 
@@ -91,5 +91,5 @@ def apply(
     steps, expected = api.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.kubeconfig,
                                     opts.context)
     rows = [{"node": n, "allocatable": r} for n, r in sorted(expected.items())]
-    emit(rows if opts.output == "table" else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
+    emit(rows if is_table(opts.output) else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
          opts.output, ("node", "allocatable"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -34,12 +34,16 @@ from gpuctl.cli.options import (
 )
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count
+from gpuctl.model.labels import GPU_RESOURCE
 from gpuctl.util.errors import UsageError
-from gpuctl.util.output import emit, info
+from gpuctl.util.output import emit, info, is_table
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpuctl.api import StepResult
     from gpuctl.model.cloud_options import CloudOptions
+    from gpuctl.model.spec import GroupPlan
 
 app = typer.Typer(help="""Add, scale, delete and list GPU node groups.
 
@@ -51,12 +55,36 @@ Examples:
 
 Name = Annotated[str, typer.Option("--name", metavar="NAME", help="Node group name.")]
 # scaling: cloud (a node group of the cloud's), karpenter (a NodePool: min 0, max its limit, nodes = launched),
-# or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too.
-COLUMNS = ("name", "cluster", "gpu", "gpus_per_node", "scaling", "min_nodes", "max_nodes", "nodes", "ready_nodes",
-           "launched")
+# or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too. gpus_per_node: physical GPUs;
+# slices: what each GPU is shared into (time-slicing and MPS replicas, MIG instances; 1: whole), allocatable:
+# what each node advertises, where the command knows the group's sharing (create, apply, nodegroup add).
+COLUMNS = ("name", "gpu", "gpus_per_node", "slices", "nodes", "ready_nodes", "scaling")
+WIDE = ("cluster", "sharing", "allocatable", "min_nodes", "max_nodes", "launched")
 ScaleNodes = Annotated[Optional[int], typer.Option("--nodes", parser=count, help="Nodes the group runs (0 allowed; a minimum above it is lowered unless --min-nodes says otherwise). A Karpenter group keeps no count: the most nodes its NodePool may launch, as --max-nodes.")]
 ScaleMin = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: kept, lowered to --nodes where above it). A Karpenter group has none: only 0 is taken.")]
 ScaleMax = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: kept, raised to --nodes where below it). A Karpenter group: its NodePool's limit, the most nodes Karpenter may launch (nodes launched above a lowered limit stay until consolidated).")]
+
+
+def group_rows(groups: Sequence[Any], plans: Sequence[GroupPlan] = (),
+               mig_strategy: str = "mixed") -> list[dict[str, Any]]:
+    """The node groups (api.list_node_groups's) as rows, with each one's sharing, slices per GPU and allocatable per node where `plans`
+    (the command's spec) says it; unknown (None) otherwise."""
+    from gpuctl.model.mig import advertised_resources
+
+    known = {p.spec.name: p for p in plans}
+    rows = []
+    for group in groups:
+        row: dict[str, Any] = {**asdict(group), "sharing": None, "mig_layout": None, "slices": None,
+                               "allocatable": None}
+        plan = known.get(group.name)
+        if plan is not None and plan.mig is not None:
+            row.update(sharing="mig", mig_layout=plan.mig.name, slices=max(1, len(plan.mig.profiles)),
+                       allocatable=advertised_resources(plan.mig, group.gpus_per_node, mig_strategy))
+        elif plan is not None:
+            row.update(sharing=plan.sharing.strategy, slices=plan.sharing.replicas,
+                       allocatable={GPU_RESOURCE: group.gpus_per_node * plan.sharing.replicas})
+        rows.append(row)
+    return rows
 
 
 def _step(result: StepResult) -> None:
@@ -113,7 +141,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
     change = api.add_node_group(cloud, cluster, platform.groups[0], options, opts.kubeconfig, opts.context,
                                 unstated=left - {"migStrategy"}, report=_step)
     info(f"node group {name!r}: {change.value}")
-    _show(ctx, cloud, cluster, name, options)
+    _show(ctx, cloud, cluster, name, options, platform.groups)
 
 
 @app.command()
@@ -167,6 +195,8 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
     change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.kubeconfig,
                                    opts.context)
     info(f"node group {name!r}: {change.value}")
+    if not is_table(opts.output):
+        emit({"nodegroup": name, "cluster": cluster, "change": change.value}, opts.output)
 
 
 @app.command("list")
@@ -182,14 +212,15 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
 
     cloud = _checked(cloud, cluster)
     opts = settings(ctx)
-    rows = [asdict(g) for g in api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile),
-                                                    opts.kubeconfig, opts.context)]
-    emit(rows, opts.output, COLUMNS)
+    rows = group_rows(api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile),
+                                           opts.kubeconfig, opts.context))
+    emit(rows, opts.output, COLUMNS, WIDE)
 
 
-def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: CloudOptions) -> None:
+def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: CloudOptions,
+          plans: Sequence[GroupPlan] = ()) -> None:
     from gpuctl import api
 
     opts = settings(ctx)
     group = api.get_node_group(cloud, cluster, name, options, opts.kubeconfig, opts.context)
-    emit([asdict(group)] if group else [], opts.output, COLUMNS)
+    emit(group_rows([group] if group else [], plans), opts.output, COLUMNS, WIDE)

@@ -32,6 +32,9 @@ def make_settings(kubeconfig: Path | None, context: str | None, output: str, ver
         from gpuctl.util.paths import check_file_path
 
         check_file_path(kubeconfig, "--kubeconfig")
+    from gpuctl.util.output import set_verbosity
+
+    set_verbosity(verbose)
     return Settings(kubeconfig, context, output, verbose, debug)
 
 

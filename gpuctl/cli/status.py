@@ -7,7 +7,14 @@ from typing import Annotated, Optional
 import typer
 
 from gpuctl.cli.settings import settings
-from gpuctl.util.output import emit
+from gpuctl.util.output import emit, is_table, section
+
+# 80 columns for the common case; -o wide adds the rest. DRA mode: the driver's devices instead of the device
+# plugin's sharing and allocatable.
+COLUMNS = ("node", "nodegroup", "gpu", "gpus", "sharing", "replicas", "allocatable")
+WIDE = ("product", "mig_config", "mig_state", "device_plugin", "taints")
+DRA_COLUMNS = ("node", "nodegroup", "gpu", "gpus", "devices", "allocated", "free", "kubelet_plugin")
+DRA_WIDE = ("product", "mig_config", "mig_state", "taints")
 
 
 def status(
@@ -25,13 +32,15 @@ def status(
     """
     from gpuctl import api
     from gpuctl.model.naming import check_name
-    from gpuctl.util.output import info
 
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     opts = settings(ctx)
     rows = api.gpu_status(nodegroup, opts.kubeconfig, opts.context)
-    emit(rows, opts.output, api.status_columns(rows))
-    operator = next((r["gpu_operator"] for r in rows if r["gpu_operator"]), None)
-    if operator is not None and opts.output == "table":  # in JSON and YAML: each row's gpu_operator
-        info(operator["summary"])
+    operator = next((r["gpu_operator"] for r in rows if r.get("gpu_operator")), None)
+    nodes = [{k: v for k, v in r.items() if k != "gpu_operator"} for r in rows]  # the operator once, not per node
+    dra = any("devices" in r for r in rows)
+    emit({"gpuOperator": operator, "nodes": nodes}, opts.output, DRA_COLUMNS if dra else COLUMNS,
+         DRA_WIDE if dra else WIDE, rows=nodes)
+    if operator is not None and is_table(opts.output):
+        section(operator["summary"])

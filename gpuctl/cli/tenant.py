@@ -9,7 +9,7 @@ import typer
 from gpuctl.cli.options import Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count, seconds
-from gpuctl.util.output import emit, info
+from gpuctl.util.output import emit, info, is_table
 
 app = typer.Typer(help="""Onboard teams onto the shared GPU pool.
 
@@ -82,11 +82,11 @@ def list_(ctx: typer.Context) -> None:
 
     opts = settings(ctx)
     rows = api.list_tenants(opts.kubeconfig, opts.context)
-    if opts.output == "table":  # one cell per team: flavor/resource=used/nominal(+borrowed)
+    if is_table(opts.output):  # one cell per team: flavor/resource=used/nominal(+borrowed)
         rows = [{**r, "queue": {f"{flavor}/{res}": f"{u['used']}/{u['nominal']}(+{u['borrowed']})"
                                 for flavor, resources in (r.get("queue") or {}).items()
                                 for res, u in resources.items()}} for r in rows]
-    emit(rows, opts.output, ("tenant", "group", "quota", "used", "cohort", "queue"))
+    emit(rows, opts.output, ("tenant", "quota", "used"), ("group", "cohort", "queue"))
 
 
 @app.command()
@@ -119,3 +119,6 @@ def remove(
         info(f"tenant {name!r}: nothing to remove (no gpuctl tenant of that name; see 'gpuctl tenant list')")
     else:
         info(f"tenant {name!r}: {change.value}" + ("" if wait else "; its namespace is terminating"))
+    if not is_table(opts.output):
+        emit({"tenant": name, "change": change.value, "terminating": change is Change.DELETED and not wait},
+             opts.output)

@@ -8,7 +8,7 @@ import typer
 
 from gpuctl.cli.options import Prometheus, Since
 from gpuctl.cli.settings import settings
-from gpuctl.util.output import emit
+from gpuctl.util.output import emit, is_table, out
 
 
 def top(
@@ -32,7 +32,7 @@ def top(
 
     opts = settings(ctx)
     view = api.top(prometheus, since, nodegroup, tenant, opts.kubeconfig, opts.context)
-    if opts.output == "table":
-        print(api.top_table(view))
+    if is_table(opts.output):
+        out(api.top_table(view) + "\n")
     else:
         emit(view, opts.output)

@@ -39,7 +39,7 @@ def validate(
         check_text(image, "--image")
     opts = settings(ctx)
     checks = api.validate_cluster(nodegroup, image or SMOKE_IMAGE, timeout, opts.kubeconfig, opts.context)
-    emit([c.as_dict() for c in checks], opts.output, COLUMNS)
+    emit([c.as_dict() for c in checks], opts.output, COLUMNS, fit="detail")  # -o wide: each detail whole
     failed = [c for c in checks if not c.ok]
     if failed:
         raise ValidationFailed(f"{len(failed)} of {len(checks)} checks failed: {failed[0].name}: {failed[0].detail}")

@@ -148,4 +148,4 @@ class TenantUpdate:
     before: Tenant | None
     after: Tenant
     changes: tuple[str, ...]
-    quota: dict[str, str]
+    quota: dict[str, int]

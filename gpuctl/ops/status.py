@@ -120,6 +120,7 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
         row = {
             "node": node.metadata.name,
             "nodegroup": nodegroup_of(node),
+            "gpu": labels.get(L.GPU_MODEL),  # the catalog's name, as node groups and `gpuctl gpus` name it
             "product": labels.get(L.GPU_PRODUCT),
             "gpus": int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or 0),
             "sharing": labels.get("nvidia.com/gpu.sharing-strategy", "none"),

@@ -16,7 +16,7 @@ class StepResult:
     seconds: float
 
     def as_dict(self) -> dict[str, object]:
-        return {"step": self.name, "outcome": self.outcome.value, "seconds": round(self.seconds, 2)}
+        return {"step": self.name, "outcome": self.outcome.value, "seconds": round(self.seconds, 1)}
 
 
 Reporter = Callable[[StepResult], None]

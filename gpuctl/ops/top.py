@@ -82,6 +82,11 @@ def _wanted(row: dict[str, Any], nodegroup: str | None, tenant: str | None) -> b
     return tenant is None or any(p.split("/", 1)[0] == tenant for p in row["pods"])
 
 
+def _number(text: str | None) -> int | str | None:
+    """A GPU's index or a MIG instance's id as the number it is (DCGM's labels hold it as text)."""
+    return int(text) if text is not None and text.isdigit() else text
+
+
 def _rounded(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -91,9 +96,9 @@ def gpu_row(device: Device, view: ClusterView) -> dict[str, Any]:
     pods = sorted(view.workloads(device.pods))
     v = device.values
     return {
-        "node": device.node, "nodegroup": node.nodegroup if node else None, "gpu": device.gpu,
-        "uuid": device.uuid or None, "model": device.model or None, "mig_profile": device.mig_profile,
-        "mig_instance": device.mig_id,
+        "node": device.node, "nodegroup": node.nodegroup if node else None, "gpu": _number(device.gpu),
+        "uuid": device.uuid or None, "product": device.model or None, "mig_profile": device.mig_profile,
+        "mig_instance": _number(device.mig_id),
         "sm_active": _rounded(v.get("sm_active")), "gpu_util": _rounded(v.get("gpu_util")),
         "fb_used_mib": _rounded(v.get("fb_used_mib"), 0), "fb_total_mib": _rounded(v.get("fb_total_mib"), 0),
         "sm_active_avg": _rounded(v.get("sm_active_avg")), "sm_active_peak": _rounded(v.get("sm_active_peak")),
@@ -123,9 +128,10 @@ def tenant_row(name: str, view: ClusterView, usage: dict[str, Any], devices: dic
     return {
         "tenant": name, "resources": resources,
         "quota": {r: tenant.quota.get(r, 0) for r in resources},
-        "allocated": {r: allocated.get(r, 0) for r in resources},
-        "allocated_avg": {r: round(usage.get("allocated_avg", {}).get(r, 0.0), 2) for r in resources},
-        "allocated_peak": {r: round(usage.get("allocated_peak", {}).get(r, 0.0), 2) for r in resources},
+        # `used`, as `tenant list` names what the team's pods hold now against its quota
+        "used": {r: allocated.get(r, 0) for r in resources},
+        "used_avg": {r: round(usage.get("allocated_avg", {}).get(r, 0.0), 2) for r in resources},
+        "used_peak": {r: round(usage.get("allocated_peak", {}).get(r, 0.0), 2) for r in resources},
         "busy_avg": None if busy is None else round(busy, 2),
         "busy_pct": round(100 * busy / held_avg, 1) if busy is not None and held_avg > 0 else None,
         "shared_gpus": shared,
@@ -200,7 +206,7 @@ def render_table(view: dict[str, Any], width: int = WIDTH) -> str:
         if g["node"] != node:
             node = g["node"]
             entries.append(f"{node} (node group {g['nodegroup']})" if g["nodegroup"] else node)
-        name = g["gpu"] if g["mig_profile"] is None else f"{g['gpu']}/{g['mig_profile']}"
+        name = str(g["gpu"]) if g["mig_profile"] is None else f"{g['gpu']}/{g['mig_profile']}"
         entries.append([_fit("  " + name, 16), _pct(g["sm_active"]), _pct(g["gpu_util"]),
                         _memory(g["fb_used_mib"], g["fb_total_mib"]), _pct(g["sm_active_avg"])])
         pods.append(g["pods"])
@@ -221,8 +227,8 @@ def render_table(view: dict[str, Any], width: int = WIDTH) -> str:
             busy = "-" if t["busy_avg"] is None else f"{t['busy_avg']:.2f}" + (
                 f" ({t['busy_pct']:.0f}%)" if t["busy_pct"] is not None else "")
             tenant_rows.append([_fit(t["tenant"], 20) if i == 0 else "", _fit(resource.removeprefix("nvidia.com/"), 16),
-                                str(t["quota"].get(resource, 0)), str(t["allocated"].get(resource, 0)),
-                                f"{t['allocated_avg'].get(resource, 0):g}", f"{t['allocated_peak'].get(resource, 0):g}",
+                                str(t["quota"].get(resource, 0)), str(t["used"].get(resource, 0)),
+                                f"{t['used_avg'].get(resource, 0):g}", f"{t['used_peak'].get(resource, 0):g}",
                                 (busy + ("*" if t["shared_gpus"] else "")) if i == 0 else ""])
     if tenant_rows:
         lines.append("")

@@ -38,7 +38,7 @@ from gpuctl.ops.smoke import (
 )
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 from gpuctl.util.errors import UsageError
-from gpuctl.util.words import noun, plural
+from gpuctl.util.words import noun, pairs, plural
 
 if TYPE_CHECKING:
 
@@ -83,7 +83,7 @@ def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> 
     from gpuctl.kube.gpu_nodes import gpu_resources
 
     raced = set(raced_plugin_nodes(nodes, expected))
-    wrong = [f"{n.metadata.name} has {gpu_resources(n) or 'none'}, expected {expected[n.metadata.name]}"
+    wrong = [f"{n.metadata.name} has {pairs(gpu_resources(n))}, expected {pairs(expected[n.metadata.name])}"
              + (f" ({CONFIG_RACE})" if n.metadata.name in raced else "")
              for n in nodes if gpu_resources(n) != expected[n.metadata.name]]
     if wrong:
@@ -93,7 +93,7 @@ def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> 
         for k, v in per_node.items():
             total[k] = total.get(k, 0) + v
     return Check("capacity", True, f"{plural(len(nodes), 'node')} {noun(len(nodes), 'advertises', 'advertise')} "
-                                     f"what was configured: {total}")
+                                     f"what was configured: {pairs(total)}")
 
 
 @dataclass(frozen=True)

@@ -11,3 +11,13 @@ def noun(count: int, word: str, many: str | None = None) -> str:
 def plural(count: int, word: str, many: str | None = None) -> str:
     """`count` and its noun: plural(1, "node") is `1 node`, plural(0, "node") is `0 nodes`."""
     return f"{count} {noun(count, word, many)}"
+
+
+def pairs(mapping: object) -> str:
+    """A mapping as a reader writes it, `nvidia.com/gpu=8,nvidia.com/mig-1g.5gb=7` (never a Python repr); `none`
+    for an empty one."""
+    from collections.abc import Mapping
+
+    if not isinstance(mapping, Mapping):
+        return str(mapping)
+    return ",".join(f"{k}={v}" for k, v in mapping.items()) or "none"

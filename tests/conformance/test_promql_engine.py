@@ -173,14 +173,14 @@ def test_top_from_prometheus_answers(answers: dict[str, list[dict]]) -> None:
     devices, usage = read(answers)
     view = top_of(cluster(), devices, usage)
     rows = {(g["node"], g["gpu"], g["mig_profile"], g["mig_instance"]): g for g in view["gpus"]}
-    assert rows["inference-0", "0", None, None]["attribution"] == "device"
-    assert rows["training-0", "0", "2g.10gb", "5"]["pods"] == []  # the exporter's own pod is no workload
+    assert rows["inference-0", 0, None, None]["attribution"] == "device"
+    assert rows["training-0", 0, "2g.10gb", 5]["pods"] == []  # the exporter's own pod is no workload
     tenants = {t["tenant"]: t for t in view["tenants"]}
     # team-a: 4 whole GPUs all hour, serve-3 on the shared one for the last 121 of the 240 steps (15 s) of the hour
-    assert tenants["team-a"]["allocated_avg"]["nvidia.com/gpu"] == pytest.approx(4 + 121 / 240, abs=0.006)
-    assert tenants["team-a"]["allocated_peak"]["nvidia.com/gpu"] == 5
+    assert tenants["team-a"]["used_avg"]["nvidia.com/gpu"] == pytest.approx(4 + 121 / 240, abs=0.006)
+    assert tenants["team-a"]["used_peak"]["nvidia.com/gpu"] == 5
     assert tenants["team-a"]["busy_avg"] == pytest.approx(4 * 0.08 + 0.45 * 121 / 240, abs=0.006)
-    assert tenants["team-b"]["allocated_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
+    assert tenants["team-b"]["used_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
     assert set(tenants) == {"team-a", "team-b"}
 
 

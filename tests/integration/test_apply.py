@@ -1,4 +1,6 @@
-"""`gpuctl apply -f`: two node groups (time-slicing and MIG) and two tenants on sim."""
+"""`gpuctl apply -f`: two node groups (time-slicing and MIG) and two tenants on sim: the session's `platform`
+cluster (the README's spec, the same document as tests/specs/good.yaml, applied there first). A test that changes it
+applies good.yaml again before it returns."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import PLATFORM_SPEC, Platform
 
 pytestmark = pytest.mark.integration
 
@@ -17,13 +20,12 @@ SPEC = Path(__file__).resolve().parents[1] / "specs" / "good.yaml"
 
 
 @pytest.fixture(scope="module")
-def applied(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    env = dict(sim_env, KUBECONFIG=str(tmp_path_factory.mktemp("apply") / "kubeconfig"))
-    proc = run_gpuctl("-o", "json", "apply", "-f", str(SPEC), env=env)
-    assert proc.returncode == 0, proc.stderr
-    env["FIRST_RUN"] = proc.stdout
-    yield env
-    assert run_gpuctl("cluster", "delete", "--name", "platform", "--yes", env=env).returncode == 0
+def applied(platform: Platform) -> dict[str, str]:
+    from gpuctl.api import load_spec, to_platform
+
+    # good.yaml (block style, edited below by line) is the README's spec (flow style): one document
+    assert to_platform(*load_spec(SPEC)) == to_platform(*load_spec(PLATFORM_SPEC))
+    return dict(platform.env, FIRST_RUN=json.dumps(platform.first_run))
 
 
 def test_spec_applies_and_validates(applied: dict[str, str]) -> None:
@@ -32,7 +34,7 @@ def test_spec_applies_and_validates(applied: dict[str, str]) -> None:
     assert steps["apply-mig/training"] == "updated"
     assert steps["ensure-tenant/team-a"] == steps["ensure-tenant/team-b"] == "created"
     assert steps["validate/inference"] == steps["validate/training"] == "passed"
-    nodes = {n["node"]: n for n in json.loads(run_gpuctl("status", "-o", "json", env=applied).stdout)}
+    nodes = {n["node"]: n for n in json.loads(run_gpuctl("status", "-o", "json", env=applied).stdout)["nodes"]}
     assert nodes["inference-0"]["allocatable"] == {"nvidia.com/gpu": 4}
     assert nodes["training-0"]["allocatable"] == {"nvidia.com/mig-3g.20gb": 8, "nvidia.com/mig-2g.10gb": 16}
     assert "dedicated=training:NoSchedule" in nodes["training-0"]["taints"]
@@ -82,6 +84,8 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
 
 
 def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, str], tmp_path: Path) -> None:
+    """A bare cluster of its own (no GPU stack, no tenants): the render must create every object on a cluster that
+    has none of them (14 created), which the shared `platform` cannot show."""
     import subprocess
 
     from gpuctl.providers.sim.provider import SimProvider
@@ -155,7 +159,16 @@ def test_a_held_lease_blocks_a_changing_apply_only(applied: dict[str, str], tmp_
         api.delete_namespaced_lease("gpuctl-apply", "kube-system")
 
 
-def test_concurrent_applies_take_turns(applied: dict[str, str], tmp_path: Path) -> None:
+@pytest.fixture
+def relabelled(applied: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The shared cluster, applied from good.yaml again once the test has changed it."""
+    yield applied
+    proc = run_gpuctl("apply", "-f", str(SPEC), env=applied)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_concurrent_applies_take_turns(relabelled: dict[str, str], tmp_path: Path) -> None:
+    applied = relabelled
     import subprocess
     import sys
 
@@ -164,7 +177,7 @@ def test_concurrent_applies_take_turns(applied: dict[str, str], tmp_path: Path) 
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
-    nodes = {n["node"]: n for n in json.loads(run_gpuctl("status", "-o", "json", env=applied).stdout)}
+    nodes = {n["node"]: n for n in json.loads(run_gpuctl("status", "-o", "json", env=applied).stdout)["nodes"]}
     assert nodes["inference-0"]["product"] == "Tesla-T4-SHARED"
     from kubernetes import client, config
 

@@ -162,6 +162,6 @@ def test_with_the_dra_driver_beside_the_operator_cuda_samples_get_gpus_from_dra(
     proc = run_gpuctl("-o", "json", "validate", env=cluster.env, timeout=300)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert {c["check"] for c in json.loads(proc.stdout)} == {"capacity", "dra-driver", "smoke-test"}
-    rows = json.loads(run_gpuctl("-o", "json", "status", env=cluster.env).stdout)
+    rows = json.loads(run_gpuctl("-o", "json", "status", env=cluster.env).stdout)["nodes"]
     assert {(r["node"], r["devices"], r["allocatable"] == {}) for r in rows} == {("gpu-0", 1, True),
                                                                                   ("late-0", 1, True)}

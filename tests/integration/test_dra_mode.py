@@ -107,8 +107,8 @@ def test_apply_installs_the_driver_and_validates_through_claims(cluster: dict[st
     # one slice per GPU node, one device per GPU; no node lists the device plugin's resource
     by_node = {s["spec"]["nodeName"]: s["spec"]["devices"] for s in slices(cluster["client"])}
     assert {n: len(d) for n, d in by_node.items()} == {"a100-0": 8, "a100-1": 8, "t4-0": 1}
-    rows = {r["node"]: r for r in gpuctl_json(cluster["env"], "status")}
-    assert {n: (r["devices"], r["free"], r["kubelet_plugin"]) for n, r in rows.items()} == {
+    rows = {r["node"]: r for r in gpuctl_json(cluster["env"], "status")["nodes"]}
+    assert {n: (r["devices"], r["free"], r["kubeletPlugin"]) for n, r in rows.items()} == {
         "a100-0": (8, 8, "ready"), "a100-1": (8, 8, "ready"), "t4-0": (1, 1, "ready")}
     assert all(not r["allocatable"] for r in rows.values())
 
@@ -177,14 +177,14 @@ def test_top_shows_claimed_gpus_with_their_load_and_pods(cluster: dict[str, Any]
         view = gpuctl_json(cluster["env"], "top")
         t4 = [g for g in view["gpus"] if g["node"] == "t4-0"]
         mig = [g for g in view["gpus"] if f"{TEAM}/mig-job" in g["pods"]]
-        if t4 and t4[0]["gpu_util"] == 40 and mig or time.monotonic() > deadline:
+        if t4 and t4[0]["gpuUtil"] == 40 and mig or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert t4 and (t4[0]["gpu_util"], t4[0]["fb_used_mib"], t4[0]["pods"], t4[0]["attribution"]) == \
+    assert t4 and (t4[0]["gpuUtil"], t4[0]["fbUsedMib"], t4[0]["pods"], t4[0]["attribution"]) == \
         (40, 2048, [f"{TEAM}/t4-busy"], "pod"), view
-    assert [(g["mig_profile"], g["attribution"]) for g in mig] == [("3g.20gb", "pod")], view
+    assert [(g["migProfile"], g["attribution"]) for g in mig] == [("3g.20gb", "pod")], view
     team = next(t for t in view["tenants"] if t["tenant"] == TEAM)  # what its claims hold now
-    assert (team["allocated"]["nvidia.com/gpu"], team["allocated"]["nvidia.com/mig-3g.20gb"]) == (1, 1), team
+    assert (team["used"]["nvidia.com/gpu"], team["used"]["nvidia.com/mig-3g.20gb"]) == (1, 1), team
     import urllib.parse
     import urllib.request
 

@@ -159,7 +159,7 @@ def test_karpenter_nodepool_and_ec2nodeclass_exist(eks: Eks) -> None:
 def test_status_shows_four_gpus_per_node(eks: Eks) -> None:
     proc = eks.gpuctl("status", "-o", "json")
     assert proc.returncode == 0, proc.stderr
-    nodes = json.loads(proc.stdout)
+    nodes = json.loads(proc.stdout)["nodes"]
     assert [n["node"] for n in nodes] == ["gpu-0"]
     assert nodes[0]["allocatable"] == {"nvidia.com/gpu": 4}
     assert nodes[0]["taints"] == ["nvidia.com/gpu=true:NoSchedule"]

@@ -180,13 +180,13 @@ def test_magnum_capi_gpu_operator_is_configured_not_doubled(bare: dict[str, str]
         {k: v for k, v in before["devicePlugin"].items() if k != "config"}
     assert any(m["manager"] == "gpuctl" and m["operation"] == "Apply" for m in policy["metadata"]["managedFields"])
 
-    nodes = json.loads(run_gpuctl("-o", "json", "status", env=bare).stdout)
-    assert {(n["allocatable"]["nvidia.com/gpu"], n["sharing"], n["device_plugin"]) for n in nodes} == \
+    status = json.loads(run_gpuctl("-o", "json", "status", env=bare).stdout)
+    assert {(n["allocatable"]["nvidia.com/gpu"], n["sharing"], n["devicePlugin"]) for n in status["nodes"]} == \
         {(4, "time-slicing", "ready")}
-    assert {(n["gpu_operator"]["release"], n["gpu_operator"]["namespace"], n["gpu_operator"]["owner"])
-            for n in nodes} == {("nvidia-gpu-operator", "gpu-operator", "other")}
+    operator = status["gpuOperator"]  # once, not per node
+    assert (operator["release"], operator["namespace"], operator["owner"]) == ("nvidia-gpu-operator", "gpu-operator", "other")
     table = run_gpuctl("status", env=bare)
-    assert "GPU Operator: release nvidia-gpu-operator in gpu-operator (not gpuctl's" in table.stderr
+    assert "GPU Operator: release nvidia-gpu-operator in gpu-operator (not gpuctl's" in table.stdout
     assert run_gpuctl("validate", env=bare).returncode == 0
 
     again = run_gpuctl("-o", "json", *CREATE, env=bare)

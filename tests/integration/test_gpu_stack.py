@@ -40,7 +40,7 @@ def test_full_flow_steps_and_capacity(stack: dict[str, str]) -> None:
                                                                "device-plugin": True, "smoke-test": True}
     proc = run_gpuctl("status", "-o", "json", env=stack)
     assert proc.returncode == 0, proc.stderr
-    nodes = json.loads(proc.stdout)
+    nodes = json.loads(proc.stdout)["nodes"]
     assert [n["node"] for n in nodes] == ["gpu-0", "gpu-1"]
     for node in nodes:
         assert node["allocatable"] == {"nvidia.com/gpu": 4 * node["gpus"]}

@@ -62,11 +62,11 @@ def test_mig_apply_reaches_success_with_mig_resources(mig_env: dict[str, str]) -
                                                     "verify-allocatable"]
     listed = run_gpuctl("status", "--nodegroup", "a100", "-o", "json", env=mig_env)
     assert listed.returncode == 0, listed.stderr
-    status = json.loads(listed.stdout)
+    status = json.loads(listed.stdout)["nodes"]
     assert sorted(node["node"] for node in status) == ["a100-0", "a100-1"]
     for node in status:
-        assert node["mig_state"] == "success"
-        assert node["mig_config"] == "custom-3g.20gb-2x2g.10gb"
+        assert node["migState"] == "success"
+        assert node["migConfig"] == "custom-3g.20gb-2x2g.10gb"
         per_gpu = {k: v // node["gpus"] for k, v in node["allocatable"].items()}
         assert per_gpu == {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-2g.10gb": 2}
     again = json.loads(run_gpuctl("-o", "json", "mig", "apply", "3g.20gb-2x2g.10gb", "--nodegroup", "a100",

@@ -65,8 +65,8 @@ def test_the_one_a100_group_takes_the_layout_and_is_named(a100_env: dict[str, st
     assert proc.returncode == 0, proc.stderr
     assert "mig apply: node group 'gpu' (a100-40gb, 1 node)" in proc.stderr.splitlines()
     assert [row["node"] for row in json.loads(proc.stdout)["nodes"]] == ["gpu-0"]
-    [status] = json.loads(run_gpuctl("-o", "json", "status", "--nodegroup", "gpu", env=a100_env).stdout)
-    assert (status["mig_config"], status["mig_state"]) == (f"custom-{LAYOUT}", "success")
+    [status] = json.loads(run_gpuctl("-o", "json", "status", "--nodegroup", "gpu", env=a100_env).stdout)["nodes"]
+    assert (status["migConfig"], status["migState"]) == (f"custom-{LAYOUT}", "success")
     assert status["allocatable"] == {"nvidia.com/mig-3g.20gb": 8, "nvidia.com/mig-2g.10gb": 16}
 
 

@@ -107,7 +107,7 @@ def test_scale_to_0_and_back_keeps_the_group_and_its_sharing(env: dict[str, str]
     assert proc.returncode == 0, proc.stderr
     assert core(env).list_node(label_selector="gpuctl.dev/nodegroup=shared").items == []
     listed = groups(env)["shared"]
-    assert (listed["nodes"], listed["min_nodes"], listed["scaling"]) == (0, 0, "cloud")
+    assert (listed["nodes"], listed["minNodes"], listed["scaling"]) == (0, 0, "cloud")
     refused = run_gpuctl("nodegroup", "scale", *SIM, "--cluster", CLUSTER, "--name", "shared", "--nodes", "0",
                          "--min-nodes", "1", env=env)
     assert refused.returncode == 2 and "--min-nodes" in refused.stderr, refused.stderr
@@ -181,7 +181,7 @@ def test_scale_sets_the_nodepool_limits(karpenter: dict[str, str]) -> None:
     assert proc.returncode == 0, proc.stderr
     pool = nodepool(env)
     assert pool is not None and pool["spec"]["limits"] == {"nodes": 3, "nvidia.com/gpu": 6}  # 3 nodes x 1 GPU x 2
-    assert groups(env)["kp"]["max_nodes"] == 3
+    assert groups(env)["kp"]["maxNodes"] == 3
     refused = run_gpuctl("nodegroup", "scale", *SIM, "--cluster", CLUSTER, "--name", "kp", "--min-nodes", "1",
                          env=env)
     assert refused.returncode == 2 and "--min-nodes" in refused.stderr, refused.stderr

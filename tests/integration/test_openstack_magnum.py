@@ -113,7 +113,7 @@ def test_kubeconfig_from_magnums_ca_authenticates(os_env: dict[str, str], os1: d
 def test_status_shows_four_slices_per_t4(os_env: dict[str, str], os1: dict[str, object]) -> None:
     proc = run_gpuctl("status", "-o", "json", env=os_env)
     assert proc.returncode == 0, proc.stderr
-    nodes = json.loads(proc.stdout)
+    nodes = json.loads(proc.stdout)["nodes"]
     assert [(n["node"], n["nodegroup"]) for n in nodes] == [("gpu-0", "gpu"), ("gpu-1", "gpu")]
     for node in nodes:
         assert node["allocatable"] == {"nvidia.com/gpu": 4}

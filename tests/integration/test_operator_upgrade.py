@@ -83,9 +83,9 @@ def released_schema(version: str) -> dict:
 
 
 def assert_sharing_and_mig(env: dict[str, str]) -> None:
-    nodes = {n["node"]: n for n in json.loads(run_gpuctl("-o", "json", "status", env=env).stdout)}
+    nodes = {n["node"]: n for n in json.loads(run_gpuctl("-o", "json", "status", env=env).stdout)["nodes"]}
     assert nodes["inference-0"]["allocatable"] == {"nvidia.com/gpu": 4}
-    assert nodes["training-0"]["mig_state"] == "success"
+    assert nodes["training-0"]["migState"] == "success"
     assert nodes["training-0"]["allocatable"] == {"nvidia.com/mig-3g.20gb": 8, "nvidia.com/mig-2g.10gb": 16}
 
 

@@ -1,4 +1,6 @@
-"""The documented example spec (docs/specs.md) applies with exit 0 on a fresh sim cluster, the first time.
+"""The documented example spec (docs/specs.md) applies with exit 0 on a fresh sim cluster, the first time
+(the session's `platform` cluster, whose first apply is this spec's, on a cluster made for it), and over a
+cluster `cluster create` made (a cluster of its own).
 
 It used to end with exit 6 three times out of three ("device-plugin: gpu-operator/nvidia-device-plugin-daemonset:
 4 of 5 pods ready", and `gpuctl validate` passing seconds later): the capacity wait did not await the
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import Platform
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +51,12 @@ def apply_and_validate(env: dict[str, str]) -> None:
     proc = run_gpuctl("-o", "json", "apply", "-f", str(SPEC), env=env)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    first_run_validates(env, json.loads(proc.stdout), took)
+
+
+def first_run_validates(env: dict[str, str], result: dict[str, Any], took: float) -> None:
+    """A first `apply -f` of the spec (its JSON, taking `took` s) validated with the device plugin rolled out; then
+    `validate` sees what apply saw."""
     steps = {s["step"]: s["outcome"] for s in result["steps"]}
     assert steps["validate/inference"] == steps["validate/training"] == "passed"
     checks = [c for c in result["checks"] if c["check"] == "device-plugin"]
@@ -60,15 +68,19 @@ def apply_and_validate(env: dict[str, str]) -> None:
     daemon_set = kubectl_json(env, "get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset")
     status = daemon_set["status"]
     assert daemon_set["metadata"]["generation"] <= status["observedGeneration"]
-    nodes = len(json.loads(run_gpuctl("-o", "json", "status", env=env).stdout))
+    nodes = len(json.loads(run_gpuctl("-o", "json", "status", env=env).stdout)["nodes"])
     assert status["updatedNumberScheduled"] == status["numberAvailable"] == status["desiredNumberScheduled"] == nodes
 
 
-def test_the_readme_spec_applies_on_a_fresh_cluster_the_first_time(fresh: dict[str, str]) -> None:
-    apply_and_validate(fresh)
+def test_the_readme_spec_applies_on_a_fresh_cluster_the_first_time(platform: Platform) -> None:
+    steps = {s["step"]: s["outcome"] for s in platform.first_run["steps"]}
+    assert steps["ensure-cluster"] == "created"  # the first run made the cluster: the spec's first apply
+    first_run_validates(platform.env, platform.first_run, platform.first_run_s)
 
 
 def test_the_readme_spec_applies_over_a_cluster_create_the_first_time(fresh: dict[str, str]) -> None:
+    """A cluster of its own (not the shared `platform`): what it proves is the first apply over what `cluster
+    create` made, so the cluster must be made here, just before."""
     # A cluster of the spec's name made by `cluster create` (2 T4 nodes sliced 4 ways), then the spec: a Helm
     # upgrade of the GPU Operator (MIG strategy, MIG manager config) and a device-plugin restart, so its
     # DaemonSet rolls over 5 nodes while apply waits. This ended with exit 6 ("4 of 5 pods ready").

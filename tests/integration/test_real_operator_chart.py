@@ -42,7 +42,7 @@ def create(env: dict[str, str], *flags: str) -> dict:
 
 
 def status(env: dict[str, str]) -> dict[str, dict]:
-    return {n["node"]: n for n in json.loads(run_gpuctl("-o", "json", "status", env=env).stdout)}
+    return {n["node"]: n for n in json.loads(run_gpuctl("-o", "json", "status", env=env).stdout)["nodes"]}
 
 
 def kubectl_json(env: dict[str, str], *args: str) -> dict:
@@ -74,7 +74,7 @@ def test_plain_t4_cluster_validates_with_the_real_operator_daemon_sets(real: dic
 def test_mps_cluster_validates_under_the_single_strategy(real: dict[str, str]) -> None:
     create(real, "--sharing", "mps", "--slices", "4")
     nodes = status(real)
-    assert {(n["sharing"], n["allocatable"]["nvidia.com/gpu"], n["device_plugin"]) for n in nodes.values()} == \
+    assert {(n["sharing"], n["allocatable"]["nvidia.com/gpu"], n["devicePlugin"]) for n in nodes.values()} == \
         {("mps", 4, "ready")}
     mps = kubectl_json(real, "get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-mps-control-daemon")
     assert mps["status"]["numberReady"] == 2  # the nodes are nvidia.com/mps.capable now
@@ -99,10 +99,10 @@ def test_a_config_the_real_plugin_refuses_fails_validation(real: dict[str, str])
     subprocess.run([str(find_tool("kubectl")), "label", "node", "gpu-0", "--overwrite",
                     "nvidia.com/device-plugin.config=missing"], env=real, check=True, capture_output=True)
     deadline = time.monotonic() + 60
-    while "CrashLoopBackOff" not in (status(real)["gpu-0"]["device_plugin"]) and time.monotonic() < deadline:
+    while "CrashLoopBackOff" not in (status(real)["gpu-0"]["devicePlugin"]) and time.monotonic() < deadline:
         time.sleep(1)
     node = status(real)["gpu-0"]
-    assert node["device_plugin"] == "CrashLoopBackOff: specified config missing does not exist"
+    assert node["devicePlugin"] == "CrashLoopBackOff: specified config missing does not exist"
     assert node["allocatable"] == {}
     proc = run_gpuctl("validate", env=real)
     assert proc.returncode == 6 and "rollout: 1 of 2 updated pods available" in proc.stdout
@@ -130,7 +130,7 @@ def test_changed_sharing_validates_on_every_rerun(real: dict[str, str]) -> None:
         env = {e["name"]: e.get("value") for c in plugin["spec"]["template"]["spec"]["containers"]
                for e in c.get("env") or []}
         assert env["MIG_STRATEGY"] == strategy, (run, env)  # the rolled-out plugin is the new one
-        assert {(n["sharing"], n["allocatable"]["nvidia.com/gpu"], n["device_plugin"])
+        assert {(n["sharing"], n["allocatable"]["nvidia.com/gpu"], n["devicePlugin"])
                 for n in status(real).values()} == {(sharing, 4, "ready")}, run
 
 
@@ -156,6 +156,6 @@ def test_mig_only_cluster_validates(real: dict[str, str], tmp_path: Path) -> Non
         assert steps["validate/train"] == "passed"
         node = status(real)["train-0"]
         assert node["allocatable"] == {"nvidia.com/mig-3g.20gb": 8, "nvidia.com/mig-2g.10gb": 16}
-        assert node["device_plugin"] == "ready"
+        assert node["devicePlugin"] == "ready"
     finally:
         assert run_gpuctl("cluster", "delete", "--name", "realmig", "--yes", env=real).returncode == 0

@@ -138,7 +138,7 @@ def test_nodegroup_add_scale_list_delete(sim_cluster: SimCluster) -> None:
     proc = run_gpuctl("nodegroup", "list", "--cloud", "sim", "--cluster", sim_cluster.name, "-o", "json",
                       env=sim_cluster.env)
     groups = {g["name"]: g for g in json.loads(proc.stdout)}
-    assert groups["gpu"]["nodes"] == 3 and groups["gpu"]["gpus_per_node"] == 8
+    assert groups["gpu"]["nodes"] == 3 and groups["gpu"]["gpusPerNode"] == 8
     assert groups["inference"] == {"name": "inference", "cluster": sim_cluster.name, "gpu": "t4", "nodes": 2,
                                    "ready_nodes": 2, "gpus_per_node": 1, "scaling": "cloud", "min_nodes": 2,
                                    "max_nodes": 2, "launched": 0}

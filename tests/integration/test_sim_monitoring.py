@@ -114,7 +114,7 @@ def test_a_time_sliced_gpu_reports_its_pods_load(no_pods: dict[str, str]) -> Non
         {"": 50, "ts-a": 20, "ts-b": 20, "ts-c": 10} else None))
     print(f"\nload visible in Prometheus {time.monotonic() - started:.1f}s after the pods were created")
     [gpu] = top(no_pods, "--nodegroup", "slices")["gpus"]  # what a user sees: the GPU at 50% with its three pods
-    assert (gpu["gpu_util"], gpu["sm_active"], gpu["fb_used_mib"]) == (50, 50, 3584)
+    assert (gpu["gpuUtil"], gpu["smActive"], gpu["fbUsedMib"]) == (50, 50, 3584)
     assert gpu["pods"] == ["default/ts-a", "default/ts-b", "default/ts-c"] and gpu["attribution"] == "device"
     device = next(r["metric"] for r in util if "pod" not in r["metric"])
     assert device["job"] == "nvidia-dcgm-exporter" and device["modelName"] == "Tesla T4"
@@ -154,7 +154,7 @@ def test_mig_instances_report_per_instance_with_their_profile(no_pods: dict[str,
     free = {r["metric"].get("pod", ""): float(r["value"][1])
             for r in query(no_pods, 'DCGM_FI_DEV_FB_FREE{hostname="mig-0", GPU_I_PROFILE="3g.20gb"}')}
     assert free == {"big-0": 19968 - 4096, "big-1": 19968}
-    shown = {(g["gpu"], g["mig_profile"], g["mig_instance"]): (g["sm_active"], g["gpu_util"], g["pods"])
+    shown = {(g["gpu"], g["migProfile"], g["migInstance"]): (g["smActive"], g["gpuUtil"], g["pods"])
              for g in top(no_pods, "--nodegroup", "mig")["gpus"]}
     assert len(shown) == 6 and {v[1] for v in shown.values()} == {None}  # per instance, no GPU_UTIL under MIG
     assert sorted(v[:1] + tuple(v[2]) for v in shown.values() if v[2]) == \

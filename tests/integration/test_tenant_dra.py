@@ -159,7 +159,7 @@ def test_tenant_add_writes_templates_and_counts_devices_idempotently(cluster: Cl
     assert out["change"] == "created" and "warning" not in out["stderr"], out["stderr"]
     hard = {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "1", GPU_DEVICES: "2",
             MIG_DEVICES: "1"}
-    assert out["quota"] == hard
+    assert out["quota"] == {k.removeprefix("requests."): int(v) for k, v in hard.items()}  # as tenant list names it
     assert granted(core(cluster.client).read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a").spec.hard) == hard
     made = templates(cluster, "team-a")
     assert sorted(made) == ["gpu-a100-40gb", "gpu-t4", "mig-3g.20gb"]

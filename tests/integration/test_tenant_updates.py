@@ -160,7 +160,7 @@ def pre_kueue(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
     proc = gpuctl(cluster, *CREATE)
     assert proc.returncode == 0, proc.stderr
     try:
-        proc = gpuctl(cluster, "tenant", "add", "early", "--gpus", "2", "--group", "early-devs")
+        proc = gpuctl(cluster, "-v", "tenant", "add", "early", "--gpus", "2", "--group", "early-devs")  # -v: the note
         assert proc.returncode == 0, proc.stderr
         assert "Kueue is not installed" in proc.stderr
         yield cluster

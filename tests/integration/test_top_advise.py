@@ -96,27 +96,27 @@ def test_top_shows_each_gpu_its_pods_and_the_shared_gpus_figures_once(loaded: di
     def ready() -> dict[str, Any] | None:
         view = gpuctl_json(loaded, "top", "--since", "1m")
         gpus = {g["node"]: g for g in view["gpus"]}
-        settled = len(gpus) == 5 and all(g["pods"] and g["sm_active_avg"] is not None for g in gpus.values())
+        settled = len(gpus) == 5 and all(g["pods"] and g["smActiveAvg"] is not None for g in gpus.values())
         return view if settled else None
 
     view = wait_for("top's figures for five GPUs", ready)
     gpus = {g["node"]: g for g in view["gpus"]}
     for i in range(4):
-        assert gpus[f"gpu-{i}"]["gpu_util"] == 10 and gpus[f"gpu-{i}"]["fb_used_mib"] == 2048
+        assert gpus[f"gpu-{i}"]["gpuUtil"] == 10 and gpus[f"gpu-{i}"]["fbUsedMib"] == 2048
         assert gpus[f"gpu-{i}"]["attribution"] == "pod" and gpus[f"gpu-{i}"]["nodegroup"] == "gpu"
-    direct = {(s["metric"]["hostname"], s["metric"]["gpu"], name): float(s["value"][1])  # the same series, asked directly
-              for name, family in (("gpu_util", "DCGM_FI_DEV_GPU_UTIL"), ("fb_used_mib", "DCGM_FI_DEV_FB_USED"))
+    direct = {(s["metric"]["hostname"], int(s["metric"]["gpu"]), name): float(s["value"][1])  # the same series, asked directly
+              for name, family in (("gpuUtil", "DCGM_FI_DEV_GPU_UTIL"), ("fbUsedMib", "DCGM_FI_DEV_FB_USED"))
               for s in prometheus(view["prometheus"], f"max by (hostname, gpu) ({family})")}
-    assert {(g["node"], g["gpu"], name): g[name] for g in view["gpus"] for name in ("gpu_util", "fb_used_mib")} == direct
+    assert {(g["node"], g["gpu"], name): g[name] for g in view["gpus"] for name in ("gpuUtil", "fbUsedMib")} == direct
     shared = gpus["slices-0"]
-    assert shared["gpu_util"] == 50 and shared["attribution"] == "device"
+    assert shared["gpuUtil"] == 50 and shared["attribution"] == "device"
     assert shared["pods"] == ["team-a/serve-3", "team-b/serve-1", "team-b/serve-2"]
     assert any("#307" in n for n in view["notes"])
     tenants = {t["tenant"]: t for t in view["tenants"]}
-    assert tenants["team-a"]["allocated"] == {"nvidia.com/gpu": 5} and tenants["team-a"]["quota"]["nvidia.com/gpu"] == 6
-    assert tenants["team-b"]["allocated"] == {"nvidia.com/gpu": 2}
+    assert tenants["team-a"]["used"] == {"nvidia.com/gpu": 5} and tenants["team-a"]["quota"]["nvidia.com/gpu"] == 6
+    assert tenants["team-b"]["used"] == {"nvidia.com/gpu": 2}
     mine = gpuctl_json(loaded, "top", "--since", "1m", "--tenant", "team-a")  # the team's GPUs, summed
-    assert [t["tenant"] for t in mine["tenants"]] == ["team-a"] and mine["tenants"][0]["allocated"] == {
+    assert [t["tenant"] for t in mine["tenants"]] == ["team-a"] and mine["tenants"][0]["used"] == {
         "nvidia.com/gpu": 5}
     assert sorted(g["node"] for g in mine["gpus"]) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "slices-0"]
     table = run_gpuctl("top", "--since", "1m", "--nodegroup", "slices", env=loaded, timeout=120)
@@ -175,7 +175,7 @@ def test_advise_shares_the_idle_whole_t4s_and_its_command_applies_it(loaded: dic
         return next((a for a in result["advice"] if a["rule"] == "share-idle-gpus"), None)
 
     advice = wait_for("advice to share node group gpu", shared_advice)
-    assert advice["nodegroup"] == "gpu" and advice["figures"]["peak_util_pct"] == 10
+    assert advice["nodegroup"] == "gpu" and advice["figures"]["peakUtilPct"] == 10
     assert advice["figures"]["slices"] == 7  # min(100 / 10%, 15 GiB / 2 GiB, 64)
     assert advice["command"] == (f"gpuctl cluster create --cloud sim --name {CLUSTER} --nodegroup-name gpu --gpu t4 "
                                  "--nodes 4 --slices 7")
@@ -183,7 +183,7 @@ def test_advise_shares_the_idle_whole_t4s_and_its_command_applies_it(loaded: dic
                if "nodegroup" in a)  # the time-sliced T4 at 50% with three pods: nothing to change
     proc = run_gpuctl(*shlex.split(advice["command"])[1:], env=loaded)
     assert proc.returncode == 0, proc.stderr
-    nodes = gpuctl_json(loaded, "status", "--nodegroup", "gpu")
+    nodes = gpuctl_json(loaded, "status", "--nodegroup", "gpu")["nodes"]
     assert {n["replicas"] for n in nodes} == {7} and {n["sharing"] for n in nodes} == {"time-slicing"}
     after = gpuctl_json(loaded, "advise", "--since", "1m")
     assert [a for a in after["advice"] if a.get("nodegroup") == "gpu"] == []

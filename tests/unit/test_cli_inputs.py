@@ -60,8 +60,8 @@ def test_gpus_json_lists_the_catalog(isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl("gpus", "-o", "json", env=isolated_env)
     assert proc.returncode == 0, proc.stderr
     gpus = {g["name"]: g for g in json.loads(proc.stdout)}
-    assert gpus["a100-40gb"]["mig_capable"] is True and gpus["t4"]["mig"] is None
-    assert gpus["a100-40gb"]["memory_mib"] == 40960
+    assert gpus["a100-40gb"]["migCapable"] is True and gpus["t4"]["mig"] is None
+    assert gpus["a100-40gb"]["memoryMib"] == 40960
 
 
 def test_global_options_are_accepted_anywhere() -> None:

@@ -213,7 +213,7 @@ def test_help_fits_80_columns_and_names_the_global_options(helps: dict[str, str]
     for path, text in helps.items():
         assert max(map(len, text.splitlines())) <= 78, path
         if path:
-            assert "Global options" in text and "-o table|json|yaml" in text, path
+            assert "Global options" in text and "-o table|wide|json|yaml" in text, path
 
 
 def test_a_long_example_is_continued_as_in_a_shell(helps: dict[str, str]) -> None:

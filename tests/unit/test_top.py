@@ -101,16 +101,16 @@ def test_top_marks_a_shared_gpu_and_never_splits_its_figures() -> None:
     devices, usage = read(canned())
     view = top_of(cluster(), devices, usage)
     rows = {(g["node"], g["gpu"], g["mig_profile"]): g for g in view["gpus"]}
-    shared = rows["inference-0", "0", None]
+    shared = rows["inference-0", 0, None]
     assert shared["attribution"] == "device" and shared["sm_active"] == 50.0
     assert shared["pods"] == ["team-a/serve-3", "team-b/serve-1", "team-b/serve-2"]
-    assert rows["gpu-0", "0", None]["attribution"] == "pod"
+    assert rows["gpu-0", 0, None]["attribution"] == "pod"
     assert SHARED_NOTE in view["notes"] and "#307" in SHARED_NOTE
 
 
 def test_the_exporters_own_pod_is_not_a_workload() -> None:
     devices, usage = read(canned())
-    row = next(g for g in top_of(cluster(), devices, usage)["gpus"] if g["node"] == "gpu-0" and g["gpu"] == "1")
+    row = next(g for g in top_of(cluster(), devices, usage)["gpus"] if g["node"] == "gpu-0" and g["gpu"] == 1)
     assert row["pods"] == [] and row["attribution"] is None
 
 
@@ -119,11 +119,11 @@ def test_tenants_show_quota_requests_and_the_windows_use() -> None:
     tenants = {t["tenant"]: t for t in top_of(cluster(), devices, usage)["tenants"]}
     assert set(tenants) == {"team-a", "team-b"}  # gpu-operator's series are no tenant's
     a, b = tenants["team-a"], tenants["team-b"]
-    assert a["quota"] == {"nvidia.com/gpu": 4} and a["allocated"] == {"nvidia.com/gpu": 2}
-    assert a["allocated_avg"] == {"nvidia.com/gpu": 1.5} and a["busy_avg"] == 0.35 and a["busy_pct"] == 23.3
+    assert a["quota"] == {"nvidia.com/gpu": 4} and a["used"] == {"nvidia.com/gpu": 2}
+    assert a["used_avg"] == {"nvidia.com/gpu": 1.5} and a["busy_avg"] == 0.35 and a["busy_pct"] == 23.3
     assert a["shared_gpus"] is True  # serve-3 shares inference-0 with team-b
-    assert b["allocated"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
-    assert b["allocated_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
+    assert b["used"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
+    assert b["used_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
 
 
 def test_filters_narrow_to_a_node_group_or_a_tenant() -> None:
@@ -197,7 +197,7 @@ def test_pods_holding_devices_by_claim_are_shown_on_them_or_said_unplaceable() -
     # requests (train-1, serve-3, by-request: whose claimed GPU counts once, by its request) and the GPU and
     # 3g.20gb team-a's claims hold
     team = next(t for t in found["tenants"] if t["tenant"] == "team-a")
-    assert team["allocated"] == {"nvidia.com/gpu": 3 + 1, "nvidia.com/mig-3g.20gb": 1}
+    assert team["used"] == {"nvidia.com/gpu": 3 + 1, "nvidia.com/mig-3g.20gb": 1}
 
 
 def test_a_window_the_series_cover_in_part_or_not_yet_says_so() -> None:

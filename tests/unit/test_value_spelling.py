@@ -78,7 +78,7 @@ NEAR_MISSES = [
      "--mig-strategy: unknown strategy 'mix'; did you mean 'mixed'? (one of: mixed, single)"),
     (["mig", "apply", "all-balanced", "--strategy", "singel"],
      "--strategy: unknown strategy 'singel'; did you mean 'single'? (one of: mixed, single)"),
-    (["-o", "jsn", "gpus"], "-o/--output: unknown format 'jsn'; did you mean 'json'? (one of: table, json, yaml)"),
+    (["-o", "jsn", "gpus"], "-o/--output: unknown format 'jsn'; did you mean 'json'? (one of: table, wide, json, yaml)"),
     (_create("--gpu", "z100"), "--gpu: unknown GPU 'z100'; use one of: t4, a10g, l4"),  # nothing near: the list
 ]
 

@@ -36,6 +36,7 @@ from gpuctl.ops.tenancy.queues import (
     remove_queues,
 )
 from gpuctl.util.errors import UsageError
+from gpuctl.util.output import detail
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -154,7 +155,7 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
         updated = True
     if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
         waited = wait_fence_in_force(client, tenant.name)
-        _report(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
+        detail(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
     tolerating = converge_tolerations(client, cluster_groups(client), tenant.name, new_namespace=created or updated)
     kueue = Queues(client).installed()
     nodes = gpu_nodes(CoreV1Api(client)) if dra or kueue else []
@@ -250,8 +251,11 @@ def _report(line: str) -> None:
 
 
 def _warn_no_kueue(tenant: Tenant) -> None:
-    _report(f"warning: Kueue is not installed here: tenant {tenant.name!r} gets its ResourceQuota but no queue "
-         "(no borrowing or lending)")
+    """A tenant without queues is what a cluster without Kueue promises: said with -v only, unless the tenant
+    names a cohort or lending of its own (what only Kueue keeps)."""
+    asked = tenant.cohort != DEFAULT_COHORT or tenant.lend is not None or tenant.borrow
+    (_report if asked else detail)(f"{'warning: ' if asked else ''}Kueue is not installed here: tenant "
+                                   f"{tenant.name!r} gets its ResourceQuota but no queue (no borrowing or lending)")
 
 
 def read_or_none(read: Any, kind: str, name: str) -> Any:
@@ -273,12 +277,14 @@ def granted(hard: dict[str, Any], used: dict[str, Any] | None = None) -> dict[st
     return {k: v for k, v in sorted(hard.items()) if count(v) > 0 or count((used or {}).get(k, 0)) > 0}
 
 
-def read_quota(client: ApiClient, name: str) -> dict[str, str]:
-    """The GPU quota tenant `name` holds on the cluster now, as shown (granted; {} without one)."""
+def read_quota(client: ApiClient, name: str) -> dict[str, int]:
+    """The GPU quota tenant `name` holds on the cluster now (granted; {} without one), by resource name as
+    `tenant list` shows it (nvidia.com/gpu: 2, not requests.nvidia.com/gpu: "2")."""
     from kubernetes.client import CoreV1Api
 
     quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, name), "quota", name)
-    return granted(quota.spec.hard or {}) if quota is not None else {}
+    hard = granted(quota.spec.hard or {}) if quota is not None else {}
+    return {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())}
 
 
 def read_tenant(client: ApiClient, name: str) -> Tenant | None:

@@ -223,7 +223,7 @@ def converge_tolerations(client: ApiClient, groups: tuple[GroupPlan, ...], probe
     """Where the API server serves MutatingAdmissionPolicy: apply the policy for `groups` and, when it changed
     or `probe` is a namespace `new_namespace` to it, return once it is in force in namespace `probe` (None: no
     tenant namespace yet). Where it does not: say, once, what teams add to their GPU pods by hand."""
-    from gpuctl.util.output import info
+    from gpuctl.util.output import detail, info
 
     if not served(client):
         server = client.configuration.host
@@ -235,7 +235,7 @@ def converge_tolerations(client: ApiClient, groups: tuple[GroupPlan, ...], probe
     change = ensure_tolerations(client, groups)
     if probe is not None and (change is not Change.NO_CHANGE or new_namespace):
         waited = wait_tolerations_in_force(client, probe, groups)
-        info(f"GPU tolerations in force in namespace {probe!r} (waited {waited:.1f}s)")
+        detail(f"GPU tolerations in force in namespace {probe!r} (waited {waited:.1f}s)")
     return change
 
 
