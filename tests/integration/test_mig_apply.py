@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_gpuctl
+from tests.output_contract import faults
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +59,7 @@ def test_mig_apply_reaches_success_with_mig_resources(mig_env: dict[str, str]) -
     proc = run_gpuctl("-o", "json", "mig", "apply", "3g.20gb-2x2g.10gb", "--nodegroup", "a100", env=mig_env)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
+    assert not faults(result), faults(result)  # the output contract (docs/reference.md)
     assert [s["step"] for s in result["steps"]] == ["write-mig-config", "label-nodes", "wait-mig-manager",
                                                     "verify-allocatable"]
     listed = run_gpuctl("status", "--nodegroup", "a100", "-o", "json", env=mig_env)

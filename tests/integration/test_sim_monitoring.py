@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import run_gpuctl
 from tests.integration.kube_api import core
+from tests.output_contract import faults
 
 pytestmark = pytest.mark.integration
 CLUSTER = "mon"
@@ -165,7 +166,9 @@ def top(env: dict[str, str], *args: str) -> dict[str, Any]:
     """`gpuctl -o json top` as a user runs it, on the sim's own Prometheus."""
     proc = run_gpuctl("-o", "json", "top", "--since", "1m", *args, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout))
+    result = dict(json.loads(proc.stdout))
+    assert not faults(result), faults(result)  # the output contract (docs/reference.md)
+    return result
 
 
 def test_the_exporter_speaks_prometheus_text_and_monitoring_is_idempotent(cluster: dict[str, str]) -> None:

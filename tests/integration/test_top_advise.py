@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_gpuctl
+from tests.output_contract import faults
 
 pytestmark = pytest.mark.integration
 CLUSTER = "watch"
@@ -75,7 +76,9 @@ def prometheus(url: str, query: str) -> list[dict[str, Any]]:
 def gpuctl_json(env: dict[str, str], *args: str) -> dict[str, Any]:
     proc = run_gpuctl("-o", "json", *args, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    result = json.loads(proc.stdout)
+    assert not faults(result), faults(result)  # the output contract (docs/reference.md)
+    return result
 
 
 @pytest.fixture(scope="module")
