@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,46 @@ def sim_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     yield SimCluster(CLUSTER, kubeconfig, sim_env)
     proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=sim_env)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- clusters shared by family ---------------------------------------------------------------------------
+# A cluster costs 20-90 s; the modules that need the same kind of cluster share one session-scoped fixture
+# (built the first time a test asks for it, deleted at the session's end). A test that changes a shared cluster
+# puts it back before it returns (and proves it where the next check depends on it); a test that proves
+# first-run behaviour, or breaks its cluster, keeps a cluster of its own and says why in its docstring.
+PLATFORM_SPEC = Path(__file__).resolve().parents[1] / "specs" / "readme-platform.yaml"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The README's example spec (docs/specs.md; tests/specs/readme-platform.yaml) on one fresh cluster."""
+    env: dict[str, str]  # for gpuctl: the platform's own state dir and kubeconfig
+    first_plan: Any  # `plan -f`'s JSON before the cluster existed
+    first_run: dict[str, Any]  # `apply -f`'s JSON the first time, on the fresh cluster
+    first_run_s: float
+
+
+@pytest.fixture(scope="session")
+def platform(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    """The stack family's cluster: the README's spec (two node groups, time-slicing and MIG, the GPU Operator with
+    standalone NFD, two tenants) applied once, the first time, to a cluster made for it in a state dir of its own
+    (so whatever else the session runs, that first apply is a first run). Shared by test_apply, test_readme_spec and
+    test_plan_matches_apply; a test that changes it applies the spec again before it returns."""
+    import time
+
+    root = tmp_path_factory.mktemp("platform")
+    env = dict(sim_env, GPUCTL_STATE_DIR=str(root / "state"), KUBECONFIG=str(root / "kubeconfig"))
+    plan = run_gpuctl("-o", "json", "plan", "-f", str(PLATFORM_SPEC), env=env)
+    assert plan.returncode == 0, plan.stderr
+    started = time.monotonic()
+    proc = run_gpuctl("-o", "json", "apply", "-f", str(PLATFORM_SPEC), env=env)
+    took = time.monotonic() - started
+    try:
+        assert proc.returncode == 0, proc.stderr
+        yield Platform(env, json.loads(plan.stdout), json.loads(proc.stdout), took)
+    finally:
+        proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", "platform", "--yes", env=env)
+        assert proc.returncode == 0, proc.stderr
 
 
 BED_PASSWORD = "bed-demo-password"
