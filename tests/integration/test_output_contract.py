@@ -121,3 +121,22 @@ def test_apply_prints_its_steps_once_and_a_summary(cluster: SimCluster, tmp_path
     result = json.loads(gpuctl(cluster, "-o", "json", "apply", "-f", str(spec)).stdout)
     assert faults(result) == [] and result["changed"] is False
     assert [s["step"] for s in result["steps"]].count("ensure-tenant/team-a") == 1
+
+
+def test_plan_scale_list_remove_and_install_keep_the_contract(cluster: SimCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(gpuctl(cluster, "cluster", "create", "--name", NAME, "--gpu", "t4", "--slices", "4",
+                           "--export-spec").stdout)
+    documents = {
+        "plan": gpuctl(cluster, "-o", "json", "plan", "-f", str(spec)).stdout,
+        "nodegroup scale": gpuctl(cluster, "-o", "json", "nodegroup", "scale", "--cluster", NAME, "--name", "gpu",
+                                  "--nodes", "1").stdout,
+        "cluster list": gpuctl(cluster, "-o", "json", "cluster", "list").stdout,
+        "tenant remove": gpuctl(cluster, "-o", "json", "tenant", "remove", "team-b", "--yes").stdout,
+        "sim install": gpuctl(cluster, "-o", "json", "sim", "install").stdout,
+    }
+    for command, text in documents.items():
+        data = parsed(text, "json")
+        assert data and faults(data) == [], (command, faults(data), text)
+    assert parsed(documents["tenant remove"], "json")["change"] == "deleted"
+    assert any(c["name"] == NAME for c in parsed(documents["cluster list"], "json"))
