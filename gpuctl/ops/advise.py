@@ -56,7 +56,7 @@ SATURATED_PCT = 90.0  # a shared GPU at or above this on average is saturated
 MIG_IDLE_PCT = 10.0  # a MIG instance no pod used, or whose SM activity peaked at or below this, sat idle
 QUOTA_UNUSED = 0.25  # a tenant whose pods held at most this share of its quota on average
 NOTHING = "nothing to advise"
-ENOUGH_COVERAGE = 0.9  # the share of the window Prometheus must cover for advice (README: "less than 90 %")
+ENOUGH_COVERAGE = 0.9  # the share of the window Prometheus must cover for advice (docs/observing.md)
 
 
 def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None = None,

@@ -6,7 +6,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Stable process exit codes; scripts may rely on them (documented in README.md)."""
+    """Stable process exit codes; scripts may rely on them (documented in docs/reference.md)."""
 
     OK = 0
     FAILURE = 1  # anything not covered below, e.g. a tool that cannot be installed

@@ -1,7 +1,7 @@
 """gpuctl's MIG geometry and the configs it writes, against NVIDIA's own Go code through upstreamcheck
 (built from the Go module proxy: k8s-device-plugin v0.19.3, mig-parted v0.14.4, go-nvml v0.13.3-1;
 `upstreamcheck version` prints them). The operator v26.7.0 ships device plugin v0.20.0 and MIG manager
-v0.15.0, which the proxy does not serve; their differences are listed in README.md."""
+v0.15.0, which the proxy does not serve; their differences are listed in docs/testing.md."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def test_four_one_slice_pods_run_on_one_launched_node(from_zero: dict[str, str])
     first = min(claims(env), key=lambda c: c["metadata"]["creationTimestamp"])
     assert first["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "4"
     assert first["metadata"]["annotations"]["karpenter.sh/capacity-overlay-applied"] == "true"
-    # a node Karpenter launched beside it (README: in-flight accounting) is checked too, once it has joined
+    # a node Karpenter launched beside it (docs/testing.md: in-flight accounting) is checked too, once it has joined
     wait_for("every node of the group serving 4 slices", lambda: all(
         (n.status.allocatable or {}).get("nvidia.com/gpu") == "4"
         for n in core(env).list_node(label_selector=f"{NODE_GROUP}=slices").items))
