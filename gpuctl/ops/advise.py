@@ -41,6 +41,7 @@ from gpuctl.ops.gpu_metrics import (
     read_queues,
     recorded_groups,
 )
+from gpuctl.ops.tenancy.queues import queue_settings
 from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
@@ -335,22 +336,10 @@ def _layout(profiles: list[str]) -> str:
     return "-".join(f"{n}x{p}" for p, n in Counter(profiles).items())
 
 
-def _queue_settings(queue: dict[str, Any] | None) -> tuple[int, int | None, str | None]:
-    """(borrow, lend, cohort) of a tenant's ClusterQueue, as `tenant add` wrote them."""
-    if queue is None:
-        return 0, None, None
-    spec = queue.get("spec") or {}
-    for group in spec.get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for res in flavor.get("resources") or []:
-                return int(res.get("borrowingLimit") or 0), res.get("lendingLimit"), spec.get("cohortName")
-    return 0, None, spec.get("cohortName")
-
-
 def unused_quota(name: str, view: ClusterView, usage: dict[str, Any], window: str) -> dict[str, Any] | None:
     """A tenant whose pods held at most a quarter of its quota on average: the quota its peak needs."""
     tenant = view.tenants[name]
-    borrow, lend, cohort = _queue_settings(tenant.queue)
+    borrow, lend, cohort = queue_settings(tenant.queue)
     now: Counter[str] = Counter()
     for pod in view.pods:
         if pod.namespace == name and pod.node and pod.phase not in ("Succeeded", "Failed"):
