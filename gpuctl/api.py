@@ -145,15 +145,24 @@ def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec | GroupPlan, op
     step told to `report`; `unstated`: what the command left unsaid of it (gpuctl.model.spec.UNSTATED), kept as
     recorded for an existing group. Reached through `kubeconfig` and `context` (else the provider's name)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.ops.nodegroups import configure_group, recorded_stack, resolved
+    from gpuctl.ops.nodegroups import cluster_side, configure_group, recorded_stack, resolved
     from gpuctl.providers import get_provider
+    from gpuctl.util.errors import GpuctlError
+    from gpuctl.util.output import info
 
     check_kubeconfig(kubeconfig)
     plan = spec if isinstance(spec, GroupPlan) else GroupPlan(spec)
     provider = get_provider(cloud, options)
     provider.check_node_group(plan.spec)
     provider.check_credentials()
-    client = _cluster_client(provider, cluster, kubeconfig, context)
+    try:
+        client = _cluster_client(provider, cluster, kubeconfig, context)
+    except GpuctlError as exc:  # a cluster not readable yet (no CA): the cloud's node group, unless asked more
+        if cluster_side(plan, unstated):
+            raise
+        info(f"warning: cluster {cluster!r} was not read ({exc.message}); node group {plan.spec.name!r} is made "
+             "in the cloud only: rerun 'gpuctl nodegroup add' once the cluster answers, to configure it")
+        return provider.ensure_node_group(cluster, plan.spec)
     stack = recorded_stack(client, plan, unstated)  # refused before any write where it cannot be configured
     if stack is None:  # no GPU stack of gpuctl's: the cloud's node group, and the tenants' tolerations
         change = provider.ensure_node_group(cluster, plan.spec)

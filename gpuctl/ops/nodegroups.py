@@ -128,16 +128,21 @@ def delete_group(provider: Provider, cluster: str, name: str, client: Client) ->
 # -- adding a node group: configured as `apply` would -------------------------------------------------------
 
 
+def cluster_side(plan: GroupPlan, unstated: frozenset[str]) -> list[tuple[str, str]]:
+    """What the command asks of the group that only the cluster can hold (flag, what): sharing, a MIG layout,
+    labels."""
+    return [(flag, what) for flag, what, given in (
+        ("--slices", "sharing", bool(plan.sharing.config_key) and "sharing" not in unstated),
+        ("--mig-layout", "a MIG layout", plan.mig is not None and "sharing" not in unstated),
+        ("--label", "labels", bool(plan.labels) and "labels" not in unstated)) if given]
+
+
 def recorded_stack(client: ApiClient, plan: GroupPlan, unstated: frozenset[str]) -> StackSpec | None:
     """The cluster's GPU stack as gpuctl set it up, checked before anything is written: None where gpuctl has
     not (a group can then be added, but not given sharing, a MIG layout or labels by gpuctl)."""
     stack = read_recorded_stack(client)
     if stack is None:
-        wants = [(flag, what) for flag, what, given in (
-            ("--slices", "sharing", bool(plan.sharing.config_key) and "sharing" not in unstated),
-            ("--mig-layout", "a MIG layout", plan.mig is not None and "sharing" not in unstated),
-            ("--label", "labels", bool(plan.labels) and "labels" not in unstated)) if given]
-        if wants:
+        if wants := cluster_side(plan, unstated):
             flag, what = wants[0]
             raise UsageError(flag, f"the cluster has no GPU stack gpuctl set up, to give node group "
                              f"{plan.spec.name!r} {what}", "set it up first: gpuctl cluster create (or apply -f)")

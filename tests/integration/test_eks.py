@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 REGION = ("--cloud", "eks", "--region", "us-east-1")
 # The columns every provider fills alike (its bounds and Karpenter half: test_nodegroup_verbs on the sim).
-BASIC = ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node")
+BASIC = ("name", "cluster", "gpu", "nodes", "readyNodes", "gpusPerNode")
 CREATE = ("cluster", "create", *REGION, "--name", "eks1", "--gpu", "t4", "--slices", "4", "--karpenter",
           "--charts", "bundled")
 NODEPOOL = ("karpenter.sh", "v1", "nodepools", "gpuctl-gpu")
@@ -78,7 +78,7 @@ def test_create_runs_the_whole_flow_and_validates(eks: Eks) -> None:
     # gpuctl does not run Karpenter on EKS: the NodeOverlay it writes is in force only with Karpenter's gate on
     assert "FEATURE_GATES=NodeOverlay=true" in eks.outputs[1]
     assert [{k: g[k] for k in BASIC} for g in eks.first["nodeGroups"]] == [
-        {"name": "gpu", "cluster": "eks1", "gpu": "t4", "nodes": 1, "ready_nodes": 1, "gpus_per_node": 1}]
+        {"name": "gpu", "cluster": "eks1", "gpu": "t4", "nodes": 1, "readyNodes": 1, "gpusPerNode": 1}]
 
 
 def test_moto_holds_an_nvidia_gpu_node_group_with_the_gpu_taint(eks: Eks) -> None:
@@ -190,7 +190,7 @@ def test_nodegroup_add_scale_delete(eks: Eks) -> None:
     added = eks.gpuctl("-o", "json", "nodegroup", "add", *where, "--gpu", "t4", "--gpus-per-node", "4")
     assert added.returncode == 0, added.stderr
     assert [{k: g[k] for k in BASIC} for g in json.loads(added.stdout)] == [
-        {"name": "infer", "cluster": "eks1", "gpu": "t4", "nodes": 1, "ready_nodes": 1, "gpus_per_node": 4}]
+        {"name": "infer", "cluster": "eks1", "gpu": "t4", "nodes": 1, "readyNodes": 1, "gpusPerNode": 4}]
     group = eks.emulator.client("eks").describe_nodegroup(clusterName="eks1", nodegroupName="infer")["nodegroup"]
     assert group["instanceTypes"] == ["g4dn.12xlarge"]
     nodes = v1.list_node(label_selector="eks.amazonaws.com/nodegroup=infer").items

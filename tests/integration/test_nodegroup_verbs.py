@@ -167,8 +167,8 @@ def test_a_karpenter_group_is_listed_with_the_node_it_launched(karpenter: dict[s
     wait_for("the pod running on a launched node",
              lambda: core(env).read_namespaced_pod("kp-0", "default").status.phase == "Running")
     kp = groups(env)["kp"]
-    assert {k: kp[k] for k in ("gpu", "scaling", "min_nodes", "max_nodes", "nodes", "ready_nodes", "launched")} == {
-        "gpu": "t4", "scaling": "karpenter", "min_nodes": 0, "max_nodes": 2, "nodes": 1, "ready_nodes": 1,
+    assert {k: kp[k] for k in ("gpu", "scaling", "minNodes", "maxNodes", "nodes", "readyNodes", "launched")} == {
+        "gpu": "t4", "scaling": "karpenter", "minNodes": 0, "maxNodes": 2, "nodes": 1, "readyNodes": 1,
         "launched": 1}
     table = run_gpuctl("nodegroup", "list", *SIM, "--cluster", CLUSTER, env=env)
     assert any(line.split()[0] == "kp" and "karpenter" in line.split() for line in table.stdout.splitlines())

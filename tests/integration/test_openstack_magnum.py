@@ -71,10 +71,10 @@ STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "configur
 def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, object], openstack_bed: OpenStackBed) -> None:
     assert [s["step"] for s in os1["steps"]] == STEPS  # type: ignore[index]
     assert [s["outcome"] for s in os1["steps"]][:3] == ["created", "created", "updated"]  # type: ignore[index]
-    assert [{k: g[k] for k in ("name", "cluster", "gpu", "nodes", "ready_nodes", "gpus_per_node", "scaling",
-                               "min_nodes", "max_nodes")} for g in os1["nodeGroups"]] == [  # type: ignore[union-attr]
-        {"name": "gpu", "cluster": "os1", "gpu": "t4", "nodes": 2, "ready_nodes": 2, "gpus_per_node": 1,
-         "scaling": "cloud", "min_nodes": 2, "max_nodes": 2}]
+    assert [{k: g[k] for k in ("name", "cluster", "gpu", "nodes", "readyNodes", "gpusPerNode", "scaling",
+                               "minNodes", "maxNodes")} for g in os1["nodeGroups"]] == [  # type: ignore[union-attr]
+        {"name": "gpu", "cluster": "os1", "gpu": "t4", "nodes": 2, "readyNodes": 2, "gpusPerNode": 1,
+         "scaling": "cloud", "minNodes": 2, "maxNodes": 2}]
     assert {c["check"]: c["ok"] for c in os1["checks"]} == {  # type: ignore[union-attr]
         "node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
