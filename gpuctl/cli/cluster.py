@@ -10,7 +10,7 @@ import typer
 from gpuctl.cli.help import one_of
 from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
 from gpuctl.cli.nodegroup import WIDE as NODEGROUP_WIDE
-from gpuctl.cli.nodegroup import group_rows
+from gpuctl.cli.nodegroup import group_rows, table_rows
 from gpuctl.cli.options import (
     AmiType,
     Cloud,
@@ -162,7 +162,7 @@ def show_result(spec: PlatformSpec, result: PlatformResult, changed: bool, fmt: 
                         spec.every_group, spec.stack.mig_strategy)
     emit({"cluster": spec.name, "cloud": spec.cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
           "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],
-          "nodeGroups": groups}, fmt, NODEGROUP_COLUMNS, NODEGROUP_WIDE, rows=groups)
+          "nodeGroups": groups}, fmt, NODEGROUP_COLUMNS, NODEGROUP_WIDE, rows=table_rows(groups))
 
 
 # What a new user does next (the README's quick start): GPU work belongs in a team's namespace, where the

@@ -58,8 +58,9 @@ Name = Annotated[str, typer.Option("--name", metavar="NAME", help="Node group na
 # or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too. gpus_per_node: physical GPUs;
 # slices: what each GPU is shared into (time-slicing and MPS replicas, MIG instances; 1: whole), allocatable:
 # what each node advertises, where the command knows the group's sharing (create, apply, nodegroup add).
-COLUMNS = ("name", "gpu", "gpus_per_node", "slices", "nodes", "ready_nodes", "scaling")
-WIDE = ("cluster", "sharing", "allocatable", "min_nodes", "max_nodes", "launched")
+# The table's READY (ready/nodes, as kubectl's) and BOUNDS (min..max) keep 80 columns; json has the fields.
+COLUMNS = ("name", "gpu", "gpus_per_node", "slices", "ready", "scaling", "bounds")
+WIDE = ("cluster", "sharing", "allocatable", "launched")
 ScaleNodes = Annotated[Optional[int], typer.Option("--nodes", parser=count, help="Nodes the group runs (0 allowed; a minimum above it is lowered unless --min-nodes says otherwise). A Karpenter group keeps no count: the most nodes its NodePool may launch, as --max-nodes.")]
 ScaleMin = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: kept, lowered to --nodes where above it). A Karpenter group has none: only 0 is taken.")]
 ScaleMax = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: kept, raised to --nodes where below it). A Karpenter group: its NodePool's limit, the most nodes Karpenter may launch (nodes launched above a lowered limit stay until consolidated).")]
@@ -85,6 +86,15 @@ def group_rows(groups: Sequence[Any], plans: Sequence[GroupPlan] = (),
                        allocatable={GPU_RESOURCE: group.gpus_per_node * plan.sharing.replicas})
         rows.append(row)
     return rows
+
+
+def table_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """group_rows as a table shows them: READY `ready/nodes`, BOUNDS `min..max` (`-`: none)."""
+    def bound(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    return [{**row, "ready": f"{row['ready_nodes']}/{row['nodes']}",
+             "bounds": f"{bound(row['min_nodes'])}..{bound(row['max_nodes'])}"} for row in rows]
 
 
 def _step(result: StepResult) -> None:
@@ -214,7 +224,7 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
     opts = settings(ctx)
     rows = group_rows(api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile),
                                            opts.kubeconfig, opts.context))
-    emit(rows, opts.output, COLUMNS, WIDE)
+    emit(rows, opts.output, COLUMNS, WIDE, rows=table_rows(rows))
 
 
 def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: CloudOptions,
@@ -223,4 +233,5 @@ def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: Clou
 
     opts = settings(ctx)
     group = api.get_node_group(cloud, cluster, name, options, opts.kubeconfig, opts.context)
-    emit(group_rows([group] if group else [], plans), opts.output, COLUMNS, WIDE)
+    rows = group_rows([group] if group else [], plans)
+    emit(rows, opts.output, COLUMNS, WIDE, rows=table_rows(rows))
