@@ -54,7 +54,7 @@ def test_tenant_add_writes_queues_the_real_crds_accept(sim_cluster: SimCluster, 
            "--cohort", "pool")
     proc = gpuctl(sim_cluster, "-o", "json", *add)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["quota"] == {"requests.nvidia.com/gpu": "6", "requests.nvidia.com/mig-3g.20gb": "4"}
+    assert json.loads(proc.stdout)["quota"] == {"nvidia.com/gpu": 6, "nvidia.com/mig-3g.20gb": 4}
 
     queue = kueue.get_cluster_custom_object(*GROUP, "clusterqueues", "team-q")
     assert queue["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl"}
@@ -63,8 +63,8 @@ def test_tenant_add_writes_queues_the_real_crds_accept(sim_cluster: SimCluster, 
     [group] = queue["spec"]["resourceGroups"]  # no node offers MIG devices: only whole GPUs have a flavor
     assert group["coveredResources"] == ["nvidia.com/gpu"]
     [flavor] = group["flavors"]
-    assert flavor["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 2,
-                                    "lendingLimit": 1}]
+    assert flavor["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "2",
+                                    "lendingLimit": "1"}]  # quantities, as Kueue itself writes them back
     assert queue["spec"]["queueingStrategy"] == "BestEffortFIFO"  # Kueue's CRD defaulted what gpuctl left out
 
     rf = kueue.get_cluster_custom_object(*GROUP, "resourceflavors", flavor["name"])
@@ -82,7 +82,7 @@ def test_tenant_add_writes_queues_the_real_crds_accept(sim_cluster: SimCluster, 
     rows = {r["tenant"]: r for r in json.loads(gpuctl(sim_cluster, "-o", "json", "tenant", "list").stdout)}
     assert rows["team-q"]["cohort"] == "pool"
     assert rows["team-q"]["queue"] == {flavor["name"]: {"nvidia.com/gpu": {"nominal": 4, "borrowed": 0, "used": 0}}}
-    table = gpuctl(sim_cluster, "tenant", "list").stdout
+    table = gpuctl(sim_cluster, "-o", "wide", "tenant", "list").stdout  # queues: -o wide
     assert f"{flavor['name']}/nvidia.com/gpu=0/4(+0)" in table
 
     proc = gpuctl(sim_cluster, "tenant", "remove", "team-q", "--yes")

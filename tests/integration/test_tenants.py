@@ -64,7 +64,7 @@ def test_tenant_lifecycle(sim_cluster: SimCluster) -> None:
 
 def test_bad_tenant_inputs(sim_cluster: SimCluster) -> None:
     for args, message in [(["Team_A!"], "NAME: 'Team_A!' is not a valid name"),
-                          (["team-b", "--gpus", "-1"], "'--gpus'"),
+                          (["team-b", "--gpus", "-1"], "error: --gpus: '-1' is not a whole number"),
                           (["team-b", "--mig", "3g.20gb"], "--mig: '3g.20gb' is not PROFILE=COUNT"),
                           (["team-b", "--mig", "big=2"], "--mig: 'big' is not a MIG profile")]:
         proc = run_gpuctl("--kubeconfig", str(sim_cluster.kubeconfig), "tenant", "add", *args, env=sim_cluster.env)
