@@ -87,7 +87,7 @@ def test_failing_smoke_test_exits_6_with_diagnostics(stack: dict[str, str]) -> N
     assert "CUDA driver version is insufficient" in checks["smoke-test"]["detail"]
     assert "exit 1" in checks["smoke-test"]["detail"]
     assert proc.stderr.startswith("error: 1 of 4 checks failed: smoke-test")
-    passing = run_gpuctl("validate", "--nodegroup", "gpu", env=stack)
+    passing = run_gpuctl("-o", "wide", "validate", "--nodegroup", "gpu", env=stack)
     assert passing.returncode == 0, passing.stderr
     assert "CUDA vectoradd passed" in passing.stdout
 
@@ -164,7 +164,7 @@ def test_a_foreign_device_plugin_is_never_doubled(stack: dict[str, str]) -> None
         proc = run_gpuctl(*CREATE, env=stack)
         assert proc.returncode == 2, proc.stderr  # refused before any write: the user's cluster to change
         assert "device plugin runs on this cluster (DaemonSet kube-system/nvidia-device-plugin-daemonset)" in proc.stderr
-        validated = run_gpuctl("validate", env=stack)
+        validated = run_gpuctl("-o", "wide", "validate", env=stack)
         assert validated.returncode == 6 and "found 2" in validated.stdout
     finally:
         apps.delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")

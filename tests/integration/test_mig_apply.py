@@ -74,7 +74,7 @@ def test_mig_apply_reaches_success_with_mig_resources(mig_env: dict[str, str]) -
     again = json.loads(run_gpuctl("-o", "json", "mig", "apply", "3g.20gb-2x2g.10gb", "--nodegroup", "a100",
                                   env=mig_env).stdout)
     assert {s["step"]: s["outcome"] for s in again["steps"]}["label-nodes"] == "no change"
-    validated = run_gpuctl("validate", "--nodegroup", "a100", env=mig_env)
+    validated = run_gpuctl("-o", "wide", "validate", "--nodegroup", "a100", env=mig_env)
     assert validated.returncode == 0, validated.stderr
     assert "nvidia.com/mig-" in validated.stdout
 

@@ -104,7 +104,7 @@ def test_a_config_the_real_plugin_refuses_fails_validation(real: dict[str, str])
     node = status(real)["gpu-0"]
     assert node["devicePlugin"] == "CrashLoopBackOff: specified config missing does not exist"
     assert node["allocatable"] == {}
-    proc = run_gpuctl("validate", env=real)
+    proc = run_gpuctl("-o", "wide", "validate", env=real)  # the whole DETAIL
     assert proc.returncode == 6 and "rollout: 1 of 2 updated pods available" in proc.stdout
     create(real, "--slices", "4")  # converging relabels the node; the plugin pod restarts and serves again
     assert run_gpuctl("validate", env=real).returncode == 0
