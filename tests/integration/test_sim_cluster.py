@@ -141,7 +141,8 @@ def test_nodegroup_add_scale_list_delete(sim_cluster: SimCluster) -> None:
     assert groups["gpu"]["nodes"] == 3 and groups["gpu"]["gpusPerNode"] == 8
     assert groups["inference"] == {"name": "inference", "cluster": sim_cluster.name, "gpu": "t4", "nodes": 2,
                                    "readyNodes": 2, "gpusPerNode": 1, "scaling": "cloud", "minNodes": 2,
-                                   "maxNodes": 2, "launched": 0}
+                                   "maxNodes": 2, "launched": 0,
+                                   "sharing": None, "migLayout": None, "slices": None, "allocatable": None}
 
     assert run_gpuctl("nodegroup", "scale", *base, "--nodes", "4", env=sim_cluster.env).returncode == 0
     assert sorted(members()) == [f"inference-{i}" for i in range(4)]
