@@ -36,8 +36,9 @@ def created(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     try:
         yield cluster, parsed(proc.stdout, "json")
     finally:
-        proc = run_gpuctl("cluster", "delete", "--name", NAME, "--yes", env=cluster.env)
+        proc = run_gpuctl("-o", "json", "cluster", "delete", "--name", NAME, "--yes", env=cluster.env)
         assert proc.returncode == 0, proc.stderr
+        assert faults(parsed(proc.stdout, "json")) == [], proc.stdout
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +124,7 @@ def test_apply_prints_its_steps_once_and_a_summary(cluster: SimCluster, tmp_path
     assert [s["step"] for s in result["steps"]].count("ensure-tenant/team-a") == 1
 
 
-def test_plan_scale_list_remove_and_install_keep_the_contract(cluster: SimCluster, tmp_path: Path) -> None:
+def test_plan_scale_add_delete_list_remove_and_install_keep_the_contract(cluster: SimCluster, tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(gpuctl(cluster, "cluster", "create", "--name", NAME, "--gpu", "t4", "--slices", "4",
                            "--export-spec").stdout)
@@ -134,6 +135,10 @@ def test_plan_scale_list_remove_and_install_keep_the_contract(cluster: SimCluste
         "cluster list": gpuctl(cluster, "-o", "json", "cluster", "list").stdout,
         "tenant remove": gpuctl(cluster, "-o", "json", "tenant", "remove", "team-b", "--yes").stdout,
         "sim install": gpuctl(cluster, "-o", "json", "sim", "install").stdout,
+        "nodegroup add": gpuctl(cluster, "-o", "json", "nodegroup", "add", "--cluster", NAME, "--name", "extra",
+                                "--gpu", "t4", "--nodes", "1").stdout,
+        "nodegroup delete": gpuctl(cluster, "-o", "json", "nodegroup", "delete", "--cluster", NAME, "--name", "extra",
+                                   "--yes").stdout,
     }
     for command, text in documents.items():
         data = parsed(text, "json")
