@@ -101,6 +101,20 @@ def test_nodegroup_add_with_slices_and_label_shares_and_labels_the_new_group(env
     assert "bad" not in groups(env)
 
 
+def test_nodegroup_add_with_a_mig_layout_makes_its_mig_devices(env: dict[str, str]) -> None:
+    proc = run_gpuctl("nodegroup", "add", *SIM, "--cluster", CLUSTER, "--name", "mig", "--gpu", "a100-40gb",
+                      "--gpus-per-node", "1", "--nodes", "1", "--mig-layout", "3g.20gb-2x2g.10gb", env=env)
+    assert proc.returncode == 0, proc.stderr
+    node = core(env).read_node("mig-0")
+    assert node.metadata.labels["nvidia.com/mig.config"] == "custom-3g.20gb-2x2g.10gb"
+    assert node.metadata.labels["nvidia.com/mig.config.state"] == "success"  # the MIG manager's own answer
+    assert {k: v for k, v in node.status.allocatable.items() if k.startswith("nvidia.com/mig-")} == {
+        "nvidia.com/mig-3g.20gb": "1", "nvidia.com/mig-2g.10gb": "2"}
+    assert record(env, "mig")["mig"] == "3g.20gb-2x2g.10gb"
+    proc = run_gpuctl("nodegroup", "delete", *SIM, "--cluster", CLUSTER, "--name", "mig", "--yes", env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_scale_to_0_and_back_keeps_the_group_and_its_sharing(env: dict[str, str]) -> None:
     proc = run_gpuctl("nodegroup", "scale", *SIM, "--cluster", CLUSTER, "--name", "shared", "--nodes", "0",
                       env=env)
