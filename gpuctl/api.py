@@ -166,7 +166,7 @@ def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec | GroupPlan, op
     stack = recorded_stack(client, plan, unstated)  # refused before any write where it cannot be configured
     if stack is None:  # no GPU stack of gpuctl's: the cloud's node group, and the tenants' tolerations
         change = provider.ensure_node_group(cluster, plan.spec)
-        _refresh_tolerations(provider, cluster, plan.spec.name, kubeconfig, context, plan)
+        _refresh_tolerations(client, plan.spec.name, plan)
         return change
     platform = resolved(client, plan, unstated, stack, cloud, cluster, options or CloudOptions())
     change = provider.ensure_node_group(cluster, platform.groups[0].spec)
@@ -238,20 +238,19 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
 
     check_kubeconfig(kubeconfig)
     provider = _provider(cloud, options)
-    change = delete_group(provider, cluster, name, cache(lambda: _cluster_client(provider, cluster, kubeconfig,
-                                                                                 context)))
+    client = cache(lambda: _cluster_client(provider, cluster, kubeconfig, context))  # made once, where needed
+    change = delete_group(provider, cluster, name, client)
     try:
-        forget_recorded_group(_cluster_client(provider, cluster, kubeconfig, context), name)
+        forget_recorded_group(client(), name)
     except GpuctlError as e:  # the group is gone either way; a record left behind only widens tolerations
         info(f"warning: node group {name!r} deleted, but its record on the cluster was not removed ({e}); "
              f"rerun 'gpuctl nodegroup delete' once the cluster answers")
         return change
-    _refresh_tolerations(provider, cluster, name, kubeconfig, context)
+    _refresh_tolerations(client(), name)
     return change
 
 
-def _refresh_tolerations(provider: Provider, cluster: str, group: str, kubeconfig: Path | None,
-                         context: str | None, added: GroupPlan | None = None) -> None:
+def _refresh_tolerations(client: ApiClient, group: str, added: GroupPlan | None = None) -> None:
     """The tenants' GPU tolerations after node group `group` came (`added`) or went; a warning where that
     failed."""
     from gpuctl.ops.platform import refresh_tolerations
@@ -259,7 +258,7 @@ def _refresh_tolerations(provider: Provider, cluster: str, group: str, kubeconfi
     from gpuctl.util.output import info
 
     try:
-        refresh_tolerations(_cluster_client(provider, cluster, kubeconfig, context), added)
+        refresh_tolerations(client, added)
     except GpuctlError as e:  # the node group is done either way
         info(f"warning: the tenants' GPU tolerations were not updated for node group {group!r} ({e}); "
              "rerun the command once the cluster answers")
