@@ -11,7 +11,7 @@ $(BIN)/gpuctl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/python -m compileall -q gpuctl  # bytecode: start-up is measured with it (bench/startup)
+	$(BIN)/python -m compileall -q gpuctl  # bytecode: start-up is measured with it (bench.startup)
 	touch $@
 
 # The pinned kubectl goes beside gpuctl in $(BIN), so `export PATH="$$PWD/$(BIN):$$PATH"` gives both.
@@ -27,7 +27,7 @@ test: setup
 	$(BIN)/pytest -q
 
 bench: setup
-	$(BIN)/python bench/startup
+	$(BIN)/python -m bench.startup
 
 clean:
 	rm -rf $(VENV) dist build

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_scale_runs_and_a_converged_run_writes_nothing(sim_env: dict[str, str]) -> None:
     # The speedup is reported, not asserted, at 20 nodes (start-up dominates); the writes are asserted.
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scale"), "--nodes", "20", "--report-only"],
-                          capture_output=True, text=True, env=sim_env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bench.scale", "--nodes", "20", "--report-only"],
+                          capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "(0 write requests, target 0)" in proc.stdout
     assert "(target >= 3x, reported only)" in proc.stdout
@@ -25,8 +25,8 @@ def test_bench_scale_runs_and_a_converged_run_writes_nothing(sim_env: dict[str, 
 
 def test_bench_create_runs_and_the_create_exits_0(sim_env: dict[str, str]) -> None:
     # 3 nodes here; 1,000 in the figure of docs/testing.md (the capacity wait lasts while nodes converge).
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "create"), "--nodes", "3"],
-                          capture_output=True, text=True, env=sim_env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bench.create", "--nodes", "3"],
+                          capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "exit code 0 after" in proc.stdout and "targets: MET" in proc.stdout
     [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -37,8 +37,8 @@ def test_bench_create_runs_and_the_create_exits_0(sim_env: dict[str, str]) -> No
 
 def test_bench_startup_runs(sim_env: dict[str, str]) -> None:
     # --no-fail: timings on a shared CI machine are printed, not asserted; a command that fails still fails it.
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "startup"), "--runs", "3", "--no-fail"],
-                          capture_output=True, text=True, env=sim_env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "bench.startup", "--runs", "3", "--no-fail"],
+                          capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ratio" in proc.stdout and "targets: " in proc.stdout
     rows = {line.split("  ")[0]: line for line in proc.stdout.splitlines()}
@@ -50,8 +50,8 @@ def test_bench_startup_runs(sim_env: dict[str, str]) -> None:
 
 def test_bench_dra_runs(sim_env: dict[str, str]) -> None:
     # 32 pods on 4 nodes x 8 GPUs: every GPU taken on both sides; the ratio is printed, not asserted.
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "dra"), "--nodes", "4", "--pods", "32"],
-                          capture_output=True, text=True, env=sim_env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bench.dra", "--nodes", "4", "--pods", "32"],
+                          capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "32 single-GPU pods on 4 sim nodes x 8 GPUs (32 GPUs)" in proc.stdout
     assert "ratio DRA / extended resource" in proc.stdout and "targets: none (report only)" in proc.stdout
@@ -67,8 +67,8 @@ def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
     from gpuctl.tools.installer import ensure_tools
 
     ensure_tools(["karpenter-kwok"], print)  # a first build (minutes on a fresh machine) outside the bench's timeout
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "karpenter"), "--pods", "8"],
-                          capture_output=True, text=True, env=sim_env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bench.karpenter", "--pods", "8"],
+                          capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("8 one-slice pods") and "overlay saves" in proc.stdout
@@ -86,8 +86,8 @@ def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
 def test_bench_top_runs(sim_env: dict[str, str]) -> None:
     # 16 GPUs here; 1,000 in the figure of docs/testing.md. Timings on a shared CI machine are printed; the run must
     # show every GPU and refuse an unreachable Prometheus with exit 5 naming it.
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "top"), "--gpus", "16", "--runs", "1",
-                           "--report-only"], capture_output=True, text=True, env=sim_env, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "bench.top", "--gpus", "16", "--runs", "1",
+                           "--report-only"], capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "targets: MET (GPUs, pods, exit codes; time reported only)" in proc.stdout
     [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -27,15 +27,31 @@ def test_the_layer_contracts_are_kept() -> None:
     assert "0 broken" in proc.stdout
 
 
+def _copy_tree(tmp_path: Path) -> None:
+    """gpuctl, bench and pyproject.toml (import-linter's root packages and contracts) under tmp_path."""
+    for package in ("gpuctl", "bench"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+
+
 def test_an_upward_import_breaks_the_build(tmp_path: Path) -> None:
     """A model module importing the CLI (the layer at the top) fails the contract, naming both."""
-    shutil.copytree(ROOT / "gpuctl", tmp_path / "gpuctl", ignore=shutil.ignore_patterns("__pycache__", "_data"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _copy_tree(tmp_path)
     catalog = tmp_path / "gpuctl" / "model" / "catalog.py"
     catalog.write_text(catalog.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.cli import main  # noqa\n")
     proc = _lint_imports(tmp_path)
     assert proc.returncode != 0
     assert "gpuctl.model is not allowed to import gpuctl.cli" in proc.stdout, proc.stdout
+
+
+def test_a_benchmark_reaching_below_the_api_breaks_the_build(tmp_path: Path) -> None:
+    """A benchmark importing a lower layer itself, not through bench.support, fails its contract."""
+    _copy_tree(tmp_path)
+    create = tmp_path / "bench" / "create.py"
+    create.write_text(create.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.kube import client  # noqa\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    assert "bench.create -> gpuctl.kube.client" in proc.stdout, proc.stdout
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`gpuctl cluster create --cloud sim --gpu t4 --nodes N --slices 4` on a fresh sim cluster: time and exit code.
 
 Issue 18: at 1,000 nodes the create ended with exit 7 after 163 s, the capacity wait's fixed 120 s
@@ -7,7 +6,7 @@ converging (gpuctl.util.waiting). Target: exit 0 on the first run (no --timeout:
 The command runs as a user runs it, in its own process (start-up included), with a state dir and a
 kubeconfig of its own; its step lines are passed through to stderr as they come, and the cluster is
 deleted afterwards. Last line of stdout: the figures as JSON.
-Usage: .venv/bin/python bench/create [--nodes N] [--slices S] [--gpu GPU] [--max-seconds X]
+Usage: .venv/bin/python -m bench.create [--nodes N] [--slices S] [--gpu GPU] [--max-seconds X]
 CI runs it small (tests/integration/test_bench.py: --nodes 3), so it cannot rot.
 """
 
@@ -23,13 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.support import ROOT, gpuctl
+
 CLUSTER = "bench-create"
 STEP = re.compile(r"^(\S+)\s+(created|updated|no change|passed|deleted)\s+([0-9.]+)s$")
-
-
-def gpuctl(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gpuctl", *args]
 
 
 def run_create(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, float, dict[str, float], list[str]]:
@@ -75,7 +71,8 @@ def main() -> int:
     if code != 0:
         print("last lines: " + " / ".join(tail))
     ok = code == 0 and (not args.max_seconds or seconds <= args.max_seconds)
-    print(f"targets: {'MET' if ok else 'NOT MET'} (exit 0" + (f", <= {args.max_seconds:g} s)" if args.max_seconds else ")"))
+    limit = f", <= {args.max_seconds:g} s" if args.max_seconds else ""
+    print(f"targets: {'MET' if ok else 'NOT MET'} (exit 0{limit})")
     print(json.dumps({"nodes": args.nodes, "gpu": args.gpu, "slices": args.slices, "exit_code": code,
                       "seconds": round(seconds, 1), "steps": steps}))
     return 0 if ok else 1

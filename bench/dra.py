@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Schedule 1,000 single-GPU pods on 125 sim nodes: DRA ResourceClaims against the extended resource nvidia.com/gpu.
 
 Issue 12: claims for 1,000 GPUs on 125 sim nodes (8 A100s each), timed from creating the claims' pods to
@@ -34,7 +33,7 @@ side writes per pod a ResourceClaim and the pod's resourceClaimStatuses (kube-co
 resourceclaim controller, 20 QPS, burst 30), then the claim's allocation and the Binding (kube-scheduler).
 The line "last claim made from the template" shows how much of the DRA time goes to the claims' creation.
 
-Usage: .venv/bin/python bench/dra [--nodes N] [--gpus-per-node G] [--pods P] [--workers W] [--max-ratio X]
+Usage: .venv/bin/python -m bench.dra [--nodes N] [--gpus-per-node G] [--pods P] [--workers W] [--max-ratio X]
 Exit status 1 when DRA takes more than --max-ratio times the extended-resource side (0, the default:
 report only). CI runs it small (tests/integration/test_bench.py: --nodes 4 --pods 32), so it cannot rot.
 """
@@ -53,13 +52,12 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import support
+from bench.support import APPLY_PATCH, MERGE_PATCH, log
 
-CHART = ROOT.parent / "shared" / "upstream" / "dra-driver-nvidia-gpu-v0.4.1" / "dra-driver-nvidia-gpu"
+CHART = support.ROOT.parent / "shared" / "upstream" / "dra-driver-nvidia-gpu-v0.4.1" / "dra-driver-nvidia-gpu"
 GPU = "a100-40gb"
 GROUP = "gpu"
 NS = "bench"
@@ -68,25 +66,18 @@ EXTENDED = "nvidia.com/gpu"
 WATCH_S = 60  # one watch request's timeoutSeconds; it is opened again from the last resourceVersion
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def render_device_classes() -> list[dict[str, Any]]:
     """The DeviceClasses of the DRA driver's real chart, rendered by the real helm for a v1.36 cluster
     serving resource.k8s.io/v1 (as tests/integration/test_sim_dra.py renders them)."""
     import yaml
 
-    from gpuctl.tools.installer import ensure_tools
-    from gpuctl.tools.pins import KUBERNETES_VERSION
-
     if not CHART.is_dir():
         sys.exit(f"upstream chart missing: {CHART}")
-    helm = ensure_tools(["helm"])[0].path
+    helm = support.tool_path("helm")
     out = subprocess.run([str(helm), "template", "dra", str(CHART), "--namespace", "nvidia-dra-driver-gpu",
                           # the chart refuses resources.gpus.enabled without it (templates/validation.yaml:33-43)
                           "--set", "gpuResourcesEnabledOverride=true",
-                          "--kube-version", KUBERNETES_VERSION, "--api-versions", "resource.k8s.io/v1"],
+                          "--kube-version", support.kubernetes_version(), "--api-versions", "resource.k8s.io/v1"],
                          capture_output=True, text=True, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d and d["kind"] == "DeviceClass"]
 
@@ -175,34 +166,29 @@ def wait_until(what: str, check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            sys.exit(f"bench/dra: {what} not reached after {timeout:.0f}s")
+            sys.exit(f"bench.dra: {what} not reached after {timeout:.0f}s")
         time.sleep(0.1)
 
 
 def prepare(client: Any, dra: bool, nodes: list[str], gpus: int, classes: list[dict[str, Any]],
             workers: int) -> None:
     """Make the nodes serve GPUs the side's way, and the namespace (with its default ServiceAccount)."""
-    from kubernetes.client import ResourceV1Api
+    from kubernetes.client import CoreV1Api, ResourceV1Api
 
-    from gpuctl.model.dra import GPU_CLASS, device_request
-    from gpuctl.kube.client import core
-    from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-    from gpuctl.simulator.dra import publish_slices
-
-    v1, resource = core(client), ResourceV1Api(client)
+    v1, resource = CoreV1Api(client), ResourceV1Api(client)
     v1.create_namespace({"metadata": {"name": NS}})
     if dra:
         for dc in classes:
             resource.patch_device_class(dc["metadata"]["name"], dc, field_manager="gpuctl", force=True,
                                         _content_type=APPLY_PATCH)
-        publish_slices(client)
+        support.publish_dra_slices(client)
         resource.create_namespaced_resource_claim_template(NS, {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": TEMPLATE, "namespace": NS},
-            "spec": {"spec": {"devices": {"requests": [device_request("gpu", GPU_CLASS)]}}}})
+            "spec": {"spec": {"devices": {"requests": [support.one_gpu_request("gpu")]}}}})
         slices = json.loads(resource.list_resource_slice(_preload_content=False).data)["items"]
         if {s["spec"]["nodeName"] for s in slices} != set(nodes):
-            sys.exit("bench/dra: the ResourceSlices do not cover the GPU nodes")
+            sys.exit("bench.dra: the ResourceSlices do not cover the GPU nodes")
     else:
         status = {"status": {"capacity": {EXTENDED: str(gpus)}, "allocatable": {EXTENDED: str(gpus)}}}
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -214,11 +200,9 @@ def prepare(client: Any, dra: bool, nodes: list[str], gpus: int, classes: list[d
 
 def warm_up(client: Any, dra: bool, tolerations: list[dict[str, str]]) -> None:
     """Schedule one pod of the side's kind and delete it, with its claim: the control plane serves the side."""
-    from kubernetes.client import ResourceV1Api
+    from kubernetes.client import CoreV1Api, ResourceV1Api
 
-    from gpuctl.kube.client import core
-
-    v1, resource = core(client), ResourceV1Api(client)
+    v1, resource = CoreV1Api(client), ResourceV1Api(client)
     v1.create_namespaced_pod(NS, render_pod("warm-up", dra, tolerations), _preload_content=False).drain_conn()
     wait_until("the warm-up pod bound", lambda: bool(v1.read_namespaced_pod("warm-up", NS).spec.node_name), 120)
     v1.delete_namespaced_pod("warm-up", NS, grace_period_seconds=0, _preload_content=False).drain_conn()
@@ -231,7 +215,7 @@ def verify(client: Any, seen: Seen, gpus: int) -> None:
     allocated from its pod's node, reserved for its pod, each device once."""
     per_node = Counter(node for _, node in seen.bound.values())
     if max(per_node.values()) > gpus:
-        sys.exit(f"bench/dra: a node holds more pods than GPUs: {per_node.most_common(1)}")
+        sys.exit(f"bench.dra: a node holds more pods than GPUs: {per_node.most_common(1)}")
     if not seen.dra:
         return
     from kubernetes.client import ResourceV1Api
@@ -243,33 +227,26 @@ def verify(client: Any, seen: Seen, gpus: int) -> None:
         status = c.get("status") or {}
         [result] = status["allocation"]["devices"]["results"]
         if [r["name"] for r in status.get("reservedFor") or []] != [pod] or result["pool"] != seen.bound[pod][1]:
-            sys.exit(f"bench/dra: claim {c['metadata']['name']} is not reserved for {pod} on its node: {status}")
+            sys.exit(f"bench.dra: claim {c['metadata']['name']} is not reserved for {pod} on its node: {status}")
         devices.add((result["pool"], result["device"]))
     if len(claims) != seen.pods or len(devices) != seen.pods:
-        sys.exit(f"bench/dra: {len(claims)} claims, {len(devices)} distinct devices for {seen.pods} pods")
+        sys.exit(f"bench.dra: {len(claims)} claims, {len(devices)} distinct devices for {seen.pods} pods")
 
 
 def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[str, Any]]) -> dict[str, float]:
     """One side on a fresh sim cluster: seconds to all bound (and allocated), to all created, to the last
     claim made (DRA), and the median create->bound seconds of a pod."""
-    from kubernetes.client import ResourceV1Api
+    from kubernetes.client import CoreV1Api, ResourceV1Api
 
-    from gpuctl.model.catalog import get_gpu
-    from gpuctl.kube.client import api_client, core
-    from gpuctl.simulator.kwok import KwokCluster
-    from gpuctl.simulator.nodes import node_name
-    from gpuctl.providers.sim.provider import SimProvider
-    from gpuctl.model.spec import NodeGroupSpec
-
-    spec = NodeGroupSpec(GROUP, get_gpu(GPU), args.nodes, args.gpus_per_node)
+    spec = support.node_group(GROUP, GPU, args.nodes, args.gpus_per_node)
     tolerations = [{"key": t.key, "operator": "Exists", "effect": t.effect} for t in spec.taints]
-    nodes = [node_name(GROUP, i) for i in range(args.nodes)]
-    provider, started = SimProvider(), time.perf_counter()
-    provider.ensure_cluster(name)
+    nodes = [support.sim_node_name(GROUP, i) for i in range(args.nodes)]
+    started = time.perf_counter()
+    support.create_sim_cluster(name)
     try:
-        provider.ensure_node_group(name, spec)
-        client = api_client(KwokCluster(name).kubeconfig_path)
-        v1, resource = core(client), ResourceV1Api(client)
+        support.add_sim_nodes(name, spec)
+        client = support.api_client(support.sim_kubeconfig(name))
+        v1, resource = CoreV1Api(client), ResourceV1Api(client)
         prepare(client, dra, nodes, args.gpus_per_node, classes, args.workers)
         warm_up(client, dra, tolerations)
         log(f"{name}: sim cluster, {args.nodes} GPU nodes, {'DRA' if dra else EXTENDED} ready in "
@@ -302,7 +279,7 @@ def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[
         if seen.error is not None:
             raise seen.error
         if not finished:
-            sys.exit(f"bench/dra: {name}: after {args.timeout:.0f}s {len(seen.bound)} of {args.pods} pods bound"
+            sys.exit(f"bench.dra: {name}: after {args.timeout:.0f}s {len(seen.bound)} of {args.pods} pods bound"
                      + (f", {len(seen.allocated)} claims allocated" if dra else ""))
         end = max([t for t, _ in seen.bound.values()] + list(seen.allocated.values()))
         verify(client, seen, args.gpus_per_node)
@@ -310,7 +287,7 @@ def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[
         return {"seconds": end - t0, "create_s": all_created - t0, "median_latency_s": latency,
                 "claims_made_s": max(seen.made.values()) - t0 if dra else 0.0}
     finally:
-        provider.delete_cluster(name)
+        support.delete_sim_cluster(name)
 
 
 def main() -> int:

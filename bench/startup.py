@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Start-up time of the gpuctl commands that need no cluster, against `kubectl version --client`.
 
 Each command runs N times (median reported), interleaved with the others and with kubectl so that
@@ -8,7 +7,7 @@ bench uses a fresh cache directory, so the first-run figure includes rendering i
 Exit status 1 when a target is missed (or a command fails), unless --no-fail (CI on a shared machine).
 --precompiled measures a copy of gpuctl with its bytecode compiled, as `pip install` leaves it: with
 PYTHONDONTWRITEBYTECODE set, an editable checkout compiles every gpuctl module at every start.
-Usage: bench/startup [--runs N] [--target-ms MS] [--no-fail] [--precompiled]   (with the virtualenv's python)
+Usage: python -m bench.startup [--runs N] [--target-ms MS] [--no-fail] [--precompiled]   (with the virtualenv's python)
 """
 
 from __future__ import annotations
@@ -23,20 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench import support
+
+ROOT = support.ROOT
 SPEC = ROOT / "tests" / "specs" / "good.yaml"
 TARGET_MS = 150.0
 
-sys.path.insert(0, str(ROOT))
-
 
 def kubectl() -> str:
-    from gpuctl.tools.installer import find_tool
-
-    path = find_tool("kubectl") or shutil.which("kubectl")
-    if path is None:
-        sys.exit("kubectl not found: run 'gpuctl sim install' first")
-    return str(path)
+    return str(support.tool_path("kubectl"))
 
 
 def commands(gpuctl: str, out_dir: str, env: dict[str, str]) -> dict[str, list[str]]:
@@ -44,7 +38,8 @@ def commands(gpuctl: str, out_dir: str, env: dict[str, str]) -> dict[str, list[s
     found = {
         "gpuctl --help": ["--help"],
         "gpuctl gpus": ["gpus"],
-        "gpuctl mig validate 3g.20gb-2x2g.10gb --gpu a100-40gb": ["mig", "validate", "3g.20gb-2x2g.10gb", "--gpu", "a100-40gb"],
+        "gpuctl mig validate 3g.20gb-2x2g.10gb --gpu a100-40gb":
+            ["mig", "validate", "3g.20gb-2x2g.10gb", "--gpu", "a100-40gb"],
         "gpuctl mig plan 3g.20gb-2x2g.10gb --gpu a100-40gb": ["mig", "plan", "3g.20gb-2x2g.10gb", "--gpu", "a100-40gb"],
         "gpuctl render -f tests/specs/good.yaml": ["render", "-f", str(SPEC)],
         "gpuctl render -f tests/specs/good.yaml --out DIR": ["render", "-f", str(SPEC), "--out", out_dir],

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`gpuctl top` on a sim cluster of N GPUs (8 A100s per node), each GPU held by a pod that declares a load, read
 from the sim's real Prometheus scraping its DCGM exporter: seconds per run, start-up included, against the
 issue's target.
@@ -6,7 +5,7 @@ issue's target.
 Issue 22: `top` on 1,000 sim GPUs answers in <= 2 s; with Prometheus unreachable it exits 5 within the request
 deadline, naming the URL. The commands run as a user runs them, in their own process, with a state dir and a
 kubeconfig of their own; the cluster is deleted afterwards. Last line of stdout: the figures as JSON.
-Usage: .venv/bin/python bench/top [--gpus N] [--runs R] [--max-seconds X] [--report-only]
+Usage: .venv/bin/python -m bench.top [--gpus N] [--runs R] [--max-seconds X] [--report-only]
 CI runs it small (tests/integration/test_bench.py: --gpus 16 --runs 1 --report-only), so it cannot rot: every GPU
 shown with its pod and the unreachable Prometheus's exit 5 are asserted; the time is printed, not asserted.
 """
@@ -26,18 +25,14 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import support
+from bench.support import gpuctl
 
 CLUSTER = "bench-top"
 GPUS_PER_NODE = 8
 TARGET_S = 2.0
 NAMESPACE = "bench-top"
 UTILIZATION, MEMORY = "sim.gpuctl.dev/gpu-utilization", "sim.gpuctl.dev/gpu-memory-mib"  # the sim's pod load
-
-
-def gpuctl(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gpuctl", *args]
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -103,13 +98,11 @@ def main() -> int:
                 print(made.stderr, file=sys.stderr)
                 return 1
             os.environ.update(GPUCTL_STATE_DIR=env["GPUCTL_STATE_DIR"])  # the sim's state, for this process
-            from gpuctl.simulator.prometheus import ensure_monitoring
-
             started = time.perf_counter()
             fill_gpus(env["KUBECONFIG"], nodes * GPUS_PER_NODE)
             pods_s = time.perf_counter() - started
             started = time.perf_counter()
-            url = ensure_monitoring(CLUSTER, timeout=600)
+            url = support.ensure_sim_monitoring(CLUSTER, timeout=600)
             while (gpus_in_prometheus(url) < nodes * GPUS_PER_NODE  # every node listed and scraped, every pod mapped
                    or pods_in_prometheus(url) < nodes * GPUS_PER_NODE):
                 time.sleep(0.5)

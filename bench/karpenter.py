@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Karpenter on the sim: N one-slice pods to all bound, nodes launched vs the minimum, with and without the overlay.
 
 Issue 20: a time-sliced GPU node advertises nvidia.com/gpu x replicas, but Karpenter sizes an instance type by
@@ -24,8 +23,8 @@ the overlay to it (annotation karpenter.sh/capacity-overlay-applied). Minimum: c
 With --settle S the watches go on until S seconds after the last bind, and the claims still there are counted
 (the sim's NodePool consolidates an empty node after consolidateAfter 30 s; a node holding a pod stays).
 
-Usage: .venv/bin/python bench/karpenter [--pods N] [--replicas R] [--max-nodes M] [--workers W] [--timeout S]
-                                        [--settle S] [--max-ratio X]
+Usage: .venv/bin/python -m bench.karpenter [--pods N] [--replicas R] [--max-nodes M] [--workers W] [--timeout S]
+                                                [--settle S] [--max-ratio X]
 Exit status 1 when a run's pods are not all bound within --timeout, when the run without the overlay still saw
 it applied, or when the overlay run launches more than --max-ratio times the minimum (0, the default: report
 only). CI runs it small (tests/integration/test_bench.py: --pods 8), so it cannot rot. The cluster is deleted at
@@ -50,8 +49,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import support
+from bench.support import ROOT, gpuctl, log
 
 CLUSTER = "bench-karpenter"
 GPU = "t4"
@@ -64,14 +63,6 @@ EXTENDED = "nvidia.com/gpu"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 OVERLAY_APPLIED = "karpenter.sh/capacity-overlay-applied"
 WATCH_S = 60  # one watch request's timeoutSeconds; it is opened again from the last resourceVersion
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def gpuctl(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gpuctl", *args]
 
 
 def create_cluster(args: argparse.Namespace, env: dict[str, str]) -> None:
@@ -87,14 +78,14 @@ def create_cluster(args: argparse.Namespace, env: dict[str, str]) -> None:
         for line in proc.stderr:
             log(f"  | {line.rstrip()}")
         if proc.wait() != 0:
-            sys.exit(f"bench/karpenter: the cluster create ended with exit {proc.returncode}")
+            sys.exit(f"bench.karpenter: the cluster create ended with exit {proc.returncode}")
 
 
 def delete_cluster(env: dict[str, str]) -> None:
     deleted = subprocess.run(gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes"),
                              capture_output=True, text=True, env=env, cwd=ROOT)
     if deleted.returncode != 0:
-        log(f"bench/karpenter: cluster delete failed: {deleted.stderr.strip()}")
+        log(f"bench.karpenter: cluster delete failed: {deleted.stderr.strip()}")
 
 
 def render_pod(name: str) -> dict[str, Any]:
@@ -192,7 +183,7 @@ def wait_until(what: str, check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            sys.exit(f"bench/karpenter: {what} not reached after {timeout:.0f}s")
+            sys.exit(f"bench.karpenter: {what} not reached after {timeout:.0f}s")
         time.sleep(0.2)
 
 
@@ -215,13 +206,11 @@ def run(label: str, client: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One run from zero NodeClaims: N pods created at once, followed until all bound (and --settle more)."""
     from kubernetes.client import CoreV1Api, CustomObjectsApi
 
-    from gpuctl.model.catalog import GPUS
-
     v1, custom = CoreV1Api(client), CustomObjectsApi(client)
     began = time.perf_counter()
     reset(v1, custom)
     log(f"{label}: zero NodeClaims after {time.perf_counter() - began:.1f}s")
-    gpus_of = {it.name: it.gpus for it in GPUS[GPU].instance_types}
+    gpus_of = {it.name: it.gpus for it in support.gpu(GPU).instance_types}
     seen, stop = Seen(args.pods), threading.Event()
     threads = []
     for list_call, record in ((partial(v1.list_namespaced_pod, NS), on_pod(seen)),
@@ -249,7 +238,7 @@ def run(label: str, client: Any, args: argparse.Namespace) -> dict[str, Any]:
         peak = seen.peak
     if not finished:
         stop.set()
-        log(f"bench/karpenter: {label}: after {args.timeout:.0f}s {len(bound)} of {args.pods} pods bound, "
+        log(f"bench.karpenter: {label}: after {args.timeout:.0f}s {len(bound)} of {args.pods} pods bound, "
             f"{len(claims)} NodeClaims launched")
         return {"label": label, "bound": len(bound), "finished": False}
     end = max(t for t, _ in bound.values())
@@ -280,7 +269,7 @@ def run(label: str, client: Any, args: argparse.Namespace) -> dict[str, Any]:
         raise seen.error
     unknown = sorted({c.instance_type for c in claims.values() if c.instance_type} - set(gpus_of))
     if unknown:
-        sys.exit(f"bench/karpenter: {label}: instance types not in gpuctl's catalog: {unknown}")
+        sys.exit(f"bench.karpenter: {label}: instance types not in gpuctl's catalog: {unknown}")
     minimum = math.ceil(args.pods / args.replicas)
     first = min((c.first_seen for c in claims.values()), default=t0)
     return {"label": label, "finished": True, "seconds": end - t0, "create_s": created,
@@ -320,13 +309,21 @@ def remove_overlay(client: Any) -> None:
     """Delete gpuctl's NodeOverlay; wait until it is gone and give Karpenter's overlay controller (it
     reconciles on the delete event) a moment to rebuild its instance types."""
     from kubernetes.client import CustomObjectsApi
-
-    from gpuctl.kube.client import get_or_none
+    from kubernetes.client.exceptions import ApiException
 
     custom = CustomObjectsApi(client)
     custom.delete_cluster_custom_object(*OVERLAY, _preload_content=False).drain_conn()
-    wait_until("the NodeOverlay gone",
-               lambda: get_or_none(custom.get_cluster_custom_object, *OVERLAY, _preload_content=False) is None, 60)
+
+    def gone() -> bool:
+        try:
+            custom.get_cluster_custom_object(*OVERLAY, _preload_content=False).drain_conn()
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_until("the NodeOverlay gone", gone, 60)
     time.sleep(5)
 
 
@@ -364,9 +361,7 @@ def main() -> int:
         os.environ.update(GPUCTL_STATE_DIR=env["GPUCTL_STATE_DIR"], KUBECONFIG=env["KUBECONFIG"])
         try:
             create_cluster(args, env)
-            from gpuctl.kube.client import api_client
-
-            client = api_client(kubeconfig)
+            client = support.api_client(kubeconfig)
             prepare(client)
             with_overlay = run("overlay", client, args)
             if with_overlay["finished"]:

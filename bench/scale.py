@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Taint, label and configure sharing on 1,000 sim GPU nodes: gpuctl against a kubectl script.
 
 Targets (issue 3): gpuctl at least 3x faster than the kubectl script; zero Kubernetes writes on
 a second, converged gpuctl run; peak memory printed.
-Usage: .venv/bin/python bench/scale [--nodes N] [--min-speedup X] [--report-only]
+Usage: .venv/bin/python -m bench.scale [--nodes N] [--min-speedup X] [--report-only]
 CI runs it small (tests/integration/test_bench.py: --nodes 20 --report-only), so it cannot rot: at 20 nodes
 start-up dominates and the speedup says little, so it is printed, not asserted; the write count still is.
 """
@@ -13,50 +12,42 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import support
 
 SELECTOR = "gpuctl.dev/nodegroup=gpu"
 TARGET_SPEEDUP = 3.0
+REPLICAS = 4
 
-# The gpuctl side runs in its own process, start-up and imports included, like kubectl's.
-GPUCTL_DRIVER = """
-import json, resource, sys, time
-started = time.perf_counter()
-import kubernetes.client.rest as rest
-writes = 0
-original = rest.RESTClientObject.request
-def counting(self, method, url, *args, **kwargs):
-    global writes
-    if method not in ("GET", "HEAD", "OPTIONS"):
-        writes += 1
-    return original(self, method, url, *args, **kwargs)
-rest.RESTClientObject.request = counting
-from pathlib import Path
-from gpuctl.kube.client import api_client, core
-from gpuctl.model.catalog import GPUS
-from gpuctl.model.spec import PlatformSpec
-from gpuctl.ops.converge import configure_nodes, write_gpu_config
-from gpuctl.model.sharing import Sharing
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
-from gpuctl.model.stack_spec import StackSpec
-from gpuctl.model.taints import DEFAULT_GPU_TAINTS
-v1 = core(api_client(Path(sys.argv[1])))
-sharing = Sharing("time-slicing", 4)
-configure_nodes(v1, sys.argv[2], sharing, DEFAULT_GPU_TAINTS)
-group = GroupPlan(NodeGroupSpec("gpu", GPUS["t4"], 0, 1), sharing)
-write_gpu_config(v1, PlatformSpec("bench", "sim", (group,), StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS,
-                                                                     shares_gpus=True)))
-usage = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"seconds": time.perf_counter() - started, "writes": writes, "cpu_s": usage.ru_utime + usage.ru_stime,
-                  "max_rss_mib": usage.ru_maxrss / 1024}))
-"""
+
+def gpuctl_side(kubeconfig: Path, selector: str) -> None:
+    """The gpuctl side, in a process of its own (`python -m bench.scale --gpuctl-side KUBECONFIG SELECTOR`), start-up
+    and imports included, like kubectl's: its seconds, write requests, CPU and peak memory as JSON on stdout."""
+    started = time.perf_counter()
+    import kubernetes.client.rest as rest  # imports inside the clock, as kubectl's start-up is
+
+    writes = 0
+    original = rest.RESTClientObject.request
+
+    def counting(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        nonlocal writes
+        if method not in ("GET", "HEAD", "OPTIONS"):
+            writes += 1
+        return original(self, method, url, *args, **kwargs)
+
+    rest.RESTClientObject.request = counting
+    support.configure_gpu_nodes(support.api_client(kubeconfig), selector, REPLICAS)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"seconds": time.perf_counter() - started, "writes": writes,
+                      "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}))
+
 
 KUBECTL_SCRIPT = """
 set -euo pipefail
@@ -80,9 +71,10 @@ k delete configmap -n gpu-operator gpuctl-device-plugin-config gpuctl-stack gpuc
 
 
 def run_gpuctl(kubeconfig: Path) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", GPUCTL_DRIVER, str(kubeconfig), SELECTOR],
-                         stdout=subprocess.PIPE, text=True, check=True, cwd=ROOT).stdout
-    return json.loads(out)
+    out = subprocess.run([sys.executable, "-m", "bench.scale", "--gpuctl-side", str(kubeconfig), SELECTOR],
+                         stdout=subprocess.PIPE, text=True, check=True, cwd=support.ROOT).stdout
+    figures: dict[str, float] = json.loads(out)
+    return figures
 
 
 def run_script(script: str, env: dict[str, str]) -> float:
@@ -101,26 +93,18 @@ def main() -> int:
     nodes, target = args.nodes, args.min_speedup
     with tempfile.TemporaryDirectory(prefix="gpuctl-bench-") as tmp:
         os.environ["GPUCTL_STATE_DIR"] = tmp
-        from gpuctl.model.catalog import GPUS
-        from gpuctl.model.sharing import NO_SHARING, Sharing, render_plugin_config
-        from gpuctl.model.spec import NodeGroupSpec
-        from gpuctl.providers.sim.provider import SimProvider
-        from gpuctl.simulator.kwok import KwokCluster
-        from gpuctl.tools.installer import find_tool
-
-        provider = SimProvider()
         started = time.perf_counter()
-        provider.ensure_cluster("scale")
+        support.create_sim_cluster("scale")
         try:
             # untainted, as before the GPU stack: both the kubectl script and gpuctl add the taint
-            provider.ensure_node_group("scale", NodeGroupSpec("gpu", GPUS["t4"], nodes, 1, taints=()))
+            support.add_sim_nodes("scale", support.node_group("gpu", "t4", nodes, 1, taints=()))
             print(f"sim cluster with {nodes} Ready GPU nodes in {time.perf_counter() - started:.1f}s")
-            kubeconfig = KwokCluster("scale").kubeconfig_path
-            config_file = Path(tmp) / "slice-4.yaml"
-            config_file.write_text(render_plugin_config(Sharing("time-slicing", 4)))
+            kubeconfig = support.sim_kubeconfig("scale")
+            config_file = Path(tmp) / f"slice-{REPLICAS}.yaml"
+            config_file.write_text(support.plugin_config(REPLICAS))
             default_file = Path(tmp) / "default.yaml"
-            default_file.write_text(render_plugin_config(NO_SHARING))
-            env = dict(os.environ, KUBECTL=str(find_tool("kubectl")), KUBECONFIG_FILE=str(kubeconfig),
+            default_file.write_text(support.plugin_config(1))
+            env = dict(os.environ, KUBECTL=str(support.tool_path("kubectl")), KUBECONFIG_FILE=str(kubeconfig),
                        CONFIG_FILE=str(config_file), DEFAULT_FILE=str(default_file))
 
             kubectl_s = run_script(KUBECTL_SCRIPT, env)
@@ -128,7 +112,7 @@ def main() -> int:
             first = run_gpuctl(kubeconfig)
             converged = run_gpuctl(kubeconfig)
         finally:
-            provider.delete_cluster("scale")
+            support.delete_sim_cluster("scale")
 
     speedup = kubectl_s / first["seconds"]
     print(f"kubectl script (taint, label, ConfigMap)   {kubectl_s:6.2f} s")
@@ -146,4 +130,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--gpuctl-side"]:
+        gpuctl_side(Path(sys.argv[2]), sys.argv[3])
+        sys.exit(0)
     sys.exit(main())
