@@ -92,9 +92,10 @@ class Exporter:
     def __init__(self, kubeconfig: Path) -> None:
         from kubernetes.client import AppsV1Api, CustomObjectsApi
 
-        from gpuctl.kube.client import api_client, core
+        from gpuctl.kube.client import core
+        from gpuctl.kube.kube import Kube
 
-        client = api_client(kubeconfig)
+        client = Kube.connect(kubeconfig)
         self.v1 = core(client)
         self.custom = CustomObjectsApi(client)
         self.apps = AppsV1Api(client)

@@ -191,13 +191,13 @@ def register_webhooks(cluster: str, manifests: Path) -> bool:
     """Point Kueue's webhook configurations (kueue_webhooks.py, from controller-gen's `manifests`) at the
     manager the cluster's config file describes, its port and certificate, where they differ, and wait until
     the API server calls them (kueue_webhooks.wait_for_webhooks); True if they were written."""
-    from gpuctl.kube.client import api_client
+    from gpuctl.kube.kube import Kube
 
     config = yaml.safe_load(_config_path(cluster).read_text())
     webhook = config["webhook"]
     docs = render_webhook_configurations(manifests.read_text(), config["integrations"]["frameworks"],
                                          int(webhook["port"]), (Path(webhook["certDir"]) / "tls.crt").read_text())
-    client = api_client(KwokCluster(cluster).kubeconfig_path)
+    client = Kube.connect(KwokCluster(cluster).kubeconfig_path)
     written = ensure_webhook_configurations(client, docs)
     waited = wait_for_webhooks(client)
     log.debug("Kueue's webhooks of sim cluster %s in force after %.1fs", cluster, waited)

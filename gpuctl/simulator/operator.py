@@ -45,9 +45,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuctl.kube.client import api_client, core, get_or_none
+from gpuctl.kube.client import core, get_or_none
 from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.listing import list_items
 from gpuctl.kube.objects import MERGE_PATCH, apply
 from gpuctl.model import labels as L
@@ -92,7 +93,7 @@ DEVICE_PLUGIN = next(o for o in OPERANDS if o.name == L.DEVICE_PLUGIN_APP)
 
 class SimOperator:
     def __init__(self, kubeconfig: Path, logs: Path) -> None:
-        self.v1 = core(api_client(kubeconfig))
+        self.v1 = core(Kube.connect(kubeconfig))
         from kubernetes.client import AppsV1Api, CustomObjectsApi
 
         self.custom = CustomObjectsApi(self.v1.api_client)
@@ -447,7 +448,7 @@ def main() -> None:
                         "from the command line and restarts an operator of other code")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    supervisor = Supervisor.for_kubeconfig(args.kubeconfig, api_client(args.kubeconfig))
+    supervisor = Supervisor.for_kubeconfig(args.kubeconfig, Kube.connect(args.kubeconfig))
     if supervisor is None:
         log.warning("%s is not a sim cluster's kubeconfig: its control plane is not supervised", args.kubeconfig)
     else:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuctl.kube.client import api_client
 from gpuctl.kube.errors import requesting
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import apply
 
 
@@ -19,7 +19,7 @@ def apply_crds(kubeconfig: Path | None, context: str | None, crds: list[dict[str
     """Server-side apply each CustomResourceDefinition of `crds` (other kinds are ignored)."""
     from kubernetes.client import ApiextensionsV1Api
 
-    api = ApiextensionsV1Api(api_client(kubeconfig, context))
+    api = ApiextensionsV1Api(Kube.connect(kubeconfig, context))
     for crd in crds:
         if not crd or crd.get("kind") != "CustomResourceDefinition":
             continue

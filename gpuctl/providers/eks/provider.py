@@ -199,14 +199,14 @@ class EksProvider:
         """gpuctl's NodePools and NodeOverlays go first, and Karpenter terminates the instances they launched, while
         it still runs (it may run on the node groups deleted next): instances would outlive the cluster. A cluster
         that cannot be reached is said and left to the rest of the delete."""
-        from gpuctl.kube.client import api_client
+        from gpuctl.kube.kube import Kube
         from gpuctl.stack.karpenter import remove_capacity
         from gpuctl.util.errors import GpuctlError
 
         if cluster["status"] != "ACTIVE":
             return
         try:
-            claims = remove_capacity(api_client(config_dict=self.kubeconfig(name)), KARPENTER_DRAIN_TIMEOUT_S)
+            claims = remove_capacity(Kube.connect(config_dict=self.kubeconfig(name)), KARPENTER_DRAIN_TIMEOUT_S)
         except GpuctlError as exc:
             info(f"  could not remove gpuctl's Karpenter NodePools of EKS cluster {name!r} first: {exc.message}; "
                  "instances Karpenter launched may outlive the cluster: check EC2 for karpenter.sh/nodepool tags")

@@ -345,10 +345,11 @@ class MagnumProvider:
         complete before its kubelets have registered, and the flow configures nodes next."""
         if count == 0:
             return
-        from gpuctl.kube.client import api_client, core
+        from gpuctl.kube.client import core
         from gpuctl.kube.errors import requesting
+        from gpuctl.kube.kube import Kube
 
-        v1 = core(api_client(config_dict=self.kubeconfig(cluster)))
+        v1 = core(Kube.connect(config_dict=self.kubeconfig(cluster)))
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S
         said = -1
         while True:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import api_client, core, get_or_none, wait_for_api
+from gpuctl.kube.client import core, get_or_none, wait_for_api
 from gpuctl.kube.errors import KubeTimeout, requesting
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
@@ -70,7 +71,7 @@ def _probe_api(kwok: KwokCluster) -> None:
     from kubernetes.client import VersionApi
 
     try:
-        VersionApi(api_client(kwok.kubeconfig_path)).get_code()
+        VersionApi(Kube.connect(kwok.kubeconfig_path)).get_code()
     except KubeTimeout:
         raise
     except GpuctlError:  # it answered (or is gone, or its kubeconfig is): kwokctl start deals with the rest
@@ -83,7 +84,7 @@ def _release_node_leases(kwok: KwokCluster) -> None:
     from gpuctl.simulator.supervisor import release_node_leases
 
     try:
-        release_node_leases(api_client(kwok.kubeconfig_path))
+        release_node_leases(Kube.connect(kwok.kubeconfig_path))
     except KubeTimeout:
         raise
     except GpuctlError as exc:  # etcd down, say: kwokctl start repairs it; they expire anyway
@@ -195,7 +196,7 @@ class SimProvider:
     def _ensure_system_node(self, kwok: KwokCluster) -> bool:
         """An untainted CPU node for cluster services (operator, NFD master), as real clusters have;
         True if it had to be created."""
-        v1 = core(api_client(kwok.kubeconfig_path))
+        v1 = core(Kube.connect(kwok.kubeconfig_path))
         with requesting("reading the system node"):
             if get_or_none(v1.read_node, SYSTEM_NODE) is not None:
                 return False
@@ -211,7 +212,7 @@ class SimProvider:
 
     def _wait_for_api(self, kwok: KwokCluster) -> None:
         try:
-            wait_for_api(api_client(kwok.kubeconfig_path), API_TIMEOUT_S)
+            wait_for_api(Kube.connect(kwok.kubeconfig_path), API_TIMEOUT_S)
         except WaitTimeout as exc:
             raise ClusterError(f"sim cluster {kwok.name!r} did not come up: {exc.message}",
                                f"kube-apiserver log: {kwok.log_tail() or kwok.dir / 'logs'}") from None
@@ -242,7 +243,7 @@ class SimProvider:
 
         if get_karpenter_pid(kwok.name) is None or not kwok.complete or kwok.stopped():
             return
-        claims = remove_capacity(api_client(kwok.kubeconfig_path), KARPENTER_DRAIN_TIMEOUT_S)
+        claims = remove_capacity(Kube.connect(kwok.kubeconfig_path), KARPENTER_DRAIN_TIMEOUT_S)
         if claims:
             info(f"  Karpenter terminated {plural(claims, 'NodeClaim')} of sim cluster {kwok.name!r}")
 
@@ -277,7 +278,7 @@ class SimProvider:
         ok, reason = self.check_control_plane(cluster)
         if not ok:
             raise ClusterError(reason, f"start it with 'gpuctl cluster create --cloud sim --name {cluster}'")
-        return core(api_client(kwok.kubeconfig_path))
+        return core(Kube.connect(kwok.kubeconfig_path))
 
     def check_control_plane(self, cluster: str) -> tuple[bool, str]:
         """(ok, reason): every control-plane process of the cluster runs; else which do not, with the last

@@ -1,0 +1,88 @@
+"""gpuctl.kube.kube.Kube against a real kube-apiserver (the shared sim cluster): every verb, discovery of a custom
+resource, the typed errors and a watch that sees a change made after its list."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpuctl.kube.errors import KubeConflict, KubeNotFound
+from gpuctl.kube.kube import Kube
+
+NS = "door-test"
+
+
+@pytest.fixture(scope="module")
+def kube(sim_cluster) -> Kube:
+    kube = Kube.connect(sim_cluster.kubeconfig)
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    yield kube
+    kube.delete("v1", "Namespace", NS)
+
+
+def config_map(name: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data}
+
+
+def test_apply_get_patch_replace_delete(kube: Kube) -> None:
+    applied = kube.apply(config_map("a", x="1"))
+    assert (applied.name, applied.namespace, applied["data"]) == ("a", NS, {"x": "1"})
+    assert applied.at("metadata", "managedFields", default=[])[0]["manager"] == "gpuctl"
+    patched = kube.patch("v1", "ConfigMap", "a", {"data": {"y": "2"}}, NS)
+    assert patched["data"] == {"x": "1", "y": "2"}
+    stale = dict(applied)  # read before the patch: its resourceVersion is old
+    with pytest.raises(KubeConflict):
+        kube.replace(stale)
+    assert kube.get("v1", "ConfigMap", "a", NS)["data"]["y"] == "2"
+    assert kube.delete("v1", "ConfigMap", "a", NS) is True
+    assert kube.delete("v1", "ConfigMap", "a", NS) is False
+    assert kube.get_or_none("v1", "ConfigMap", "a", NS) is None
+    with pytest.raises(KubeNotFound, match="reading ConfigMap door-test/a"):
+        kube.get("v1", "ConfigMap", "a", NS)
+
+
+def test_list_by_selector_and_across_namespaces(kube: Kube) -> None:
+    kube.apply(config_map("b1") | {"metadata": {"name": "b1", "namespace": NS, "labels": {"door": "yes"}}})
+    kube.apply(config_map("b2"))
+    mine = kube.list("v1", "ConfigMap", NS, labels="door=yes")
+    assert [o.name for o in mine] == ["b1"]
+    everywhere = kube.list("v1", "ConfigMap", labels="door=yes")
+    assert [(o.namespace, o.name) for o in everywhere] == [(NS, "b1")]
+    nodes = kube.list("v1", "Node")
+    assert len(nodes) >= 3 and all(n.kind in ("", "Node") and n.name for n in nodes)
+    kube.delete_all("v1", "ConfigMap", NS, labels="door=yes")
+    assert [o.name for o in kube.list("v1", "ConfigMap", NS, labels="door=yes")] == []
+
+
+def test_custom_resources_are_discovered(kube: Kube) -> None:
+    """A kind not in the built-in table is found through the server's discovery; one it does not serve is
+    KubeNotFound, as a missing object is."""
+    crds = kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    assert crds, "the sim cluster installs CRDs (NFD's NodeFeature at least)"
+    crd = crds[0]
+    group, version = crd.spec["group"], crd.spec["versions"][0]["name"]
+    assert kube.serves(f"{group}/{version}", crd.spec["names"]["kind"])
+    kube.list(f"{group}/{version}", crd.spec["names"]["kind"])  # served: lists (maybe nothing)
+    assert not kube.serves("example.invalid/v1", "Nothing")
+    assert not kube.serves("v1", "Nothing")
+    with pytest.raises(KubeNotFound):
+        kube.list("v1", "Nothing")
+
+
+def test_watch_sees_what_changes_after_its_list(kube: Kube) -> None:
+    items, version = kube.list_with_version("v1", "ConfigMap", NS, labels="watched=yes")
+    assert items == []
+    threading.Timer(0.2, lambda: kube.apply(config_map("w") | {
+        "metadata": {"name": "w", "namespace": NS, "labels": {"watched": "yes"}}})).start()
+    for kind, obj in kube.watch("v1", "ConfigMap", NS, labels="watched=yes", resource_version=version, seconds=10):
+        assert (kind, obj.name) == ("ADDED", "w")
+        break
+    else:
+        pytest.fail("the watch ended without the ConfigMap made after its list")
+
+
+def test_dry_run_create_writes_nothing(kube: Kube) -> None:
+    made = kube.create(config_map("dry"), dry_run=True)
+    assert made.name == "dry"
+    assert kube.get_or_none("v1", "ConfigMap", "dry", NS) is None
