@@ -3,35 +3,27 @@ NVIDIA's DRA driver serves, and which slices count)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from gpuctl.kube.errors import KubeNotFound, requesting
-from gpuctl.kube.listing import list_items
-from gpuctl.model.dra import DRIVER, GPU_CLASS
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+from gpuctl.kube.errors import KubeNotFound
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.model.dra import API_VERSION, DRIVER, GPU_CLASS
 
 
-def dra_mode(client: ApiClient) -> bool:
+def dra_mode(kube: Kube) -> bool:
     """True when the cluster serves GPUs through DRA: the driver's DeviceClass gpu.nvidia.com exists."""
-    from kubernetes.client import ResourceV1Api
-
     try:
-        with requesting(f"reading DeviceClass {GPU_CLASS}"):
-            ResourceV1Api(client).read_device_class(GPU_CLASS, _preload_content=False).drain_conn()
+        kube.get(API_VERSION, "DeviceClass", GPU_CLASS)
     except KubeNotFound:  # no such DeviceClass, or (before 1.34) no resource.k8s.io/v1 at all
         return False
     return True
 
 
-def list_slices(client: ApiClient) -> list[dict[str, Any]]:
+def list_slices(kube: Kube) -> list[KubeObject]:
     """The GPU driver's ResourceSlices (as JSON), every generation: model/dra.py current_slices keeps those the
     scheduler allocates from. KubeNotFound where the cluster serves no resource.k8s.io/v1."""
-    return list_items(client, "/apis/resource.k8s.io/v1/resourceslices", "listing ResourceSlices",
-                      fieldSelector=f"spec.driver={DRIVER}")
+    return kube.list(API_VERSION, "ResourceSlice", fields=f"spec.driver={DRIVER}", what="listing ResourceSlices")
 
 
-def list_claims(client: ApiClient) -> list[dict[str, Any]]:
+def list_claims(kube: Kube) -> list[KubeObject]:
     """Every ResourceClaim (as JSON). KubeNotFound where the cluster serves no resource.k8s.io/v1."""
-    return list_items(client, "/apis/resource.k8s.io/v1/resourceclaims", "listing ResourceClaims")
+    return kube.list(API_VERSION, "ResourceClaim", what="listing ResourceClaims")

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpuctl.kube.errors import requesting
-from gpuctl.kube.listing import list_items
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.nodes import list_nodes_json
 from gpuctl.kube.objects import count
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.util.errors import UsageError
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, CoreV1Api, V1Node
 
 # Node-group labels set by each provider (sim, EKS managed node groups, Magnum).
 NODEGROUP_LABELS = (L.NODEGROUP, "eks.amazonaws.com/nodegroup", "magnum.openstack.org/nodegroup")
 GPU_NODE_SELECTOR = f"{L.NFD_NVIDIA_PCI}=true"
 
 
-def nodegroup_of(node: V1Node) -> str | None:
-    return nodegroup_in(node.metadata.labels or {})
+def nodegroup_of(node: KubeObject) -> str | None:
+    return nodegroup_in(node.labels)
 
 
 def nodegroup_in(labels: Mapping[str, str]) -> str | None:
@@ -29,11 +27,10 @@ def nodegroup_in(labels: Mapping[str, str]) -> str | None:
     return next((labels[k] for k in NODEGROUP_LABELS if k in labels), None)
 
 
-def gpu_nodes(v1: CoreV1Api, nodegroup: str | None = None, selector: str | None = None) -> list[V1Node]:
-    """GPU nodes (NFD's NVIDIA PCI label), narrowed to a node group or a label selector."""
+def gpu_nodes(kube: Kube, nodegroup: str | None = None, selector: str | None = None) -> list[KubeObject]:
+    """GPU nodes (NFD's NVIDIA PCI label) as JSON, in one LIST, narrowed to a node group or a label selector."""
     wanted = ",".join(s for s in (GPU_NODE_SELECTOR, selector) if s)
-    with requesting(f"listing nodes {wanted}"):
-        nodes = v1.list_node(label_selector=wanted).items
+    nodes = list_nodes_json(kube, wanted)
     if nodegroup is not None:
         nodes = [n for n in nodes if nodegroup_of(n) == nodegroup]
         if not nodes:
@@ -42,14 +39,10 @@ def gpu_nodes(v1: CoreV1Api, nodegroup: str | None = None, selector: str | None 
     return nodes
 
 
-def gpu_node_items(client: ApiClient) -> list[dict[str, Any]]:
-    """GPU nodes as JSON (kube/listing.py: what a read-only command on a large cluster reads)."""
-    return list_items(client, "/api/v1/nodes", f"listing nodes {GPU_NODE_SELECTOR}", labelSelector=GPU_NODE_SELECTOR)
-
-
-def gpu_resources(node: V1Node, kind: str = "allocatable") -> dict[str, int]:
-    """nvidia.com/gpu and nvidia.com/mig-* quantities of a node, non-zero only."""
-    values: dict[str, Any] = getattr(node.status, kind) or {}
+def gpu_resources(node: Mapping[str, Any], kind: str = "allocatable") -> dict[str, int]:
+    """nvidia.com/gpu and nvidia.com/mig-* quantities of a node (as JSON), non-zero only; `kind`: allocatable
+    or capacity."""
+    values: dict[str, Any] = (node.get("status") or {}).get(kind) or {}
     counts = {k: count(v) for k, v in sorted(values.items()) if k.startswith("nvidia.com/")}
     return {k: n for k, n in counts.items() if n > 0}
 

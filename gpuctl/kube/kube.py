@@ -155,8 +155,9 @@ class Kube:
         selectors = " ".join(s for s in (labels, fields) if s)
         with requesting(what or f"listing {kind}{' ' + selectors if selectors else ''}"):
             path = self.resource(api_version, kind).path(namespace)
-            answer = self.request("GET", path, query={"labelSelector": labels, "fieldSelector": fields})
-            items = answer.get("items")
+            answer = self.request("GET", path, query={"labelSelector": labels, "fieldSelector": fields},
+                                  shape="list")
+            items = answer.get("items", ())  # (an empty list's items may be null)
             if not isinstance(items, list | None) or not all(isinstance(i, dict) for i in items or ()):
                 raise KubeApiError(f"GET {path} answered something that is not a Kubernetes list",
                                    f"check that {self.server} is a kube-apiserver (--kubeconfig/--context)",
@@ -252,11 +253,13 @@ class Kube:
         return True
 
     def delete_all(self, api_version: str, kind: str, namespace: str | None = None, *, labels: str = "",
-                   fields: str = "") -> None:
-        """Delete every object of `kind` (in `namespace`) the selectors match, in one request."""
+                   fields: str = "", timeout: tuple[float, float] | None = None) -> int:
+        """Delete every object of `kind` (in `namespace`) the selectors match, in one request; how many it
+        deleted (the server answers with them). `timeout`: (connect, read) seconds instead of the usual."""
         with requesting(f"deleting {kind} {labels or fields}".rstrip()):
-            self.request("DELETE", self.resource(api_version, kind).path(namespace),
-                         query={"labelSelector": labels, "fieldSelector": fields})
+            answer = self.request("DELETE", self.resource(api_version, kind).path(namespace),
+                                  query={"labelSelector": labels, "fieldSelector": fields}, timeout=timeout)
+            return len(answer.get("items") or ())
 
     # -- the wire ----------------------------------------------------------------------------------------------
 
@@ -264,10 +267,13 @@ class Kube:
         return self.resource(obj["apiVersion"], obj["kind"])
 
     def request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None,
-                content_type: str = "application/json", what: str | None = None) -> dict[str, Any]:
-        """One request, its JSON answer ({} for none). Errors are the typed KubeApiErrors, saying `what`."""
+                content_type: str = "application/json", what: str | None = None,
+                shape: str = "object", timeout: tuple[float, float] | None = None) -> dict[str, Any]:
+        """One request, its JSON answer ({} for none). Errors are the typed KubeApiErrors, saying `what`; an
+        answer that is no JSON object is refused as not a Kubernetes `shape` (object, list). `timeout`:
+        (connect, read) seconds instead of the usual deadlines."""
         with requesting(what) if what else nullcontext():
-            response = self._call(method, path, body=body, query=query, content_type=content_type)
+            response = self._call(method, path, body=body, query=query, content_type=content_type, timeout=timeout)
             response.read()
             if not response.data:
                 return {}
@@ -276,20 +282,21 @@ class Kube:
             except ValueError:  # a proxy's page, say
                 answer = None
             if not isinstance(answer, dict):
-                raise KubeApiError(f"{method} {path} answered something that is not a Kubernetes object",
+                raise KubeApiError(f"{method} {path} answered something that is not a Kubernetes {shape}",
                                    f"check that {self.server} is a kube-apiserver (--kubeconfig/--context)",
                                    request=f"{method} {path}")
             return answer
 
     def _call(self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None,
-              content_type: str = "application/json") -> Any:
+              content_type: str = "application/json", timeout: tuple[float, float] | None = None) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         method, url, headers, body, post = self.client.param_serialize(
             method, path, query_params=[(k, v) for k, v in (query or {}).items() if v], header_params=headers,
             body=body, auth_settings=["BearerToken"])
-        return self.client.call_api(method, url, header_params=headers, body=body, post_params=post)
+        return self.client.call_api(method, url, header_params=headers, body=body, post_params=post,
+                                    _request_timeout=timeout)
 
 
 def as_kube(client: Any) -> Kube:

@@ -7,18 +7,15 @@ A converged cluster therefore costs one read and zero writes.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuctl.kube.errors import requesting
-from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.model import labels as L
+from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.taints import Taint
-
-if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api
 
 WORKERS = 16
 
@@ -29,7 +26,8 @@ class NodeUpdate:
     patched: int  # nodes written
 
 
-def node_patch(node: dict[str, Any], labels: dict[str, str | None], taints: tuple[Taint, ...]) -> dict[str, Any] | None:
+def node_patch(node: Mapping[str, Any], labels: dict[str, str | None],
+               taints: tuple[Taint, ...]) -> dict[str, Any] | None:
     """The merge patch that brings `node` (a Node as JSON) to these labels (None: absent) and taints, or None."""
     current = node["metadata"].get("labels") or {}
     label_diff = {k: v for k, v in labels.items() if current.get(k) != v}
@@ -51,28 +49,28 @@ def _taint_key(taint: dict[str, str]) -> tuple[str, str, str]:
     return taint["key"], taint.get("value") or "", taint["effect"]
 
 
-def patch_nodes(v1: CoreV1Api, nodes: list[dict[str, Any]], labels: dict[str, str | None],
+def patch_nodes(kube: Kube, nodes: Sequence[Mapping[str, Any]], labels: dict[str, str | None],
                 taints: tuple[Taint, ...] = ()) -> NodeUpdate:
     """Bring `nodes` (as observed, JSON) to these labels and taints: one merge patch per node that differs."""
     patches = [(n["metadata"]["name"], p) for n in nodes if (p := node_patch(n, labels, taints)) is not None]
 
     def send(item: tuple[str, dict[str, Any]]) -> None:
-        # The patched Node is not needed: skipping its deserialisation halves the cost per node.
-        v1.patch_node(item[0], item[1], field_manager=L.MANAGER, _content_type=MERGE_PATCH,
-                      _preload_content=False).drain_conn()
+        kube.patch("v1", "Node", item[0], item[1])
 
     with requesting("patching nodes"), ThreadPoolExecutor(max_workers=WORKERS) as pool:
         list(pool.map(send, patches))
     return NodeUpdate(nodes=len(nodes), patched=len(patches))
 
 
-def converge_nodes(v1: CoreV1Api, selector: str, labels: dict[str, str | None],
+def converge_nodes(kube: Kube, selector: str, labels: dict[str, str | None],
                    taints: tuple[Taint, ...] = ()) -> NodeUpdate:
     """patch_nodes over the nodes matching `selector`, observed with one LIST."""
-    return patch_nodes(v1, list_nodes_json(v1, selector), labels, taints)
+    return patch_nodes(kube, list_nodes_json(kube, selector), labels, taints)
 
 
-def list_nodes_json(v1: CoreV1Api, selector: str) -> list[dict[str, Any]]:
-    """Nodes as plain JSON: at a thousand nodes, building typed models costs more than the LIST itself."""
-    with requesting(f"listing nodes {selector}"):
-        return json.loads(v1.list_node(label_selector=selector, _preload_content=False).data)["items"]
+def list_nodes_json(kube: Kube, selector: str) -> list[KubeObject]:
+    """The nodes `selector` matches ("": every node), in one LIST, as JSON: the one way gpuctl lists nodes
+    (gpu_nodes.gpu_nodes narrows it to the GPU nodes). At a thousand nodes JSON costs a fraction of the
+    kubernetes package's typed models."""
+    # as_kube: ops/platform_steps.py still hands a CoreV1Api built on the Kube
+    return as_kube(kube).list("v1", "Node", labels=selector, what=f"listing nodes {selector}")

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.dra import list_claims, list_slices
 from gpuctl.kube.errors import KubeNotFound
-from gpuctl.kube.gpu_nodes import gpu_node_items, model_of, nodegroup_in
-from gpuctl.kube.listing import list_items
+from gpuctl.kube.gpu_nodes import gpu_nodes, model_of, nodegroup_in
 from gpuctl.kube.objects import count
 from gpuctl.kube.prometheus import URL_ENV, Prometheus, Sample, check_prometheus_url
 from gpuctl.model import labels as L
@@ -306,9 +305,9 @@ def _pod_requests(pod: dict[str, Any]) -> dict[str, int]:
 
 
 def read_cluster(client: ApiClient) -> ClusterView:
-    """GPU nodes, pods (with their GPU requests) and tenants, in five LISTs read as JSON (kube/listing.py)."""
+    """GPU nodes, pods (with their GPU requests) and tenants, in five LISTs read as JSON."""
     nodes = {}
-    for node in gpu_node_items(client):
+    for node in gpu_nodes(client):
         labels = node["metadata"].get("labels") or {}
         name = node["metadata"]["name"]
         nodes[name] = NodeInfo(name, nodegroup_in(labels), model_of(labels),
@@ -316,13 +315,13 @@ def read_cluster(client: ApiClient) -> ClusterView:
                                int(labels.get("nvidia.com/gpu.replicas", "1") or 1), labels.get(L.MIG_CONFIG))
     pods = [PodInfo(p["metadata"]["namespace"], p["metadata"]["name"], p["spec"].get("nodeName"),
                     str((p.get("status") or {}).get("phase")), _pod_requests(p), bool(p["spec"].get("resourceClaims")))
-            for p in list_items(client, "/api/v1/pods", "listing pods")]
-    namespaces = list_items(client, "/api/v1/namespaces", "listing tenants", labelSelector=TENANT_LABEL)
-    quotas = {q["metadata"]["namespace"]: q for q in list_items(
-        client, "/api/v1/resourcequotas", "listing tenants' quotas", fieldSelector=f"metadata.name={QUOTA}")}
-    bindings = {b["metadata"]["namespace"]: b for b in list_items(
-        client, "/apis/rbac.authorization.k8s.io/v1/rolebindings", "listing tenants' role bindings",
-        fieldSelector=f"metadata.name={BINDING}")} if namespaces else {}
+            for p in client.list("v1", "Pod", what="listing pods")]
+    namespaces = client.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenants")
+    quotas = {q["metadata"]["namespace"]: q for q in client.list(
+        "v1", "ResourceQuota", fields=f"metadata.name={QUOTA}", what="listing tenants' quotas")}
+    bindings = {b["metadata"]["namespace"]: b for b in client.list(
+        "rbac.authorization.k8s.io/v1", "RoleBinding", fields=f"metadata.name={BINDING}",
+        what="listing tenants' role bindings")} if namespaces else {}
     tenants = {}
     for ns in namespaces:
         name = ns["metadata"]["name"]
