@@ -14,16 +14,13 @@ a webhook whose sideEffects are None or NoneOnDryRun, and refuses the request ot
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuctl.kube.errors import KubeApiError
+from gpuctl.kube.kube import Kube
 from gpuctl.util.errors import WaitTimeout
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 IN_FORCE_TIMEOUT_S = 30.0
 _POLL_S = 0.05
@@ -41,20 +38,24 @@ def _refused_by(exc: KubeApiError, policy: str) -> bool | None:
     raise exc.in_context(f"probing admission policy {policy}") from None
 
 
-def wait_until_refused(client: ApiClient, policy: str, namespace: str, pods: list[dict[str, Any]],
+def _dry_run_create(kube: Kube, api_version: str, kind: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server would store for `obj` (admission included), writing nothing. A plain request, not
+    Kube.create: a refusal is the answer a probe waits for, its error in the probe's own words."""
+    path = kube.resource(api_version, kind).path(namespace)
+    return kube.request("POST", path, body=obj, query={"dryRun": "All"})
+
+
+def wait_until_refused(kube: Kube, policy: str, namespace: str, pods: list[dict[str, Any]],
                        timeout: float = IN_FORCE_TIMEOUT_S) -> float:
     """Dry-run-create each of `pods` in `namespace` until `policy` refuses every one; the seconds waited.
     WaitTimeout (exit 7) naming the policy and namespace when it is not in force by `timeout`."""
-    from kubernetes.client import CoreV1Api
-
-    v1 = CoreV1Api(client)
     started = time.monotonic()
     pending = list(pods)
     while True:
         still: list[dict[str, Any]] = []
         for pod in pending:
             try:
-                v1.create_namespaced_pod(namespace, pod, dry_run="All")
+                _dry_run_create(kube, "v1", "Pod", namespace, pod)
             except KubeApiError as exc:  # a refusal is the answer we want
                 if _refused_by(exc, policy):
                     continue
@@ -78,20 +79,17 @@ def _webhook_unreachable(exc: KubeApiError) -> bool:
     return "failed calling webhook" in (exc.body or exc.detail)
 
 
-def wait_until_mutated(client: ApiClient, namespace: str, job: dict[str, Any], done: Callable[[dict[str, Any]], bool],
+def wait_until_mutated(kube: Kube, namespace: str, job: dict[str, Any], done: Callable[[dict[str, Any]], bool],
                        what: str, hint: str, timeout: float = IN_FORCE_TIMEOUT_S) -> float:
     """Dry-run-create the batch/v1 `job` in `namespace` until `done` holds for the Job the API server answers
     (as it would store it, mutating admission included); the seconds waited. A webhook the API server cannot
     call yet is waited for; another refusal is raised. WaitTimeout (exit 7) saying `what` is not in force in
     the namespace, with `hint`, after `timeout`."""
-    from kubernetes.client import BatchV1Api
-
-    batch = BatchV1Api(client)
     started = time.monotonic()
     seen = ""
     while True:
         try:
-            answer = json.loads(batch.create_namespaced_job(namespace, job, dry_run="All", _preload_content=False).data)
+            answer = _dry_run_create(kube, "batch/v1", "Job", namespace, job)
         except KubeApiError as exc:
             if not _webhook_unreachable(exc):
                 raise exc.in_context(f"probing {what} in namespace {namespace}") from None

@@ -10,19 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuctl.kube.errors import requesting
 from gpuctl.kube.kube import Kube
-from gpuctl.kube.objects import apply
 
 
 def apply_crds(kubeconfig: Path | None, context: str | None, crds: list[dict[str, Any]]) -> None:
     """Server-side apply each CustomResourceDefinition of `crds` (other kinds are ignored)."""
-    from kubernetes.client import ApiextensionsV1Api
-
-    api = ApiextensionsV1Api(Kube.connect(kubeconfig, context))
+    kube = Kube.connect(kubeconfig, context)
     for crd in crds:
-        if not crd or crd.get("kind") != "CustomResourceDefinition":
-            continue
-        name = crd["metadata"]["name"]
-        with requesting(f"upgrading CRD {name}"):
-            apply(api.patch_custom_resource_definition, name, crd)
+        if crd and crd.get("kind") == "CustomResourceDefinition":
+            kube.apply(crd)

@@ -6,18 +6,18 @@ them; values keys as its values.yaml at v0.4.1 has them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuctl.kube.errors import KubeNotFound
+from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change
 from gpuctl.model.charts import DRA_DRIVER, chart_ref
 from gpuctl.model.dra import ALPHA_SHARING_GATES, API_VERSION, GPU_CLASS
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import tolerations
-from gpuctl.stack.helm import HelmTarget, Release
+from gpuctl.stack.helm import HelmTarget, Release, ensure_release
+from gpuctl.stack.owners import ExistingStackError
 from gpuctl.util.errors import UsageError
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 NAMESPACE = "dra-driver-nvidia-gpu"
 RELEASE = "dra-driver-nvidia-gpu"
@@ -49,19 +49,13 @@ def dra_release(spec: StackSpec, field: str = "--charts") -> Release:
     return Release(RELEASE, NAMESPACE, chart_ref(DRA_DRIVER, spec.charts, field), dra_values(spec))
 
 
-def dra_driver_owner(client: ApiClient) -> str | None:
+def dra_driver_owner(kube: Kube) -> str | None:
     """Who serves GPUs by claim here: "release R in namespace N" (from the Helm annotations of DeviceClass
     gpu.nvidia.com), "someone" for a DeviceClass without them, None without one."""
-    from kubernetes.client import ResourceV1Api
-
-    from gpuctl.kube.client import get_or_none
-    from gpuctl.kube.errors import requesting
-
-    with requesting(f"reading DeviceClass {GPU_CLASS}"):
-        device_class = get_or_none(ResourceV1Api(client).read_device_class, GPU_CLASS)
+    device_class = kube.get_or_none(API_VERSION, "DeviceClass", GPU_CLASS)
     if device_class is None:
         return None
-    annotations = device_class.metadata.annotations or {}
+    annotations = device_class.annotations
     release = annotations.get("meta.helm.sh/release-name")
     if not release:
         return "someone"
@@ -72,13 +66,11 @@ def ours(owner: str | None) -> bool:
     return owner == f"release {RELEASE} in namespace {NAMESPACE}"
 
 
-def check_dra_mode(client: ApiClient, stack: StackSpec) -> str | None:
+def check_dra_mode(kube: Kube, stack: StackSpec) -> str | None:
     """Before any write: DRA mode needs resource.k8s.io/v1 (UsageError, exit 2), and a cluster where a DRA
     driver serves GPUs needs DRA mode (ExistingStackError, exit 2: a device plugin beside it would count every
     GPU twice). Returns the owner of a DRA driver that is not gpuctl's, which DRA mode then uses."""
-    from gpuctl.stack.owners import ExistingStackError
-
-    owner = dra_driver_owner(client)
+    owner = dra_driver_owner(kube)
     if not stack.dra:
         if owner is None:
             return None
@@ -86,20 +78,15 @@ def check_dra_mode(client: ApiClient, stack: StackSpec) -> str | None:
         raise ExistingStackError(f"a DRA driver serves GPUs on this cluster (DeviceClass {GPU_CLASS}, {owner}); "
                                  "the GPU Operator's device plugin would count every GPU twice",
                                  f"keep DRA mode (--dra, spec.dra.enabled: true), or {remove}, then rerun")
-    if owner is None and not _serves_resource_v1(client):
+    if owner is None and not _serves_resource_v1(kube):
         raise UsageError("spec.dra.enabled (--dra)", f"the cluster serves no {API_VERSION}: DRA is GA from "
                          "Kubernetes 1.34", "upgrade the cluster to 1.34 or later, or leave DRA mode off")
     return None if owner is None or ours(owner) else owner
 
 
-def _serves_resource_v1(client: ApiClient) -> bool:
-    from kubernetes.client import ResourceV1Api
-
-    from gpuctl.kube.errors import KubeNotFound, requesting
-
+def _serves_resource_v1(kube: Kube) -> bool:
     try:
-        with requesting(f"discovering {API_VERSION}"):
-            ResourceV1Api(client).get_api_resources(_preload_content=False).drain_conn()
+        kube.request("GET", f"/apis/{API_VERSION}", what=f"discovering {API_VERSION}")
     except KubeNotFound:
         return False
     return True
@@ -107,8 +94,6 @@ def _serves_resource_v1(client: ApiClient) -> bool:
 
 def install_dra_driver(helm: HelmTarget, stack: StackSpec, foreign: str | None) -> Change:
     """gpuctl's release of the DRA driver; a driver someone else installed is used as it is."""
-    from gpuctl.stack.helm import ensure_release
-
     if foreign is not None:
         return Change.NO_CHANGE
     return ensure_release(helm, dra_release(stack))

@@ -21,14 +21,14 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.errors import KubeApiError, KubeNotFound
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 RELEASE_ANNOTATION = "meta.helm.sh/release-name"
 RELEASE_NAMESPACE_ANNOTATION = "meta.helm.sh/release-namespace"
@@ -37,6 +37,7 @@ NFD_CHART = "node-feature-discovery"
 OUR_OPERATOR = ("gpu-operator", NAMESPACE)  # (release, namespace) of gpuctl's own releases
 OUR_NFD = ("node-feature-discovery", NAMESPACE)
 OURS = {OUR_OPERATOR, OUR_NFD}
+POLICY_API = "nvidia.com/v1"  # the GPU Operator's ClusterPolicy
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 OPERATOR_SELECTOR = "app.kubernetes.io/component=gpu-operator"
 HELM_RELEASES = "owner=helm,status=deployed"
@@ -160,7 +161,7 @@ def _labels(obj: dict[str, Any]) -> dict[str, str]:
     return obj.get("metadata", {}).get("labels") or {}
 
 
-def _operator_namespace(release_namespace: str | None, deployments: list[dict[str, Any]]) -> str:
+def _operator_namespace(release_namespace: str | None, deployments: Sequence[dict[str, Any]]) -> str:
     """The namespace of the operator Deployment (its OPERATOR_NAMESPACE): the release's own when it has
     one there, else the only one, else the release's namespace."""
     spaces = [d["metadata"]["namespace"] for d in deployments]
@@ -169,8 +170,8 @@ def _operator_namespace(release_namespace: str | None, deployments: list[dict[st
     return spaces[0] if spaces else NAMESPACE
 
 
-def find_operators(releases: list[HelmRelease], policies: list[dict[str, Any]],
-                   deployments: list[dict[str, Any]]) -> tuple[Operator, ...]:
+def find_operators(releases: list[HelmRelease], policies: Sequence[dict[str, Any]],
+                   deployments: Sequence[dict[str, Any]]) -> tuple[Operator, ...]:
     """GPU Operators: one per ClusterPolicy (named by its Helm annotations), and one per GPU Operator
     release whose ClusterPolicy is not there."""
     found: list[Operator] = []
@@ -269,8 +270,8 @@ def can_run_on(pod_spec: dict[str, Any], node: dict[str, Any]) -> bool:
     return True
 
 
-def find_stack(releases: list[HelmRelease], policies: list[dict[str, Any]], deployments: list[dict[str, Any]],
-               daemon_sets: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> ExistingStack:
+def find_stack(releases: list[HelmRelease], policies: Sequence[dict[str, Any]], deployments: Sequence[dict[str, Any]],
+               daemon_sets: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]]) -> ExistingStack:
     plugin_sets = [d for d in daemon_sets if is_device_plugin(d["metadata"]["name"])]
     templates = [((d.get("spec") or {}).get("template") or {}).get("spec") or {} for d in plugin_sets]
     host = tuple(sorted(n["metadata"]["name"] for n in nodes
@@ -285,67 +286,50 @@ def find_stack(releases: list[HelmRelease], policies: list[dict[str, Any]], depl
 # -- reading the cluster ---------------------------------------------------------------------------
 
 
-def _plain(client: ApiClient, items: list[Any]) -> list[dict[str, Any]]:
-    return [client.sanitize_for_serialization(i) for i in items]
-
-
-def read_releases(client: ApiClient) -> list[HelmRelease]:
+def read_releases(kube: Kube) -> list[HelmRelease]:
     """Deployed Helm releases; none where Secrets may not be listed (the ClusterPolicy still names its own)."""
-    from kubernetes.client import CoreV1Api
-
     try:
-        with requesting("listing Helm releases"):
-            secrets = CoreV1Api(client).list_secret_for_all_namespaces(label_selector=HELM_RELEASES).items
+        secrets = kube.list("v1", "Secret", labels=HELM_RELEASES, what="listing Helm releases")
     except KubeApiError as exc:
         if exc.status in (401, 403):
             return []
         raise
-    return [r for r in (release_of_secret(s) for s in _plain(client, secrets)) if r is not None]
+    return [r for r in (release_of_secret(s) for s in secrets) if r is not None]
 
 
-def read_policies(client: ApiClient) -> list[dict[str, Any]]:
-    from kubernetes.client import CustomObjectsApi
-
+def read_policies(kube: Kube) -> list[KubeObject]:
     try:
-        with requesting("listing ClusterPolicies"):
-            return CustomObjectsApi(client).list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
+        return kube.list(POLICY_API, "ClusterPolicy", what="listing ClusterPolicies")
     except KubeNotFound:
         return []  # no ClusterPolicy CRD: no GPU Operator
 
 
-def read_operator_deployments(client: ApiClient) -> list[dict[str, Any]]:
-    from kubernetes.client import AppsV1Api
-
-    with requesting("listing GPU Operator Deployments"):
-        items = AppsV1Api(client).list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
-    return _plain(client, items)
+def read_operator_deployments(kube: Kube) -> list[KubeObject]:
+    return kube.list("apps/v1", "Deployment", labels=OPERATOR_SELECTOR, what="listing GPU Operator Deployments")
 
 
-def read_operators(client: ApiClient) -> tuple[Operator, ...]:
-    return find_operators(read_releases(client), read_policies(client), read_operator_deployments(client))
+def read_operators(kube: Kube) -> tuple[Operator, ...]:
+    return find_operators(read_releases(kube), read_policies(kube), read_operator_deployments(kube))
 
 
-def read_stack(client: ApiClient) -> ExistingStack:
-    from kubernetes.client import AppsV1Api, CoreV1Api
-
-    with requesting("listing DaemonSets and nodes"):
-        daemon_sets = AppsV1Api(client).list_daemon_set_for_all_namespaces().items
-        nodes = CoreV1Api(client).list_node().items
-    return find_stack(read_releases(client), read_policies(client), read_operator_deployments(client),
-                      _plain(client, daemon_sets), _plain(client, nodes))
+def read_stack(kube: Kube) -> ExistingStack:
+    daemon_sets = kube.list("apps/v1", "DaemonSet", what="listing DaemonSets and nodes")
+    nodes = kube.list("v1", "Node", what="listing DaemonSets and nodes")
+    return find_stack(read_releases(kube), read_policies(kube), read_operator_deployments(kube),
+                      daemon_sets, nodes)
 
 
-def configured_operator(client: ApiClient) -> Operator | None:
+def configured_operator(kube: Kube) -> Operator | None:
     """Another's GPU Operator that gpuctl configures through its ClusterPolicy (none when gpuctl's own
     release is there, or no operator is)."""
     # The ClusterPolicies' own Helm annotations say whose they are: no need to read release Secrets here.
-    operators = find_operators([], read_policies(client), read_operator_deployments(client))
+    operators = find_operators([], read_policies(kube), read_operator_deployments(kube))
     foreign = [o for o in operators if not o.ours and o.policy]
     return foreign[0] if foreign and not any(o.ours for o in operators) else None
 
 
-def config_namespace(client: ApiClient) -> str:
+def config_namespace(kube: Kube) -> str:
     """Where the device plugin and MIG manager read gpuctl's ConfigMaps: the namespace of the GPU
     Operator gpuctl configures (its own release's, or the one it found), gpu-operator without one."""
-    operator = configured_operator(client)
+    operator = configured_operator(kube)
     return operator.namespace if operator else NAMESPACE

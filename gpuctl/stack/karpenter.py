@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeNotFound, requesting
-from gpuctl.kube.objects import MANAGED, apply
+from gpuctl.kube.errors import KubeNotFound
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.objects import MANAGED
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.mig import advertised_resources, config_name
@@ -28,12 +29,9 @@ from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.output import info
 from gpuctl.util.templating import render_template
 
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
 KARPENTER = "karpenter.sh"
-PLURALS = {"NodePool": "nodepools", "NodeOverlay": "nodeoverlays", "EC2NodeClass": "ec2nodeclasses",
-           "KWOKNodeClass": "kwoknodeclasses"}
+NODEPOOL_API = f"{KARPENTER}/v1"  # NodePool, NodeClaim
+OVERLAY_API = f"{KARPENTER}/v1alpha1"  # NodeOverlay
 CAPACITY_TYPES = ("on-demand", "spot")
 CONSOLIDATE_AFTER = "10m"  # an empty GPU node is expensive, but not worth churning for a short gap
 EXPIRE_AFTER = "720h"  # Karpenter's default: nodes are replaced (and re-imaged) monthly
@@ -132,16 +130,16 @@ OVERLAY_GATE_NOTE = ("a NodeOverlay sizes shared nodes by what they advertise on
                      "launches a node per physical GPU requested")
 
 
-def nodepool_step(client: ApiClient, objects: Callable[[], list[dict[str, Any]]], note: str = "") -> Step:
+def nodepool_step(kube: Kube, objects: Callable[[], list[dict[str, Any]]], note: str = "") -> Step:
     """The step that applies `objects` (the node class, then pool_objects): plan observes, apply ensures, saying
     `note` first where the objects hold a NodeOverlay."""
     def act() -> Change:
         wanted = objects()
         if note and any(o["kind"] == "NodeOverlay" for o in wanted):
             info(f"  {note}")
-        return ensure_objects(client, wanted)
+        return ensure_objects(kube, wanted)
 
-    return Step("apply-karpenter-nodepool", lambda: observe_objects(client, objects()), act)
+    return Step("apply-karpenter-nodepool", lambda: observe_objects(kube, objects()), act)
 
 
 def is_subset(want: Any, have: Any) -> bool:
@@ -153,19 +151,9 @@ def is_subset(want: Any, have: Any) -> bool:
     return want == have
 
 
-def _target(obj: dict[str, Any]) -> tuple[str, str, str, str]:
-    group, version = obj["apiVersion"].split("/")
-    return group, version, PLURALS[obj["kind"]], obj["metadata"]["name"]
-
-
-def _with_current(api: Any, objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], tuple[str, ...], Any]]:
-    """Each object with its API target and the cluster's copy of it (None where it is missing)."""
-    found: list[tuple[dict[str, Any], tuple[str, ...], Any]] = []
-    for obj in objects:
-        target = _target(obj)
-        with requesting(f"reading {obj['kind']} {target[-1]}"):
-            found.append((obj, target, get_or_none(api.get_cluster_custom_object, *target)))
-    return found
+def _with_current(kube: Kube, objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], KubeObject | None]]:
+    """Each object with the cluster's copy of it (None where it, or its kind, is missing)."""
+    return [(obj, kube.get_or_none(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])) for obj in objects]
 
 
 def _outcome(created: list[bool], total: int) -> Change:
@@ -175,64 +163,58 @@ def _outcome(created: list[bool], total: int) -> Change:
     return Change.CREATED if len(created) == total and all(created) else Change.UPDATED
 
 
-def observe_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Observed:
+def observe_objects(kube: Kube, objects: list[dict[str, Any]]) -> Observed:
     """What ensure_objects would do, without its write."""
-    from kubernetes.client import CustomObjectsApi
-
-    pending = [(obj, current is None) for obj, _, current in _with_current(CustomObjectsApi(client), objects)
+    pending = [(obj, current is None) for obj, current in _with_current(kube, objects)
                if current is None or not is_subset(obj, current)]
     pending.sort(key=lambda p: not p[1])  # the missing ones first
     return Observed(_outcome([missing for _, missing in pending], len(objects)),
                     ", ".join(f"{obj['kind']} {obj['metadata']['name']}" for obj, _ in pending))
 
 
-def ensure_objects(client: ApiClient, objects: list[dict[str, Any]]) -> Change:
+def ensure_objects(kube: Kube, objects: list[dict[str, Any]]) -> Change:
     """Server-side apply each cluster-scoped Karpenter object that is missing or differs."""
-    from kubernetes.client import CustomObjectsApi
-
-    api = CustomObjectsApi(client)
     created = []
-    for obj, target, current in _with_current(api, objects):
+    for obj, current in _with_current(kube, objects):
         if current is not None and is_subset(obj, current):
             continue
-        kind = obj["kind"]
+        kind, name, api = obj["kind"], obj["metadata"]["name"], obj["apiVersion"]
         try:
-            with requesting(f"applying {kind} {target[-1]}"):
-                apply(api.patch_cluster_custom_object, *target, obj)
+            kube.apply(obj)
         except KubeNotFound:  # the resource type itself is unknown
             if kind == "NodeOverlay":  # the pools work without it; Karpenter then sizes by physical GPUs
-                info(f"  the cluster's Karpenter has no NodeOverlay resource ({target[0]}/{target[1]}): "
-                     f"{target[-1]} not applied, so Karpenter launches a node per physical GPU requested; "
+                info(f"  the cluster's Karpenter has no NodeOverlay resource ({api}): "
+                     f"{name} not applied, so Karpenter launches a node per physical GPU requested; "
                      "install a Karpenter release that serves it to size shared nodes by what they advertise")
                 continue
-            raise ClusterError(f"the cluster has no {kind} resource ({target[0]}/{target[1]}): Karpenter v1 is "
+            raise ClusterError(f"the cluster has no {kind} resource ({api}): Karpenter v1 is "
                                "not installed", "install Karpenter (https://karpenter.sh) or drop --karpenter"
                                ) from None
         created.append(current is None)
     return _outcome(created, len(objects))
 
 
-def remove_capacity(client: ApiClient, timeout: float) -> int:
+def _list_or_none(kube: Kube, api_version: str, kind: str, labels: str, what: str) -> list[KubeObject]:
+    """The objects; none where Karpenter (the kind) is not installed."""
+    try:
+        return kube.list(api_version, kind, labels=labels, what=what)
+    except KubeNotFound:
+        return []
+
+
+def remove_capacity(kube: Kube, timeout: float) -> int:
     """Delete gpuctl's NodePools and NodeOverlays and wait until Karpenter has terminated the NodeClaims (and
     so the nodes and instances) the pools launched: what must go before a cluster does, while Karpenter still
     runs, since each carries Karpenter's termination finalizer. Returns how many NodeClaims there were; 0
     where Karpenter is not installed."""
-    from kubernetes.client import CustomObjectsApi
-
-    api = CustomObjectsApi(client)
     selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
     pools: list[str] = []
-    for kind, version in (("NodeOverlay", "v1alpha1"), ("NodePool", "v1")):
-        with requesting(f"listing gpuctl's {kind}s"):
-            found = get_or_none(api.list_cluster_custom_object, KARPENTER, version, PLURALS[kind],
-                                label_selector=selector)
-        for item in (found or {}).get("items", []):
-            name = item["metadata"]["name"]
+    for kind, api in (("NodeOverlay", OVERLAY_API), ("NodePool", NODEPOOL_API)):
+        for item in _list_or_none(kube, api, kind, selector, f"listing gpuctl's {kind}s"):
             if kind == "NodePool":
-                pools.append(name)
-            with requesting(f"deleting {kind} {name}"):
-                get_or_none(api.delete_cluster_custom_object, KARPENTER, version, PLURALS[kind], name)
-    return wait_for_claims_gone(api, pools, timeout) if pools else 0
+                pools.append(item.name)
+            kube.delete(api, kind, item.name)
+    return wait_for_claims_gone(kube, pools, timeout) if pools else 0
 
 
 # -- a NodePool as a node group: what `nodegroup list|scale|delete` read and change -------------------------
@@ -250,105 +232,79 @@ class Pool:
     ready: int  # its nodes that are Ready
 
 
-def _pool_of(item: dict[str, Any], claims: list[dict[str, Any]], nodes: list[Any]) -> Pool | None:
+def _pool_of(item: KubeObject, claims: list[KubeObject], nodes: list[KubeObject]) -> Pool | None:
     """A Pool from a NodePool gpuctl rendered (its nodes carry the group's labels); None for any other."""
-    labels = (((item.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+    labels = item.at("spec", "template", "metadata", "labels", default={})
     group = labels.get(L.NODEGROUP)
-    name = item["metadata"]["name"]
+    name = item.name
     if not group or name != nodepool_name(group):
         return None
-    limit = str(((item.get("spec") or {}).get("limits") or {}).get("nodes", "0"))
-    mine = lambda labels: (labels or {}).get(L.KARPENTER_NODEPOOL) == name  # noqa: E731
-    ready = sum(1 for n in nodes if mine(n.metadata.labels)
-                and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
+    limit = str(item.at("spec", "limits", "nodes", default="0"))
+    ready = sum(1 for n in nodes if n.labels.get(L.KARPENTER_NODEPOOL) == name
+                and (n.condition("Ready") or {}).get("status") == "True")
     return Pool(group, labels.get(L.GPU_MODEL, "?"), int(labels.get(L.GPUS_PER_NODE) or 0),
-                int(limit) if limit.isdigit() else 0, sum(1 for c in claims if mine(c["metadata"].get("labels"))),
-                ready)
+                int(limit) if limit.isdigit() else 0,
+                sum(1 for c in claims if c.labels.get(L.KARPENTER_NODEPOOL) == name), ready)
 
 
-def read_pools(client: ApiClient) -> dict[str, Pool]:
+def read_pools(kube: Kube) -> dict[str, Pool]:
     """gpuctl's NodePools by node group, with their NodeClaims and nodes; {} where Karpenter is not installed."""
-    from kubernetes.client import CoreV1Api, CustomObjectsApi
-
-    api = CustomObjectsApi(client)
     selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
-    with requesting("listing gpuctl's NodePools"):
-        found = get_or_none(api.list_cluster_custom_object, KARPENTER, "v1", PLURALS["NodePool"],
-                            label_selector=selector)
-    items = (found or {}).get("items", [])
+    items = _list_or_none(kube, NODEPOOL_API, "NodePool", selector, "listing gpuctl's NodePools")
     if not items:
         return {}
-    with requesting("listing Karpenter's NodeClaims"):
-        claims = (get_or_none(api.list_cluster_custom_object, KARPENTER, "v1", "nodeclaims",
-                              label_selector=L.KARPENTER_NODEPOOL) or {}).get("items", [])
-    with requesting("listing the nodes Karpenter launched"):
-        nodes = CoreV1Api(client).list_node(label_selector=L.KARPENTER_NODEPOOL).items
+    claims = _list_or_none(kube, NODEPOOL_API, "NodeClaim", L.KARPENTER_NODEPOOL, "listing Karpenter's NodeClaims")
+    nodes = kube.list("v1", "Node", labels=L.KARPENTER_NODEPOOL, what="listing the nodes Karpenter launched")
     pools = (_pool_of(item, claims, nodes) for item in items)
     return {p.group: p for p in pools if p is not None}
 
 
-def set_pool_limit(client: ApiClient, group: str, max_nodes: int) -> Change:
+def set_pool_limit(kube: Kube, group: str, max_nodes: int) -> Change:
     """Limit node group `group`'s NodePool to `max_nodes` nodes (and their GPUs, as its nodes advertise them:
     the ratio its limits hold, or its NodeOverlay's capacity). Nodes launched beyond a lowered limit stay
     until Karpenter consolidates them: a limit only stops new launches."""
-    from kubernetes.client import CustomObjectsApi
-
-    from gpuctl.kube.objects import MERGE_PATCH
-
-    api = CustomObjectsApi(client)
     name = nodepool_name(group)
-    with requesting(f"reading NodePool {name}"):
-        pool = get_or_none(api.get_cluster_custom_object, KARPENTER, "v1", PLURALS["NodePool"], name)
+    pool = kube.get_or_none(NODEPOOL_API, "NodePool", name)
     if pool is None:
         raise ClusterError(f"NodePool {name} of node group {group!r} is gone", "rerun 'gpuctl nodegroup list'")
-    limits = dict((pool.get("spec") or {}).get("limits") or {})
+    limits = dict(pool.at("spec", "limits", default={}))
     wanted: dict[str, Any] = {"nodes": max_nodes}
     if L.GPU_RESOURCE in limits:  # none with MIG: a MIG node's whole GPUs are 0
-        wanted[L.GPU_RESOURCE] = max_nodes * _advertised_gpus(api, pool)
+        wanted[L.GPU_RESOURCE] = max_nodes * _advertised_gpus(kube, pool)
     if all(str(limits.get(k)) == str(v) for k, v in wanted.items()):
         return Change.NO_CHANGE
-    with requesting(f"setting the limits of NodePool {name}"):
-        api.patch_cluster_custom_object(KARPENTER, "v1", PLURALS["NodePool"], name, {"spec": {"limits": wanted}},
-                                        field_manager=L.MANAGER, _content_type=MERGE_PATCH)
+    kube.patch(NODEPOOL_API, "NodePool", name, {"spec": {"limits": wanted}})
     return Change.UPDATED
 
 
-def _advertised_gpus(api: Any, pool: dict[str, Any]) -> int:
+def _advertised_gpus(kube: Kube, pool: KubeObject) -> int:
     """nvidia.com/gpu one node of the NodePool advertises: its NodeOverlay's capacity where it has one
     (a shared GPU counts as its slices), else its GPUs per node."""
-    name = pool["metadata"]["name"]
-    with requesting(f"reading NodeOverlay {name}"):
-        overlay = get_or_none(api.get_cluster_custom_object, KARPENTER, "v1alpha1", PLURALS["NodeOverlay"], name)
-    capacity = ((overlay or {}).get("spec") or {}).get("capacity") or {}
+    overlay = kube.get_or_none(OVERLAY_API, "NodeOverlay", pool.name)
+    capacity = (overlay or KubeObject()).at("spec", "capacity", default={})
     if str(capacity.get(L.GPU_RESOURCE, "")).isdigit():
         return int(capacity[L.GPU_RESOURCE])
-    labels = ((pool["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+    labels = pool.at("spec", "template", "metadata", "labels", default={})
     return int(labels.get(L.GPUS_PER_NODE) or 0)
 
 
-def remove_pool(client: ApiClient, group: str, timeout: float) -> int:
+def remove_pool(kube: Kube, group: str, timeout: float) -> int:
     """Delete node group `group`'s NodeOverlay and NodePool and wait until Karpenter has terminated the
     NodeClaims it launched; how many there were."""
-    from kubernetes.client import CustomObjectsApi
-
-    api = CustomObjectsApi(client)
     name = nodepool_name(group)
-    for kind, version in (("NodeOverlay", "v1alpha1"), ("NodePool", "v1")):
-        with requesting(f"deleting {kind} {name}"):
-            get_or_none(api.delete_cluster_custom_object, KARPENTER, version, PLURALS[kind], name)
-    return wait_for_claims_gone(api, [name], timeout)
+    for kind, api in (("NodeOverlay", OVERLAY_API), ("NodePool", NODEPOOL_API)):
+        kube.delete(api, kind, name)  # (False: gone already, or Karpenter serves no such kind)
+    return wait_for_claims_gone(kube, [name], timeout)
 
 
-def wait_for_claims_gone(api: Any, pools: list[str], timeout: float) -> int:
+def wait_for_claims_gone(kube: Kube, pools: list[str], timeout: float) -> int:
     """Until no NodeClaim of `pools` is left (Karpenter drains and terminates each); how many there were."""
     claims_of = f"{L.KARPENTER_NODEPOOL} in ({','.join(pools)})"
     deadline = time.monotonic() + timeout
     first: int | None = None
     while True:
-        with requesting("listing Karpenter's NodeClaims"):
-            found = get_or_none(api.list_cluster_custom_object, KARPENTER, "v1", "nodeclaims",
-                                label_selector=claims_of)
-        left = sorted(c["metadata"]["name"] for c in (found or {}).get("items", []))
+        found = _list_or_none(kube, NODEPOOL_API, "NodeClaim", claims_of, "listing Karpenter's NodeClaims")
+        left = sorted(c.name for c in found)
         first = len(left) if first is None else first
         if not left:
             return first

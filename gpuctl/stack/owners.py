@@ -15,9 +15,9 @@ decides what gpuctl does with it:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.errors import requesting
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.stack.existing import (
     NOT_DEVICE_PLUGINS,
@@ -31,9 +31,6 @@ from gpuctl.stack.existing import (
 )
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.util.errors import ExitCode, GpuctlError
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 __all__ = ["NOT_DEVICE_PLUGINS", "OURS", "RELEASE_ANNOTATION", "ExistingStackError", "StackPlan",
            "check_single_owners", "is_device_plugin", "list_daemon_sets"]
@@ -69,11 +66,9 @@ class StackPlan:
         return f"NFD: {self.nfd.describe()} (not gpuctl's; used as it is, no second NFD installed)"
 
 
-def list_daemon_sets(client: ApiClient) -> list[Any]:
-    from kubernetes.client import AppsV1Api
-
-    with requesting("listing DaemonSets"):
-        return AppsV1Api(client).list_daemon_set_for_all_namespaces().items
+def list_daemon_sets(kube: Kube) -> list[KubeObject]:
+    """Every DaemonSet, in every namespace, as JSON."""
+    return kube.list("apps/v1", "DaemonSet", what="listing DaemonSets")
 
 
 def _plugin_error(plugin: Workload) -> ExistingStackError:
