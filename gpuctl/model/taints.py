@@ -60,10 +60,18 @@ def parse_taints(texts: Iterable[str], field: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+# Taints Kubernetes, autoscalers and the sim put on nodes for a while: no node group's, never tolerated for it.
+TRANSIENT_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "karpenter.sh/", "sim.gpuctl.dev/",
+                    "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler")
+
+
 def tolerations(taints: Iterable[Taint]) -> list[dict[str, Any]]:
     return [t.toleration() for t in taints]
 
 
 def node_taint(taint: Any) -> Taint:
-    """A node's taint (kubernetes.client V1Taint, whose value may be None) as a Taint."""
+    """A node's taint as JSON (`spec.taints[i]` of a Node: its value may be absent) as a Taint. (A typed
+    V1Taint is still taken while callers move to gpuctl.kube's JSON objects, issue 29.)"""
+    if isinstance(taint, dict):
+        return Taint(taint["key"], taint.get("value") or "", taint["effect"])
     return Taint(taint.key, taint.value or "", taint.effect)

@@ -23,6 +23,7 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.kube import Kube
 from gpuctl.model import promql
 from gpuctl.model.mig import check_layout, parse_layout
 from gpuctl.model.sharing import MAX_REPLICAS, max_replicas
@@ -45,8 +46,6 @@ from gpuctl.ops.tenancy.queues import queue_settings
 from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.kube.prometheus import Prometheus
     from gpuctl.model.catalog import GpuModel
     from gpuctl.model.spec import GroupPlan
@@ -60,19 +59,19 @@ NOTHING = "nothing to advise"
 ENOUGH_COVERAGE = 0.9  # the share of the window Prometheus must cover for advice (docs/observing.md)
 
 
-def advise(client: ApiClient, prom: Prometheus, window: str, context: str | None = None,
+def advise(kube: Kube, prom: Prometheus, window: str, context: str | None = None,
            now: datetime | None = None) -> dict[str, Any]:
     """{prometheus, window, coverage, advice: [...], withheld, notes}: each piece of advice with its figures and
     command; none, and `withheld` saying why and until when, where Prometheus covers too little of the window
     (withheld()). Prometheus is read first (what is most likely unreachable), then the cluster."""
-    metrics, view = read_all(client, prom, window)
+    metrics, view = read_all(kube, prom, window)
     found = {"prometheus": prom.url.shown, "window": window, "coverage": metrics.coverage}
     gate = withheld(metrics, window, now or datetime.now(timezone.utc))
     if gate is not None:
         return {**found, "advice": [], "withheld": gate, "notes": [n for n in (claims_note(view),) if n]}
-    read_queues(client, view)
-    identity = cluster_identity(client.configuration.host, context)
-    advice = advice_of(view, recorded_groups(client), metrics.devices, metrics.usage, window, identity)
+    read_queues(kube, view)
+    identity = cluster_identity(kube.server, context)
+    advice = advice_of(view, recorded_groups(kube), metrics.devices, metrics.usage, window, identity)
     notes = [n for n in (coverage_note(metrics, window), claims_note(view)) if n is not None]
     return {**found, "advice": advice, "withheld": None, "notes": notes}
 

@@ -16,11 +16,14 @@ The wait lasts while nodes keep converging (gpuctl.util.waiting): 1,000 nodes ta
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timezone
+from typing import Any
 
-from gpuctl.kube.client import core
+from gpuctl.kube.errors import KubeNotFound, requesting
+from gpuctl.kube.gpu_nodes import gpu_resources
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.change import Change
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.validate import (
@@ -33,9 +36,6 @@ from gpuctl.ops.validate import (
 )
 from gpuctl.util.output import info
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, V1Node
 
 RACE_GRACE_S = 10.0  # a device plugin registers its GPUs within seconds of starting
 CONFIG_RACE_SHORT = "launched by Karpenter, its device plugin serves no GPU (NVIDIA/k8s-device-plugin #1645)"
@@ -57,26 +57,23 @@ class CapacityState:
         return self.capacity.ok and self.agents.ok
 
 
-def capacity_check(client: ApiClient, selector: str, dra: bool) -> CapacityState:
+def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
     """Allocatable against the configuration and the device plugin rolled out and ready; in DRA mode the
     devices the DRA driver's slices publish and its kubelet plugins ready."""
-    from gpuctl.kube.gpu_nodes import gpu_resources
-
-    v1 = core(client)
-    nodes = v1.list_node(label_selector=selector).items
+    nodes = kube.list("v1", "Node", labels=selector)
     if not nodes:  # a group Karpenter launches, before its first node: nothing serves or waits yet
         none = "no nodes yet (Karpenter launches them for pending pods)"
         return CapacityState(Check("capacity", True, none), Check("device-plugin", True, none), ())
-    plugin, mig = read_configs(client)
+    plugin, mig = read_configs(kube)
     if dra:
-        return _dra_check(client, nodes, mig)
-    expected = {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}
-    found = device_plugin_rollouts(client)
-    counts = [Count("nodes advertise their GPUs", sum(gpu_resources(n) == expected[n.metadata.name] for n in nodes),
+        return _dra_check(kube, nodes, mig)
+    expected = {n.name: expected_resources(n, plugin, mig) for n in nodes}
+    found = device_plugin_rollouts(kube)
+    counts = [Count("nodes advertise their GPUs", sum(gpu_resources(n) == expected[n.name] for n in nodes),
                     len(nodes))]
-    agents = check_device_plugins(client, found)
+    agents = check_device_plugins(kube, found)
     if (rollout := found[1]) is not None:
-        stale = check_policy_carried(client, rollout.name)
+        stale = check_policy_carried(kube, rollout.name)
         counts += [Count("device-plugin DaemonSet carries the ClusterPolicy", int(stale is None), 1),
                    Count("device-plugin pods updated", rollout.updated, rollout.desired),
                    Count("ready", min(rollout.ready, rollout.pods_ready), rollout.desired)]
@@ -85,29 +82,23 @@ def capacity_check(client: ApiClient, selector: str, dra: bool) -> CapacityState
                          tuple(raced_plugin_nodes(nodes, expected)))
 
 
-def check_policy_carried(client: ApiClient, daemon_set: str) -> Check | None:
+def check_policy_carried(kube: Kube, daemon_set: str) -> Check | None:
     """None when device-plugin DaemonSet `daemon_set` (namespace/name) carries the ClusterPolicy that owns it
     (or no ClusterPolicy owns it: not the GPU Operator's); else a failed check saying what it lacks yet."""
-    from kubernetes.client import AppsV1Api, CustomObjectsApi
-
-    from gpuctl.kube.errors import KubeNotFound, requesting
     from gpuctl.stack.existing import CLUSTER_POLICY
     from gpuctl.stack.plugin_template import policy_not_carried
 
     namespace, name = daemon_set.split("/", 1)
     try:
-        with requesting(f"reading DaemonSet {daemon_set}"):
-            body = json.loads(AppsV1Api(client).read_namespaced_daemon_set(name, namespace,
-                                                                          _preload_content=False).data)
-        owner = next((r["name"] for r in body["metadata"].get("ownerReferences") or []
+        body = kube.get("apps/v1", "DaemonSet", name, namespace)
+        owner = next((r["name"] for r in body.metadata.get("ownerReferences") or []
                       if r.get("kind") == "ClusterPolicy"), None)
         if owner is None:
             return None
-        with requesting(f"reading ClusterPolicy {owner}"):
-            policy = CustomObjectsApi(client).get_cluster_custom_object(*CLUSTER_POLICY, owner)
+        policy = kube.get("/".join(CLUSTER_POLICY[:2]), "ClusterPolicy", owner)
     except KubeNotFound:
         return None  # gone meanwhile: the next look reads what replaced it
-    wrong = policy_not_carried(policy.get("spec") or {}, body)
+    wrong = policy_not_carried(policy.spec, body)
     if not wrong:
         return None
     return Check("device-plugin", False, f"{daemon_set} does not carry ClusterPolicy {owner}'s change yet "
@@ -115,28 +106,28 @@ def check_policy_carried(client: ApiClient, daemon_set: str) -> Check | None:
                  f"get clusterpolicy {owner} -o jsonpath={{.status}}' and the operator's log")
 
 
-def _dra_check(client: ApiClient, nodes: list[V1Node], mig: dict[str, Any]) -> CapacityState:
+def _dra_check(kube: Kube, nodes: list[KubeObject], mig: dict[str, Any]) -> CapacityState:
     from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, plugin_state, pods_by_node, read_node_devices
     from gpuctl.ops.validate import check_dra_capacity, check_kubelet_plugins, expected_devices
 
-    published = read_node_devices(client)
-    pods = pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
+    published = read_node_devices(kube)
+    pods = pods_by_node(kube, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
 
-    def publishes(node: V1Node) -> bool:
+    def publishes(node: KubeObject) -> bool:
         try:
             want = expected_devices(node, mig)
         except ValueError:
             return False
-        have = published.get(node.metadata.name)
+        have = published.get(node.name)
         return have is not None and len(have.devices) == want
 
     counts = (Count("nodes publish their devices", sum(map(publishes, nodes)), len(nodes)),
-              Count("kubelet plugins ready", sum(plugin_state(pods.get(n.metadata.name)) == "ready" for n in nodes),
+              Count("kubelet plugins ready", sum(plugin_state(pods.get(n.name)) == "ready" for n in nodes),
                     len(nodes)))
     return CapacityState(check_dra_capacity(nodes, published, mig), check_kubelet_plugins(nodes, pods), counts)
 
 
-def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bool, timeout: float | None = None,
+def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, timeout: float | None = None,
                   stall: float = STALL_S, restart_raced: bool = False) -> Change:
     """Until the nodes offer what was configured (allocatable, or in DRA mode published devices) and the
     device plugin (kubelet plugin) is rolled out and ready; the capacity check is appended to `checks`.
@@ -153,10 +144,10 @@ def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bo
     restarted: set[str] = set()
 
     def look() -> Look:
-        state = capacity_check(client, selector, dra)
+        state = capacity_check(kube, selector, dra)
         last[:] = [state]
         if restart_raced and (due := [n for n in state.raced if n not in restarted]):
-            restarted.update(restart_raced_plugins(client, due))
+            restarted.update(restart_raced_plugins(kube, due))
         wrong = state.agents if state.capacity.ok else state.capacity
         return Look(state.ok, state.counts, "" if state.ok else wrong.detail)
 
@@ -169,27 +160,27 @@ def wait_capacity(client: ApiClient, selector: str, checks: list[Check], dra: bo
     return Change.NO_CHANGE  # waiting changes nothing; the results are checks
 
 
-def restart_raced_plugins(client: ApiClient, nodes: list[str]) -> list[str]:
+def restart_raced_plugins(kube: Kube, nodes: list[str]) -> list[str]:
     """Delete the device-plugin pod of each of `nodes` that has run for RACE_GRACE_S (a plugin just started
     has not registered yet); its DaemonSet starts a new one, which registers the GPUs. The nodes done."""
-    from datetime import datetime, timezone
-
-    from gpuctl.kube.errors import KubeNotFound, requesting
     from gpuctl.ops.status import PLUGIN_SELECTOR, pods_by_node
 
-    pods = pods_by_node(client, PLUGIN_SELECTOR, "device-plugin")
+    pods = pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin")
     now = datetime.now(timezone.utc)
     done = []
     for node in nodes:
         pod = pods.get(node)
-        if pod is None or pod.status.phase != "Running" or pod.status.start_time is None \
-                or (now - pod.status.start_time).total_seconds() < RACE_GRACE_S:
+        started = _time(pod.status.get("startTime")) if pod is not None else None
+        if pod is None or pod.status.get("phase") != "Running" or started is None \
+                or (now - started).total_seconds() < RACE_GRACE_S:
             continue
-        info(f"  {node}: {CONFIG_RACE_SHORT}; restarting its device-plugin pod {pod.metadata.name}")
-        try:
-            with requesting(f"deleting device-plugin pod {pod.metadata.name}"):
-                core(client).delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
-        except KubeNotFound:
-            pass  # gone already: its successor registers
+        info(f"  {node}: {CONFIG_RACE_SHORT}; restarting its device-plugin pod {pod.name}")
+        with requesting(f"deleting device-plugin pod {pod.name}"):
+            kube.delete("v1", "Pod", pod.name, pod.namespace)  # gone already: its successor registers
         done.append(node)
     return done
+
+
+def _time(stamp: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, "2026-01-01T00:00:00Z") as an aware datetime; None for none."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None

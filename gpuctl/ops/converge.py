@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from gpuctl.kube.client import core
 from gpuctl.kube.errors import requesting
-from gpuctl.kube.objects import apply, contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
+from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.nodes import converge_nodes
+from gpuctl.kube.objects import contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.mig import mig_parted_config, parse_mig_parted_config
@@ -29,8 +30,6 @@ from gpuctl.stack.values import (
 )
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.providers.base import Provider, RunsKueue
     from gpuctl.stack.existing import Operator
     from gpuctl.stack.helm import HelmTarget
@@ -54,29 +53,31 @@ def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> P
     return replace(spec, stack=stack, others=others)
 
 
-def read_recorded_groups(client: ApiClient) -> dict[str, GroupPlan]:
+def read_recorded_groups(kube: Kube) -> dict[str, GroupPlan]:
     """The node groups recorded on the cluster (in the namespace of the GPU configs gpuctl writes)."""
     from gpuctl.ops.group_records import read_group_plans
     from gpuctl.stack.existing import config_namespace
 
-    return read_group_plans(core(client), config_namespace(client))
+    return read_group_plans(kube, config_namespace(kube))
 
 
-def read_recorded_stack(client: ApiClient) -> StackSpec | None:
+def read_recorded_stack(kube: Kube) -> StackSpec | None:
     """How gpuctl last set up the cluster's GPU stack (its record beside the GPU configs); None where it has not."""
     from gpuctl.stack.existing import config_namespace
     from gpuctl.stack.values import stack_from_record
 
-    record = read_config_map_data(core(client), config_namespace(client), STACK_CONFIGMAP) or {}
+    record = read_config_map_data(kube, config_namespace(kube), STACK_CONFIGMAP) or {}
     return stack_from_record(record["stack.json"]) if "stack.json" in record else None
 
 
-def configure_nodes(v1, selector: str, sharing: Sharing, taints: tuple[Taint, ...],  # noqa: ANN001
+# The writers below take the Kube that ops.platform_steps and bench.support still hand as a CoreV1Api built on
+# it (as_kube: the Kube behind it) until they move to the door too.
+
+
+def configure_nodes(kube: Kube, selector: str, sharing: Sharing, taints: tuple[Taint, ...],
                     labels: dict[str, str] | None = None) -> Change:
     """Taints, the device-plugin config label and the group's labels: one patch per node that differs."""
-    from gpuctl.kube.nodes import converge_nodes
-
-    update = converge_nodes(v1, selector, {CONFIG_LABEL: sharing.config_key, **(labels or {})}, taints)
+    update = converge_nodes(as_kube(kube), selector, {CONFIG_LABEL: sharing.config_key, **(labels or {})}, taints)
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
@@ -94,19 +95,20 @@ def gpu_config_data(spec: PlatformSpec, existing_mig: dict[str, dict[str, int] |
     return {name: keys for name, keys in data.items() if keys}
 
 
-def wanted_gpu_config(v1, spec: PlatformSpec, namespace: str) -> dict[str, dict[str, str]]:  # noqa: ANN001
+def wanted_gpu_config(kube: Kube, spec: PlatformSpec, namespace: str) -> dict[str, dict[str, str]]:
     """gpu_config_data with the MIG layouts the cluster's mig-parted config holds now (they stay)."""
-    text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
+    text = (read_config_map_data(as_kube(kube), namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
     return gpu_config_data(spec, parse_mig_parted_config(text) if text else {})
 
 
-def write_gpu_config(v1, spec: PlatformSpec, namespace: str = NAMESPACE) -> tuple[Change, set[str]]:  # noqa: ANN001
+def write_gpu_config(kube: Kube, spec: PlatformSpec, namespace: str = NAMESPACE) -> tuple[Change, set[str]]:
     """Write gpu_config_data into the GPU Operator's `namespace` where it differs; also return the
     device-plugin keys whose content changed (their consumers must restart)."""
-    outcomes = [ensure_namespace(v1, namespace)]
+    kube = as_kube(kube)
+    outcomes = [ensure_namespace(kube, namespace)]
     changed: set[str] = set()
-    for name, data in wanted_gpu_config(v1, spec, namespace).items():
-        outcome, keys = ensure_config_map_keys(v1, namespace, name, data)
+    for name, data in wanted_gpu_config(kube, spec, namespace).items():
+        outcome, keys = ensure_config_map_keys(kube, namespace, name, data)
         outcomes.append(outcome)
         if name == DEVICE_PLUGIN_CONFIGMAP:
             changed = keys
@@ -118,12 +120,12 @@ def configs_in_use(spec: PlatformSpec) -> set[str]:
     return {g.sharing.config_key for g in spec.every_group if g.sharing.config_key}
 
 
-def restart_device_plugin(v1, changed_in_use: set[str], namespace: str = NAMESPACE) -> Change:  # noqa: ANN001
+def restart_device_plugin(kube: Kube, changed_in_use: set[str], namespace: str = NAMESPACE) -> Change:
     """The device plugin does not reload an edited config: restart its pods when one in use changed."""
     if not changed_in_use:
         return Change.NO_CHANGE
     with requesting("restarting the device-plugin pods"):
-        v1.delete_collection_namespaced_pod(namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}")
+        as_kube(kube).delete_all("v1", "Pod", namespace, labels=f"app={L.DEVICE_PLUGIN_APP}")
     return Change.UPDATED
 
 
@@ -136,32 +138,27 @@ def cluster_policy_drift(spec: dict[str, Any], stack: StackSpec) -> dict[str, An
     return None if contains(spec, wanted) and not gone else wanted
 
 
-def read_cluster_policy(client: ApiClient, name: str) -> dict[str, Any]:
+def read_cluster_policy(kube: Kube, name: str) -> dict[str, Any]:
     """The spec of ClusterPolicy `name`."""
-    from kubernetes.client import CustomObjectsApi
-
     from gpuctl.stack.existing import CLUSTER_POLICY
 
-    with requesting(f"reading ClusterPolicy {name}"):
-        return CustomObjectsApi(client).get_cluster_custom_object(*CLUSTER_POLICY, name).get("spec") or {}
+    return kube.get("/".join(CLUSTER_POLICY[:2]), "ClusterPolicy", name).spec
 
 
-def ensure_cluster_policy(client: ApiClient, operator: Operator, stack: StackSpec) -> Change:
+def ensure_cluster_policy(kube: Kube, operator: Operator, stack: StackSpec) -> Change:
     """Point another's GPU Operator at gpuctl's configs: server-side apply of only the fields gpuctl
     sets (field manager gpuctl), so the owner's other settings stay as they are."""
-    from kubernetes.client import CustomObjectsApi
-
     from gpuctl.stack.existing import CLUSTER_POLICY
 
     name = operator.policy
     assert name is not None  # check_single_owners refuses an operator without one
-    wanted = cluster_policy_drift(read_cluster_policy(client, name), stack)
+    wanted = cluster_policy_drift(read_cluster_policy(kube, name), stack)
     if wanted is None:
         return Change.NO_CHANGE
     body = {"apiVersion": "/".join(CLUSTER_POLICY[:2]), "kind": "ClusterPolicy", "metadata": {"name": name},
             "spec": wanted}
     with requesting(f"configuring ClusterPolicy {name}"):
-        apply(CustomObjectsApi(client).patch_cluster_custom_object, *CLUSTER_POLICY, name, body)
+        kube.apply(body)
     return Change.UPDATED
 
 

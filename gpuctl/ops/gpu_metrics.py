@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.kube.dra import list_claims, list_slices
 from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import gpu_nodes, model_of, nodegroup_in
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import count
 from gpuctl.kube.prometheus import URL_ENV, Prometheus, Sample, check_prometheus_url
 from gpuctl.model import labels as L
@@ -30,8 +32,6 @@ from gpuctl.util.errors import UsageError
 from gpuctl.util.words import noun
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.model.spec import GroupPlan
 
 GPU = L.GPU_RESOURCE
@@ -39,14 +39,14 @@ MIG_PREFIX = "nvidia.com/mig-"
 DONE = ("Succeeded", "Failed")
 
 
-def prometheus_for(client: ApiClient, url: str | None) -> Prometheus:
+def prometheus_for(kube: Kube, url: str | None) -> Prometheus:
     """The Prometheus to read: `url` (--prometheus), else $GPUCTL_PROMETHEUS_URL, else the one the cluster's
     provider runs (a sim cluster, recognised by its API server's URL); else a UsageError saying how to give one."""
     if url is not None:
         return Prometheus(check_prometheus_url(url, "--prometheus"), "--prometheus")
     if env := os.environ.get(URL_ENV, "").strip():
         return Prometheus(check_prometheus_url(env, URL_ENV), URL_ENV)
-    served = provider_prometheus(client.configuration.host)
+    served = provider_prometheus(kube.server)
     if served is not None:
         return Prometheus(check_prometheus_url(served, "the sim's Prometheus"), "the sim's Prometheus")
     raise UsageError("--prometheus", "no Prometheus to read GPU metrics from",
@@ -189,7 +189,7 @@ def read_metrics(prom: Prometheus, window: str) -> Metrics:
     return Metrics(read_devices(answers), read_tenant_series(answers), read_coverage(answers))
 
 
-def read_all(client: ApiClient, prom: Prometheus, window: str) -> tuple[Metrics, ClusterView]:
+def read_all(kube: Kube, prom: Prometheus, window: str) -> tuple[Metrics, ClusterView]:
     """The metrics and the cluster, read at the same time; Prometheus's error first where both fail (it is what
     is most likely unreachable), at once: the cluster is read by a daemon thread, which an exit does not wait
     for."""
@@ -199,7 +199,7 @@ def read_all(client: ApiClient, prom: Prometheus, window: str) -> tuple[Metrics,
 
     def cluster() -> None:
         try:
-            read["view"] = read_cluster(client)
+            read["view"] = read_cluster(kube)
         except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread, below)
             read["error"] = exc
 
@@ -304,10 +304,10 @@ def _pod_requests(pod: dict[str, Any]) -> dict[str, int]:
     return total
 
 
-def read_cluster(client: ApiClient) -> ClusterView:
+def read_cluster(kube: Kube) -> ClusterView:
     """GPU nodes, pods (with their GPU requests) and tenants, in five LISTs read as JSON."""
     nodes = {}
-    for node in gpu_nodes(client):
+    for node in gpu_nodes(kube):
         labels = node["metadata"].get("labels") or {}
         name = node["metadata"]["name"]
         nodes[name] = NodeInfo(name, nodegroup_in(labels), model_of(labels),
@@ -315,31 +315,31 @@ def read_cluster(client: ApiClient) -> ClusterView:
                                int(labels.get("nvidia.com/gpu.replicas", "1") or 1), labels.get(L.MIG_CONFIG))
     pods = [PodInfo(p["metadata"]["namespace"], p["metadata"]["name"], p["spec"].get("nodeName"),
                     str((p.get("status") or {}).get("phase")), _pod_requests(p), bool(p["spec"].get("resourceClaims")))
-            for p in client.list("v1", "Pod", what="listing pods")]
-    namespaces = client.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenants")
-    quotas = {q["metadata"]["namespace"]: q for q in client.list(
+            for p in kube.list("v1", "Pod", what="listing pods")]
+    namespaces = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenants")
+    quotas = {q["metadata"]["namespace"]: q for q in kube.list(
         "v1", "ResourceQuota", fields=f"metadata.name={QUOTA}", what="listing tenants' quotas")}
-    bindings = {b["metadata"]["namespace"]: b for b in client.list(
+    bindings = {b["metadata"]["namespace"]: b for b in kube.list(
         "rbac.authorization.k8s.io/v1", "RoleBinding", fields=f"metadata.name={BINDING}",
         what="listing tenants' role bindings")} if namespaces else {}
     tenants = {}
     for ns in namespaces:
         name = ns["metadata"]["name"]
-        quota = quotas.get(name) or {}
-        hard = (quota.get("status") or {}).get("hard") or (quota.get("spec") or {}).get("hard") or {}
-        subjects = (bindings.get(name) or {}).get("subjects") or []
+        quota = quotas.get(name) or KubeObject()
+        hard = quota.status.get("hard") or quota.spec.get("hard") or {}
+        subjects = (bindings.get(name) or KubeObject()).get("subjects") or []
         group = next((s.get("name") for s in subjects if s.get("kind") == "Group"), None)
         tenants[name] = TenantInfo(name, {k.removeprefix("requests."): count(v) for k, v in granted(hard).items()
                                           if k.startswith("requests.nvidia.com/")}, group, None)
-    return ClusterView(nodes, pods, tenants, read_claimed(client))
+    return ClusterView(nodes, pods, tenants, read_claimed(kube))
 
 
-def read_claimed(client: ApiClient) -> list[ClaimedDevice]:
+def read_claimed(kube: Kube) -> list[ClaimedDevice]:
     """The GPU driver's devices that ResourceClaims hold for pods: the claims' allocations (pool = node, device
     name) looked up in the driver's ResourceSlices (its uuid, or a MIG device's parentUUID and profile attributes).
     None where the cluster serves no resource.k8s.io/v1. An adminAccess result holds no device and is skipped."""
     try:
-        slices, claims = list_slices(client), list_claims(client)
+        slices, claims = list_slices(kube), list_claims(kube)
     except KubeNotFound:
         return []
     published = {(node, d["name"]): d for node, devices in slice_devices(slices).items() for d in devices}
@@ -380,13 +380,13 @@ def attach_claimed(devices: dict[Any, Device], claimed: list[ClaimedDevice]) -> 
     return notes
 
 
-def read_queues(client: ApiClient, view: ClusterView) -> None:
+def read_queues(kube: Kube, view: ClusterView) -> None:
     """Each tenant's Kueue ClusterQueue (its borrowing and lending limits, cohort), where Kueue runs."""
     from dataclasses import replace
 
     from gpuctl.ops.tenancy.queues import Queues
 
-    queues = Queues(client)
+    queues = Queues(kube)
     if not view.tenants or not queues.installed():
         return
     for name, tenant in list(view.tenants.items()):
@@ -413,8 +413,8 @@ def check_tenant(view: ClusterView, tenant: str | None) -> None:
         raise UsageError("--tenant", f"no tenant {tenant!r}", "see 'gpuctl tenant list'")
 
 
-def recorded_groups(client: ApiClient) -> dict[str, GroupPlan]:
+def recorded_groups(kube: Kube) -> dict[str, GroupPlan]:
     """The node groups recorded on the cluster (their sharing and MIG layout as gpuctl set them)."""
     from gpuctl.ops.converge import read_recorded_groups
 
-    return read_recorded_groups(client)
+    return read_recorded_groups(kube)

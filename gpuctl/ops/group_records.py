@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.objects import read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.mig import config_name, parse_layout
@@ -21,9 +22,6 @@ from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
 from gpuctl.model.stack_spec import GroupSharing, choose_mig_strategy
 from gpuctl.model.taints import parse_taints
 from gpuctl.util.errors import UsageError
-
-if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api
 
 GROUPS_CONFIGMAP = "gpuctl-node-groups"
 
@@ -51,11 +49,9 @@ def plan_of(name: str, text: str) -> GroupPlan | None:
         return None
 
 
-def read_group_plans(v1: CoreV1Api, namespace: str) -> dict[str, GroupPlan]:
+def read_group_plans(kube: Kube, namespace: str) -> dict[str, GroupPlan]:
     """Every node group recorded on the cluster, by name."""
-    from gpuctl.kube.objects import read_config_map_data
-
-    data = read_config_map_data(v1, namespace, GROUPS_CONFIGMAP) or {}
+    data = read_config_map_data(kube, namespace, GROUPS_CONFIGMAP) or {}
     return {name: plan for name, text in sorted(data.items()) if (plan := plan_of(name, text)) is not None}
 
 

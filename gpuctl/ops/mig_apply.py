@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import core
 from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
-from gpuctl.kube.nodes import patch_nodes
+from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.nodes import list_nodes_json, patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
@@ -42,8 +43,6 @@ from gpuctl.util.output import info
 from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, V1Node
-
     from gpuctl.model.spec import GroupPlan
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -58,19 +57,19 @@ class MigTarget:
     layout: MigLayout
 
 
-def plan_targets(nodes: list[V1Node], text: str, strategy: str) -> list[MigTarget]:
+def plan_targets(nodes: list[KubeObject], text: str, strategy: str) -> list[MigTarget]:
     """Parse and place the layout for each node's GPU model; raise UsageError before any write."""
     targets = []
     for node in nodes:
-        model = model_of(node.metadata.labels or {})
+        model = model_of(node.labels)
         if model is None:
-            raise UsageError("LAYOUT", f"node {node.metadata.name} has an unknown GPU "
-                             f"({(node.metadata.labels or {}).get(L.GPU_PRODUCT, '?')})", "target known GPU nodes")
+            raise UsageError("LAYOUT", f"node {node.name} has an unknown GPU "
+                             f"({node.labels.get(L.GPU_PRODUCT, '?')})", "target known GPU nodes")
         layout = parse_layout(text, model)
-        labels = node.metadata.labels or {}
+        labels = node.labels
         gpus = int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT, "1"))
         advertised_resources(layout, gpus, strategy)  # single strategy needs one profile: fail now
-        targets.append(MigTarget(node.metadata.name, model, gpus, layout))
+        targets.append(MigTarget(node.name, model, gpus, layout))
     names = {config_name(t.layout) for t in targets}
     if len(names) != 1 or len({tuple(t.layout.profiles) for t in targets}) != 1:
         raise UsageError("LAYOUT", f"{text!r} means different layouts on these GPU models "
@@ -94,27 +93,26 @@ def check_mig_inputs(text: str, nodegroup: str | None, selector: str | None, str
         check_duration(timeout, "--timeout")
 
 
-def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | None, selector: str | None,
+def apply_mig(kube: Kube, helm: HelmTarget, text: str, nodegroup: str | None, selector: str | None,
               strategy: str | None, timeout: float,
               report: Reporter) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
     check_mig_inputs(text, nodegroup, selector, strategy, timeout)
     strategy = MIG_STRATEGY.check(strategy, "--strategy") if strategy is not None else None  # any case
-    v1 = core(client)
     # Another's GPU Operator keeps gpuctl's ConfigMaps in its own namespace and takes settings through its
     # ClusterPolicy (see stack/owners.py); gpuctl's own reads them from gpu-operator and takes Helm values.
-    operator = configured_operator(client)
+    operator = configured_operator(kube)
     namespace = operator.namespace if operator else NAMESPACE
     if nodegroup is None and selector is None:
-        every = gpu_nodes(v1)
-        chosen = choose_nodegroup(group_fits(every, read_group_plans(v1, namespace), text), text)
+        every = gpu_nodes(kube)
+        chosen = choose_nodegroup(group_fits(every, read_group_plans(kube, namespace), text), text)
         info(f"mig apply: node group {chosen}")
         nodes = [n for n in every if nodegroup_of(n) == chosen.name]
     else:
-        nodes = gpu_nodes(v1, nodegroup, selector)
+        nodes = gpu_nodes(kube, nodegroup, selector)
     if not nodes:
         raise UsageError("--selector", f"no GPU nodes match {shown(selector)}",
                          "check the selector with 'gpuctl status'")
-    record = read_config_map_data(v1, namespace, STACK_CONFIGMAP) or {}
+    record = read_config_map_data(kube, namespace, STACK_CONFIGMAP) or {}
     stack = stack_from_record(record["stack.json"]) if "stack.json" in record else None
     current_strategy = stack.mig_strategy if stack else None
     if strategy and stack is None:
@@ -123,7 +121,7 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
     wanted_strategy = strategy or current_strategy or "single"
     targets = plan_targets(nodes, text, wanted_strategy)  # every check before the first write
     layout = targets[0].layout
-    _check_mps(gpu_nodes(v1), {t.node for t in targets}, layout, wanted_strategy)
+    _check_mps(gpu_nodes(kube), {t.node for t in targets}, layout, wanted_strategy)
     name = config_name(layout)
     steps: list[StepResult] = []
 
@@ -131,22 +129,22 @@ def apply_mig(client: ApiClient, helm: HelmTarget, text: str, nodegroup: str | N
         from dataclasses import replace
 
         new_stack = replace(stack, mig_strategy=wanted_strategy)
-        steps.append(run_step("set-mig-strategy", lambda: _set_strategy(client, helm, new_stack, operator), report))
-    steps.append(run_step("write-mig-config", lambda: _write_config(v1, layout, namespace), report))
-    node_docs = [v1.api_client.sanitize_for_serialization(n) for n in nodes]
-    steps.append(run_step("label-nodes", lambda: label_mig_config(v1, node_docs, name), report))
+        steps.append(run_step("set-mig-strategy", lambda: _set_strategy(kube, helm, new_stack, operator), report))
+    steps.append(run_step("write-mig-config", lambda: _write_config(kube, layout, namespace), report))
+    steps.append(run_step("label-nodes", lambda: label_mig_config(kube, nodes, name), report))
     steps.append(run_step("wait-mig-manager",
-                          lambda: wait_for_mig_state(v1, [t.node for t in targets], name, timeout), report))
-    if dra_mode(client):  # the DRA driver publishes the MIG devices; no device plugin advertises them
+                          lambda: wait_for_mig_state(kube, [t.node for t in targets], name, timeout), report))
+    if dra_mode(kube):  # the DRA driver publishes the MIG devices; no device plugin advertises them
         expected = {t.node: dra_devices(t.layout, t.gpus) for t in targets}
         steps.append(run_step("verify-devices", lambda: _verify(
-            expected, timeout, lambda: {n: published(d) for n, d in read_node_devices(client).items()}, DEVICES),
+            expected, timeout, lambda: {n: published(d) for n, d in read_node_devices(kube).items()}, DEVICES),
             report))
         return steps, expected
     expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
                 for t in targets}
-    steps.append(run_step("verify-allocatable", lambda: _verify(
-        expected, timeout, lambda: {n: gpu_resources(v1.read_node(n)) for n in expected}, ALLOCATABLE), report))
+    steps.append(run_step("verify-allocatable", lambda: _verify(  # one LIST a look, not a GET per node
+        expected, timeout, lambda: {n.name: gpu_resources(n) for n in gpu_nodes(kube) if n.name in expected},
+        ALLOCATABLE), report))
     return steps, expected
 
 
@@ -164,18 +162,18 @@ class GroupFit:
         return f"{self.name!r} ({self.gpu}, {self.nodes} node{'' if self.nodes == 1 else 's'})"
 
 
-def group_fits(nodes: list[V1Node], recorded: Mapping[str, GroupPlan], text: str) -> list[GroupFit]:
+def group_fits(nodes: list[KubeObject], recorded: Mapping[str, GroupPlan], text: str) -> list[GroupFit]:
     """Every node group of the cluster, by name: those its GPU nodes' node-group labels name
     (gpuctl.dev/nodegroup or the provider's) and those gpuctl recorded (group_records), each weighed against
     the layout on its GPU's MIG geometry (gpuctl.model.mig), as --nodegroup would weigh it."""
-    members: dict[str, list[V1Node]] = {}
+    members: dict[str, list[KubeObject]] = {}
     for node in nodes:
         if (group := nodegroup_of(node)) is not None:
             members.setdefault(group, []).append(node)
     fits = []
     for name in sorted({*members, *recorded}):
         mine = members.get(name, [])
-        models: set[GpuModel | None] = ({model_of(n.metadata.labels or {}) for n in mine} if mine
+        models: set[GpuModel | None] = ({model_of(n.labels) for n in mine} if mine
                                         else {recorded[name].spec.gpu})
         gpu = ", ".join(sorted(m.name if m else "unknown GPU" for m in models))
         fits.append(GroupFit(name, gpu, len(mine), _unfit(models, len(mine), text)))
@@ -213,10 +211,10 @@ def choose_nodegroup(fits: list[GroupFit], text: str) -> GroupFit:
                      "group of MIG GPUs ('gpuctl nodegroup add')")
 
 
-def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout, strategy: str) -> None:
+def _check_mps(cluster_nodes: list[KubeObject], targets: set[str], layout: MigLayout, strategy: str) -> None:
     """The device plugin refuses MPS on MIG devices and under the mixed strategy: check both before any write."""
-    mps = {n.metadata.name: nodegroup_of(n) or n.metadata.name for n in cluster_nodes
-           if ((n.metadata.labels or {}).get(CONFIG_LABEL) or "").startswith("mps-")}
+    mps = {n.name: nodegroup_of(n) or n.name for n in cluster_nodes
+           if (n.labels.get(CONFIG_LABEL) or "").startswith("mps-")}
     if layout.enabled and (shared := sorted(targets & set(mps))):
         raise UsageError("LAYOUT", f"node {shared[0]} shares its GPUs with MPS, which the device plugin refuses "
                          "on MIG devices", "apply the layout to a node group without MPS")
@@ -224,49 +222,53 @@ def _check_mps(cluster_nodes: list[V1Node], targets: set[str], layout: MigLayout
     choose_mig_strategy(strategy, [*groups, GroupSharing("LAYOUT", "none", layout.profiles)], "--strategy")
 
 
-def _set_strategy(client: ApiClient, helm: HelmTarget, stack: StackSpec, operator: Operator | None) -> Change:
+def _set_strategy(kube: Kube, helm: HelmTarget, stack: StackSpec, operator: Operator | None) -> Change:
     from gpuctl.ops.converge import ensure_cluster_policy
 
     if operator is None:
         change = ensure_release(helm, operator_release(stack))
     else:
-        change = ensure_cluster_policy(client, operator, stack)
+        change = ensure_cluster_policy(kube, operator, stack)
     namespace = operator.namespace if operator else NAMESPACE
-    ensure_config_map_keys(core(client), namespace, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})
+    ensure_config_map_keys(kube, namespace, STACK_CONFIGMAP, {"stack.json": stack_record(stack)})
     return change
 
 
-def _write_config(v1, layout: MigLayout, namespace: str) -> Change:  # noqa: ANN001
-    text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
+def _write_config(kube: Kube, layout: MigLayout, namespace: str) -> Change:
+    text = (read_config_map_data(kube, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
     try:
         existing = parse_mig_parted_config(text) if text else {}
     except ValueError as exc:
         raise ClusterError(f"ConfigMap {namespace}/{MIG_CONFIGMAP} is not a mig-parted config: {exc}",
                            "fix or delete it") from None
     config = {"config.yaml": mig_parted_config([layout], existing)}
-    return ensure_config_map_keys(v1, namespace, MIG_CONFIGMAP, config)[0]
+    return ensure_config_map_keys(kube, namespace, MIG_CONFIGMAP, config)[0]
 
 
-def label_mig_config(v1, nodes: list[dict], name: str) -> Change:  # noqa: ANN001
+# label_mig_config and wait_for_mig_state take the Kube that ops.platform_steps still hands as a CoreV1Api built
+# on it (as_kube: the Kube behind it) until it moves to the door too.
+
+
+def label_mig_config(kube: Kube, nodes: Sequence[Mapping[str, Any]], name: str) -> Change:
     """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
     patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
     moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
-    patched = patch_nodes(v1, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched
+    patched = patch_nodes(as_kube(kube), moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched
     return Change.UPDATED if patched else Change.NO_CHANGE
 
 
-def wait_for_mig_state(v1, names: list[str], config: str, timeout: float | None) -> Change:  # noqa: ANN001
+def wait_for_mig_state(kube: Kube, names: list[str], config: str, timeout: float | None) -> Change:
     """Block until the MIG manager reports success on every node; fail fast on 'failed'. The wait lasts
     while nodes keep reaching success (gpuctl.util.waiting): WaitTimeout when none does for STALL_S seconds,
     or after `timeout` (None: the command's --timeout, if any)."""
-    from gpuctl.kube.nodes import list_nodes_json
     from gpuctl.util.waiting import Count, Look, wait_until
 
+    kube = as_kube(kube)
     wanted = set(names)
 
     def look() -> Look:
         # One LIST, not a GET per node: a thousand nodes are read in one request.
-        nodes = {n["metadata"]["name"]: n for n in list_nodes_json(v1, "") if n["metadata"]["name"] in wanted}
+        nodes = {n["metadata"]["name"]: n for n in list_nodes_json(kube, "") if n["metadata"]["name"] in wanted}
         states = {n: (nodes[n]["metadata"].get("labels") or {}).get(L.MIG_STATE, "unknown") if n in nodes
                   else "missing" for n in names}
         failed = sorted(n for n, s in states.items() if s == "failed")

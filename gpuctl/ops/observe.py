@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpuctl.kube.errors import requesting
+from gpuctl.kube.kube import Kube, as_kube
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import read_config_map_data
 from gpuctl.model import labels as L
@@ -26,8 +28,6 @@ from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP
 from gpuctl.util.errors import GpuctlError
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.providers.base import Provider
     from gpuctl.stack.helm import HelmTarget, Release
     from gpuctl.stack.owners import StackPlan
@@ -82,8 +82,12 @@ def kubeconfig(path: Path | None, context: str) -> Observed:
     return Observed(Change.NO_CHANGE)
 
 
-def nodes(v1, selector: str, group: GroupPlan) -> Observed:  # noqa: ANN001
-    found = list_nodes_json(v1, selector)
+# nodes, gpu_config and mig take the Kube that ops.platform_steps still hands as a CoreV1Api built on it
+# (as_kube: the Kube behind it) until it moves to the door too.
+
+
+def nodes(kube: Kube, selector: str, group: GroupPlan) -> Observed:
+    found = list_nodes_json(as_kube(kube), selector)
     labels = {CONFIG_LABEL: group.sharing.config_key, **group.labels}
     patches = {n["metadata"]["name"]: p for n in found if (p := node_patch(n, labels, group.spec.taints))}
     if not patches:
@@ -93,12 +97,13 @@ def nodes(v1, selector: str, group: GroupPlan) -> Observed:  # noqa: ANN001
     return Observed(Change.UPDATED, f"{len(patches)} of {len(found)} nodes", diff)
 
 
-def gpu_config(v1, spec: PlatformSpec, namespace: str) -> tuple[Observed, set[str]]:  # noqa: ANN001
+def gpu_config(kube: Kube, spec: PlatformSpec, namespace: str) -> tuple[Observed, set[str]]:
     """What write_gpu_config would change, and the device-plugin keys whose existing content it would
     change (as write_gpu_config returns them)."""
+    kube = as_kube(kube)
     diffs, changed = [], set()
-    for name, data in wanted_gpu_config(v1, spec, namespace).items():
-        current = read_config_map_data(v1, namespace, name) or {}
+    for name, data in wanted_gpu_config(kube, spec, namespace).items():
+        current = read_config_map_data(kube, namespace, name) or {}
         for key, value in data.items():
             if current.get(key) != value:
                 diffs.append(diff_text(current.get(key) or "", value, f"{name}/{key}"))
@@ -132,22 +137,22 @@ def dra_driver(helm: HelmTarget, stack: StackSpec, owner: str | None) -> Observe
     return release(helm, dra_release(stack))
 
 
-def kueue(provider: Provider, client: ApiClient, helm: HelmTarget, charts: str) -> Observed:
+def kueue(provider: Provider, kube: Kube, helm: HelmTarget, charts: str) -> Observed:
     """Clouds: Kueue's chart as any release; the sim runs Kueue itself once its API is served."""
     from gpuctl.ops.tenancy.queues import Queues
     from gpuctl.stack.kueue import kueue_release
 
     if provider.capabilities.runs_kueue:
-        served = Queues(client).installed()
+        served = Queues(kube).installed()
         return Observed(Change.NO_CHANGE if served else Change.CREATED,
                         "" if served else "Kueue's CRDs and controller, run by the sim")
     return release(helm, kueue_release(charts))
 
 
-def cluster_policy(client: ApiClient, stack_plan: StackPlan, stack: StackSpec) -> Observed:
+def cluster_policy(kube: Kube, stack_plan: StackPlan, stack: StackSpec) -> Observed:
     assert stack_plan.operator is not None and stack_plan.operator.policy is not None  # see check_single_owners
     name = stack_plan.operator.policy
-    current = read_cluster_policy(client, name)
+    current = read_cluster_policy(kube, name)
     wanted = cluster_policy_drift(current, stack)
     note = stack_plan.operator_note()
     if wanted is None:
@@ -157,19 +162,19 @@ def cluster_policy(client: ApiClient, stack_plan: StackPlan, stack: StackSpec) -
     return Observed(Change.UPDATED, note, diff)
 
 
-def mig(v1, selector: str, layout: MigLayout) -> Observed:  # noqa: ANN001
+def mig(kube: Kube, selector: str, layout: MigLayout) -> Observed:
     name = config_name(layout)
-    moving = [n["metadata"]["name"] for n in list_nodes_json(v1, selector)
+    moving = [n["metadata"]["name"] for n in list_nodes_json(as_kube(kube), selector)
               if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
     return Observed(Change.UPDATED, f"{name} on {', '.join(moving)}") if moving else Observed(Change.NO_CHANGE)
 
 
-def capacity(client: ApiClient, selector: str, dra: bool, after_changes: bool) -> Observed:
+def capacity(kube: Kube, selector: str, dra: bool, after_changes: bool) -> Observed:
     """What wait-capacity checks, and whether it would wait: a check, no change. `after_changes`: a step
     before it changes something, so it waits for the nodes to come back, whatever they offer now."""
     from gpuctl.ops.capacity import capacity_check
 
-    state = capacity_check(client, selector, dra)
+    state = capacity_check(kube, selector, dra)
     now = ", ".join(map(str, state.counts))
     if state.ok and not after_changes:
         return Observed(Change.NO_CHANGE, now)
@@ -177,26 +182,26 @@ def capacity(client: ApiClient, selector: str, dra: bool, after_changes: bool) -
     return Observed(Change.CHECK, f"waits until the nodes {what} and their plugin is ready (now {now})")
 
 
-def tenant(client: ApiClient, wanted: Tenant, dra: bool) -> Observed:
-    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
+def tenant(kube: Kube, wanted: Tenant, dra: bool) -> Observed:
+    from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, granted, holds, tenant_manifests
 
-    from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, granted, holds, read_or_none, tenant_manifests
+    def read(kind: str) -> Any:
+        api_version, what, name = {"namespace": ("v1", "Namespace", wanted.name),
+                                   "quota": ("v1", "ResourceQuota", QUOTA),
+                                   "binding": ("rbac.authorization.k8s.io/v1", "RoleBinding", BINDING)}[kind]
+        with requesting(f"reading the {kind} of tenant {wanted.name}"):
+            return kube.get_or_none(api_version, what, name, None if what == "Namespace" else wanted.name)
 
-    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
-    reads = {"namespace": lambda: v1.read_namespace(wanted.name),
-             "quota": lambda: v1.read_namespaced_resource_quota(QUOTA, wanted.name),
-             "binding": lambda: rbac.read_namespaced_role_binding(BINDING, wanted.name)}
     action, diffs = Change.NO_CHANGE, []
     for kind, body in tenant_manifests(wanted, dra):
-        current = read_or_none(reads[kind], kind, wanted.name)
+        current = read(kind)
         if current is None:
             return Observed(Change.CREATED, f"namespace, quota {granted(wanted.hard(dra))}")
-        observed = client.sanitize_for_serialization(current)
-        if not holds(observed, body):
+        if not holds(current, body):
             action = Change.UPDATED
-            diffs.append(diff_text(yaml.safe_dump(subset(observed, body), sort_keys=True),
+            diffs.append(diff_text(yaml.safe_dump(subset(current, body), sort_keys=True),
                                    yaml.safe_dump(body, sort_keys=True), f"{kind}/{wanted.name}"))
-    binding = read_or_none(reads["binding"], "binding", wanted.name) if wanted.group is None else None
-    if binding is not None and L.managed_by_gpuctl(binding.metadata.labels):  # no group any more: it goes
+    binding = read("binding") if wanted.group is None else None
+    if binding is not None and L.managed_by_gpuctl(binding.labels):  # no group any more: it goes
         return Observed(Change.UPDATED, f"removes RoleBinding {BINDING}", "\n".join(diffs))
     return Observed(action, "", "\n".join(diffs))

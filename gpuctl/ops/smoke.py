@@ -7,17 +7,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.errors import KubeApiError, requesting
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.model import labels as L
 from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.progress import waiting
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 SMOKE_NAMESPACE = "gpuctl-system"
 SMOKE_TIMEOUT_S = 120.0
@@ -71,84 +69,79 @@ def smoke_claim(name: str, device_class: str) -> dict[str, Any]:
             "spec": {"devices": {"requests": [device_request("gpu", device_class)]}}}
 
 
-def run_smoke_test(client: ApiClient, image: str, resource: str, node_labels: dict[str, str],
+def run_smoke_test(kube: Kube, image: str, resource: str, node_labels: dict[str, str],
                    tolerations: list[dict[str, str]], timeout: float = SMOKE_TIMEOUT_S, launch: bool = False) -> Check:
     """Run the CUDA sample pod to completion; it passes on phase Succeeded with 'Test PASSED' logged."""
-    from kubernetes.client import CoreV1Api
-
-    v1 = CoreV1Api(client)
-    ensure_namespace(v1, SMOKE_NAMESPACE)
-    await_default_service_account(v1)
+    ensure_namespace(kube, SMOKE_NAMESPACE)
+    await_default_service_account(kube)
     name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
     with requesting("creating the smoke-test pod"):
-        v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, resource, node_labels, tolerations,
-                                                            launch=launch), field_manager=L.MANAGER)
+        kube.create(smoke_pod(name, image, resource, node_labels, tolerations, launch=launch))
     try:
-        check, _ = await_smoke_test(v1, name, f"1 x {resource}", timeout)
+        check, _ = await_smoke_test(kube, name, f"1 x {resource}", timeout)
         return check
     finally:
-        delete_smoke_pod(v1, name)
+        delete_smoke_pod(kube, name)
 
 
-def delete_smoke_pod(v1: Any, name: str) -> None:
-    try:
-        with requesting("deleting the smoke-test pod"):
-            v1.delete_namespaced_pod(name, SMOKE_NAMESPACE, grace_period_seconds=0)
-    except KubeNotFound:
-        pass  # gone already
+def delete_smoke_pod(kube: Kube, name: str) -> None:
+    """Delete the smoke-test pod now (no grace period); gone already is done too."""
+    kube.delete("v1", "Pod", name, SMOKE_NAMESPACE, grace_seconds=0)
 
 
-def await_default_service_account(v1: Any, timeout: float = 30.0) -> None:
+def await_default_service_account(kube: Kube, timeout: float = 30.0) -> None:
     """A new namespace's `default` ServiceAccount comes from kube-controller-manager a moment later;
     until then the ServiceAccount admission plugin refuses every pod in it."""
     deadline = time.monotonic() + timeout
     while True:
-        with requesting(f"reading {SMOKE_NAMESPACE}/default"):
-            if get_or_none(v1.read_namespaced_service_account, "default", SMOKE_NAMESPACE) is not None:
-                return
+        if kube.get_or_none("v1", "ServiceAccount", "default", SMOKE_NAMESPACE) is not None:
+            return
         if time.monotonic() > deadline:
             raise WaitTimeout(f"namespace {SMOKE_NAMESPACE} got no default ServiceAccount in {timeout:g}s",
                               "check that kube-controller-manager runs")
         time.sleep(0.2)
 
 
-def await_smoke_test(v1: Any, name: str, gpu: str, timeout: float, pause: Callable[[], None] | None = None,
-                      pending: Callable[[Any], str] | None = None) -> tuple[Check, Any]:
+def await_smoke_test(kube: Kube, name: str, gpu: str, timeout: float, pause: Callable[[], None] | None = None,
+                     pending: Callable[[KubeObject], str] | None = None) -> tuple[Check, KubeObject]:
     """Until the pod is done or `timeout`; `pause` between reads (0.5 s), `pending` says why a pod that is
     still pending at the deadline is (default: its events). The check, and the pod as last read."""
     deadline = time.monotonic() + timeout
-    pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
+    pod = kube.get("v1", "Pod", name, SMOKE_NAMESPACE)
     with waiting(f"smoke-test pod {SMOKE_NAMESPACE}/{name} to finish", timeout) as wait:
-        while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
-            wait.update(f"{pod.status.phase}" + (f" on {pod.spec.node_name}" if pod.spec.node_name else ""))
+        while pod.status.get("phase") not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+            node = pod.spec.get("nodeName")
+            wait.update(f"{pod.status.get('phase')}" + (f" on {node}" if node else ""))
             (pause or (lambda: time.sleep(0.5)))()
-            pod = v1.read_namespaced_pod(name, SMOKE_NAMESPACE)
-    phase = pod.status.phase
-    where = f"on {pod.spec.node_name}" if pod.spec.node_name else "unscheduled"
+            pod = kube.get("v1", "Pod", name, SMOKE_NAMESPACE)
+    phase, node = pod.status.get("phase"), pod.spec.get("nodeName")
+    where = f"on {node}" if node else "unscheduled"
     if phase not in ("Succeeded", "Failed"):
-        why = pending(pod) if pending is not None and not pod.spec.node_name else diagnostics(v1, pod)
+        why = pending(pod) if pending is not None and not node else diagnostics(kube, pod)
         return Check("smoke-test", False, f"pod {name} still {phase} {where} after {timeout:.0f}s; {why}"), pod
     try:
-        logs = v1.read_namespaced_pod_log(name, SMOKE_NAMESPACE)
+        logs = kube.log(name, SMOKE_NAMESPACE)
     except KubeApiError as exc:  # no "Test PASSED" then: the check fails, saying why there is no log
         logs = f"(no log: {exc.detail})"
     if phase == "Succeeded" and "Test PASSED" in logs:
         return Check("smoke-test", True, f"CUDA vectoradd passed {where} with {gpu}"), pod
     last = (logs.strip().splitlines() or ["(empty log)"])[-1]
-    return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {diagnostics(v1, pod)}"), pod
+    return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {diagnostics(kube, pod)}"), pod
 
 
-def diagnostics(v1: Any, pod: Any) -> str:
+def diagnostics(kube: Kube, pod: KubeObject) -> str:
     parts = []
-    for status in pod.status.container_statuses or []:
-        state = status.state.terminated or status.state.waiting
+    for status in pod.status.get("containerStatuses") or []:
+        states = status.get("state") or {}
+        state = states.get("terminated") or states.get("waiting")
         if state is not None:
-            parts.append(f"container {status.name}: {state.reason or ''} exit {getattr(state, 'exit_code', '-')}")
-    events = v1.list_namespaced_event(SMOKE_NAMESPACE, field_selector=f"involvedObject.name={pod.metadata.name}").items
-    parts += [f"event {e.reason}: {e.message}" for e in events[-3:]]
-    if pod.spec.node_name:
-        node = v1.read_node(pod.spec.node_name)
-        bad = [f"{c.type}={c.status}" for c in node.status.conditions or []
-               if (c.type == "Ready") != (c.status == "True")]
-        parts.append(f"node {pod.spec.node_name} conditions: {', '.join(bad) or 'healthy'}")
+            parts.append(f"container {status.get('name')}: {state.get('reason') or ''} "
+                         f"exit {state.get('exitCode', '-')}")
+    events = kube.list("v1", "Event", SMOKE_NAMESPACE, fields=f"involvedObject.name={pod.name}")
+    parts += [f"event {e.get('reason')}: {e.get('message')}" for e in events[-3:]]
+    if node_name := pod.spec.get("nodeName"):
+        node = kube.get("v1", "Node", node_name)
+        bad = [f"{c.get('type')}={c.get('status')}" for c in node.status.get("conditions") or []
+               if (c.get("type") == "Ready") != (c.get("status") == "True")]
+        parts.append(f"node {node_name} conditions: {', '.join(bad) or 'healthy'}")
     return "; ".join(parts) or "no events"

@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.errors import requesting
+from gpuctl.kube.dra import dra_mode, list_claims, list_slices
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, slice_devices
 from gpuctl.model.taints import node_taint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
-
-    from kubernetes.client import ApiClient
 
     from gpuctl.stack.existing import Operator
 
@@ -70,55 +70,47 @@ def claim_allocations(claims: Iterable[Mapping[str, Any]]) -> dict[str, set[str]
     return allocated
 
 
-def read_node_devices(client: ApiClient) -> dict[str, NodeDevices]:
+def read_node_devices(kube: Kube) -> dict[str, NodeDevices]:
     """Node -> its devices and allocations, from one LIST of ResourceSlices and one of ResourceClaims."""
-    from gpuctl.kube.dra import list_claims, list_slices
-
-    slices, claims = list_slices(client), list_claims(client)
+    slices, claims = list_slices(kube), list_claims(kube)
     published, allocated = slice_devices(slices), claim_allocations(claims)
     return {node: NodeDevices(tuple(devices), frozenset(allocated.get(node, ())))
             for node, devices in published.items()}
 
 
-def plugin_state(pod: Any | None) -> str:
+def plugin_state(pod: KubeObject | None) -> str:
     """`ready`, `missing`, or why the node's device-plugin pod is not serving (e.g. CrashLoopBackOff: <error>)."""
     if pod is None:
         return "missing"
-    for status in pod.status.container_statuses or []:
-        waiting = status.state.waiting if status.state else None
+    for status in pod.status.get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting")
         if waiting is not None:
-            return f"{waiting.reason}: {waiting.message}" if waiting.message else str(waiting.reason)
-        if not status.ready:
+            return f"{waiting.get('reason')}: {waiting['message']}" if waiting.get("message") \
+                else str(waiting.get("reason"))
+        if not status.get("ready"):
             return "not ready"
-    return "ready" if pod.status.phase == "Running" else str(pod.status.phase).lower()
+    phase = pod.status.get("phase")
+    return "ready" if phase == "Running" else str(phase).lower()
 
 
-def pods_by_node(client: ApiClient, selector: str, what: str) -> dict[str, Any]:
+def pods_by_node(kube: Kube, selector: str, what: str) -> dict[str, KubeObject]:
     """Node name -> the pod matching `selector` there (any namespace)."""
-    from kubernetes.client import CoreV1Api
-
-    with requesting(f"listing {what} pods"):
-        pods = CoreV1Api(client).list_pod_for_all_namespaces(label_selector=selector).items
-    return {p.spec.node_name: p for p in pods if p.spec.node_name}
+    pods = kube.list("v1", "Pod", labels=selector, what=f"listing {what} pods")
+    return {node: p for p in pods if (node := p.spec.get("nodeName"))}
 
 
-def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str, Any]]:
-    from kubernetes.client import CoreV1Api
-
-    from gpuctl.kube.dra import dra_mode
-
-    v1 = CoreV1Api(client)
-    pods = pods_by_node(client, PLUGIN_SELECTOR, "device-plugin")
-    dra = dra_mode(client)
+def gpu_status(kube: Kube, nodegroup: str | None = None) -> list[dict[str, Any]]:
+    pods = pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin")
+    dra = dra_mode(kube)
     if dra:
-        kubelet_plugins = pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
-        devices = read_node_devices(client)
-    operator = gpu_operator(client)
+        kubelet_plugins = pods_by_node(kube, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
+        devices = read_node_devices(kube)
+    operator = gpu_operator(kube)
     rows = []
-    for node in gpu_nodes(v1, nodegroup):
-        labels = node.metadata.labels or {}
+    for node in gpu_nodes(kube, nodegroup):
+        labels = node.labels
         row = {
-            "node": node.metadata.name,
+            "node": node.name,
             "nodegroup": nodegroup_of(node),
             "gpu": labels.get(L.GPU_MODEL),  # the catalog's name, as node groups and `gpuctl gpus` name it
             "product": labels.get(L.GPU_PRODUCT),
@@ -127,14 +119,14 @@ def gpu_status(client: ApiClient, nodegroup: str | None = None) -> list[dict[str
             "replicas": int(labels.get("nvidia.com/gpu.replicas", "1")),
             "mig_config": labels.get(L.MIG_CONFIG),
             "mig_state": labels.get(L.MIG_STATE),
-            "device_plugin": plugin_state(pods.get(node.metadata.name)),
+            "device_plugin": plugin_state(pods.get(node.name)),
             "allocatable": gpu_resources(node),
-            "taints": [str(node_taint(t)) for t in node.spec.taints or []],
+            "taints": [str(node_taint(t)) for t in node.spec.get("taints") or []],
             "gpu_operator": operator.as_dict() if operator else None,
         }
         if dra:
-            mine = devices.get(node.metadata.name, NodeDevices((), frozenset()))
-            row.update({"kubelet_plugin": plugin_state(kubelet_plugins.get(node.metadata.name)),
+            mine = devices.get(node.name, NodeDevices((), frozenset()))
+            row.update({"kubelet_plugin": plugin_state(kubelet_plugins.get(node.name)),
                         "devices": len(mine.devices), "allocated": mine.in_use, "free": mine.free})
         rows.append(row)
     return rows
@@ -145,9 +137,9 @@ def status_columns(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return DRA_COLUMNS if any("devices" in r for r in rows) else COLUMNS
 
 
-def gpu_operator(client: ApiClient) -> Operator | None:
+def gpu_operator(kube: Kube) -> Operator | None:
     """The GPU Operator serving the nodes (the one with a ClusterPolicy first), whoever installed it."""
     from gpuctl.stack.existing import read_operators
 
-    operators = sorted(read_operators(client), key=lambda o: o.policy is None)
+    operators = sorted(read_operators(kube), key=lambda o: o.policy is None)
     return operators[0] if operators else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.kube import Kube
 from gpuctl.model import promql
 from gpuctl.model.mig import resource_name
 from gpuctl.ops.gpu_metrics import (
@@ -26,8 +27,6 @@ from gpuctl.ops.gpu_metrics import (
 from gpuctl.util.words import noun
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.kube.prometheus import Prometheus
 
 SHARED_NOTE = ("* shared by several pods (time-slicing or MPS): the figures are the whole GPU's; dcgm-exporter "
@@ -36,11 +35,11 @@ WIDTH = 80
 MIB_PER_GIB = 1024
 
 
-def top(client: ApiClient, prom: Prometheus, window: str, nodegroup: str | None = None,
+def top(kube: Kube, prom: Prometheus, window: str, nodegroup: str | None = None,
         tenant: str | None = None) -> dict[str, Any]:
     """The view `gpuctl top` prints: {prometheus, window, gpus: [...], tenants: [...], notes: [...]}. Prometheus
     is read first (what is most likely unreachable), then the cluster."""
-    metrics, view = read_all(client, prom, window)
+    metrics, view = read_all(kube, prom, window)
     check_nodegroup(view, nodegroup)
     check_tenant(view, tenant)
     unplaced = attach_claimed(metrics.devices, view.claimed)

@@ -9,16 +9,19 @@ that gets its GPU through a ResourceClaim, which the scheduler must have allocat
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeNotFound, requesting
-from gpuctl.kube.objects import ensure_namespace
+from gpuctl.kube.dra import dra_mode
+from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.gpu_nodes import NODEGROUP_LABELS, gpu_nodes, gpu_resources, model_of, nodegroup_of
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.objects import ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
+from gpuctl.model.dra import API_VERSION
 from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
 from gpuctl.model.spec import SMOKE_IMAGE
@@ -41,19 +44,16 @@ from gpuctl.util.errors import UsageError
 from gpuctl.util.words import noun, pairs, plural
 
 if TYPE_CHECKING:
-
-    from kubernetes.client import ApiClient, V1Node
-
     from gpuctl.model.catalog import GpuModel
     from gpuctl.model.spec import GroupPlan
     from gpuctl.ops.status import NodeDevices
 
-def expected_resources(node: V1Node, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
+def expected_resources(node: KubeObject, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
                        intended: dict[str, str | None] | None = None) -> dict[str, int]:
     """What the device plugin should advertise on `node`, from its labels (with its group's `intended`
     labels over them: a node that lacks its group's configuration is expected to have it all the same) and
     the operator's ConfigMaps."""
-    labels = {k: v for k, v in {**(node.metadata.labels or {}), **(intended or {})}.items() if v is not None}
+    labels = {k: v for k, v in {**node.labels, **(intended or {})}.items() if v is not None}
     gpus = int(labels.get(L.GPU_COUNT, "0"))
     mig_config = labels.get(L.MIG_CONFIG, "")
     layout = layout_from_counts(mig_config, mig_configs[mig_config]) if mig_config in mig_configs else None
@@ -71,21 +71,17 @@ CONFIG_RACE = ("launched by Karpenter and advertising no GPU: the device plugin'
                "(NVIDIA/k8s-device-plugin #1645); 'gpuctl apply' restarts its plugin pod once")
 
 
-def raced_plugin_nodes(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> list[str]:
+def raced_plugin_nodes(nodes: list[KubeObject], expected: dict[str, dict[str, int]]) -> list[str]:
     """The nodes Karpenter launched that advertise no nvidia.com/gpu where their configuration promises some."""
-    from gpuctl.kube.gpu_nodes import gpu_resources
-
-    return [n.metadata.name for n in nodes if L.KARPENTER_NODEPOOL in (n.metadata.labels or {})
-            and expected[n.metadata.name].get(L.GPU_RESOURCE) and not gpu_resources(n).get(L.GPU_RESOURCE)]
+    return [n.name for n in nodes if L.KARPENTER_NODEPOOL in n.labels
+            and expected[n.name].get(L.GPU_RESOURCE) and not gpu_resources(n).get(L.GPU_RESOURCE)]
 
 
-def check_capacity(nodes: list[V1Node], expected: dict[str, dict[str, int]]) -> Check:
-    from gpuctl.kube.gpu_nodes import gpu_resources
-
+def check_capacity(nodes: list[KubeObject], expected: dict[str, dict[str, int]]) -> Check:
     raced = set(raced_plugin_nodes(nodes, expected))
-    wrong = [f"{n.metadata.name} has {pairs(gpu_resources(n))}, expected {pairs(expected[n.metadata.name])}"
-             + (f" ({CONFIG_RACE})" if n.metadata.name in raced else "")
-             for n in nodes if gpu_resources(n) != expected[n.metadata.name]]
+    wrong = [f"{n.name} has {pairs(gpu_resources(n))}, expected {pairs(expected[n.name])}"
+             + (f" ({CONFIG_RACE})" if n.name in raced else "")
+             for n in nodes if gpu_resources(n) != expected[n.name]]
     if wrong:
         return Check("capacity", False, "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))
     total: dict[str, int] = {}
@@ -128,53 +124,52 @@ class Rollout:
         return None
 
 
-def daemon_set_rollout(client: ApiClient, daemon_set: Any) -> Rollout:
-    """The Rollout of `daemon_set` (a V1DaemonSet), its pods read now."""
-    from kubernetes.client import CoreV1Api
-
-    meta, spec, status = daemon_set.metadata, daemon_set.spec, daemon_set.status
-    selector = ",".join(f"{k}={v}" for k, v in sorted(((spec.selector.match_labels if spec and spec.selector
-                                                         else None) or {}).items()))
-    with requesting(f"listing the pods of DaemonSet {meta.namespace}/{meta.name}"):
-        pods = json.loads(CoreV1Api(client).list_namespaced_pod(meta.namespace, label_selector=selector,
-                                                                _preload_content=False).data)["items"]
-    ready_on = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")
+def daemon_set_rollout(kube: Kube, daemon_set: KubeObject) -> Rollout:
+    """The Rollout of `daemon_set`, its pods read now."""
+    namespace, name = daemon_set.namespace, daemon_set.name
+    spec, status = daemon_set.spec, daemon_set.get("status")
+    match = (spec.get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+    pods = kube.list("v1", "Pod", namespace, labels=selector,
+                     what=f"listing the pods of DaemonSet {namespace}/{name}")
+    ready_on = {p.spec.get("nodeName") for p in pods if not p.deleting
                 and any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in (p.get("status") or {}).get("conditions") or [])}
-    strategy = spec.update_strategy.type if spec and spec.update_strategy else None
+                        for c in p.status.get("conditions") or [])}
+    strategy = (spec.get("updateStrategy") or {}).get("type")
+    counts = status or {}
     return Rollout(
-        name=f"{meta.namespace}/{meta.name}",
-        desired=(status.desired_number_scheduled or 0) if status else 0,
-        updated=(status.updated_number_scheduled or 0) if status else 0,
-        available=(status.number_available or 0) if status else 0,
-        ready=(status.number_ready or 0) if status else 0,
+        name=f"{namespace}/{name}",
+        desired=counts.get("desiredNumberScheduled") or 0,
+        updated=counts.get("updatedNumberScheduled") or 0,
+        available=counts.get("numberAvailable") or 0,
+        ready=counts.get("numberReady") or 0,
         pods_ready=len(ready_on - {None}),
-        observed=status is not None and (meta.generation or 0) <= (status.observed_generation or 0),
+        observed=status is not None and (daemon_set.metadata.get("generation") or 0)
+        <= (counts.get("observedGeneration") or 0),
         rolling=strategy in (None, "RollingUpdate"))
 
 
-def device_plugin_rollouts(client: ApiClient) -> tuple[list[str], Rollout | None]:
+def device_plugin_rollouts(kube: Kube) -> tuple[list[str], Rollout | None]:
     """The device-plugin DaemonSets (namespace/name; the MPS control daemon is not one) and, when there is
     exactly one, its Rollout."""
-    from gpuctl.stack.owners import is_device_plugin, list_daemon_sets
+    from gpuctl.stack.owners import is_device_plugin
 
-    plugins = [d for d in list_daemon_sets(client) if is_device_plugin(d.metadata.name)]
-    names = [f"{d.metadata.namespace}/{d.metadata.name}" for d in plugins]
-    return names, (daemon_set_rollout(client, plugins[0]) if len(plugins) == 1 else None)
+    plugins = [d for d in kube.list("apps/v1", "DaemonSet", what="listing DaemonSets") if is_device_plugin(d.name)]
+    names = [f"{d.namespace}/{d.name}" for d in plugins]
+    return names, (daemon_set_rollout(kube, plugins[0]) if len(plugins) == 1 else None)
 
 
-def check_node_config(nodes: list[V1Node], plans: dict[str, GroupPlan]) -> Check:
+def check_node_config(nodes: list[KubeObject], plans: dict[str, GroupPlan]) -> Check:
     """Each node carries its node group's recorded configuration (sharing or MIG config, labels, taints):
     a node added later (scaled, autoscaled) without it advertises less than its siblings."""
-    from gpuctl.kube.gpu_nodes import nodegroup_of
     from gpuctl.ops.group_records import node_drift
 
     drift: list[str] = []
     for node in nodes:
         plan = plans.get(nodegroup_of(node) or "")
         if plan is not None:
-            taints = {(t.key, t.value or "", t.effect) for t in node.spec.taints or []}
-            drift += node_drift(node.metadata.name, node.metadata.labels or {}, taints, plan)
+            taints = {(t["key"], t.get("value") or "", t["effect"]) for t in node.spec.get("taints") or []}
+            drift += node_drift(node.name, node.labels, taints, plan)
     if drift:
         more = f" (+{len(drift) - 5} more)" if len(drift) > 5 else ""
         return Check("node-config", False, "; ".join(drift[:5]) + more + "; rerun 'gpuctl apply'")
@@ -182,10 +177,10 @@ def check_node_config(nodes: list[V1Node], plans: dict[str, GroupPlan]) -> Check
                                         "their node group's configuration")
 
 
-def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | None] | None = None) -> Check:
+def check_device_plugins(kube: Kube, found: tuple[list[str], Rollout | None] | None = None) -> Check:
     """Exactly one device-plugin DaemonSet (the MPS control daemon is not one), rolled out (as `kubectl
-    rollout status` says) with every pod ready. `found`: device_plugin_rollouts(client), when read already."""
-    names, rollout = found if found is not None else device_plugin_rollouts(client)
+    rollout status` says) with every pod ready. `found`: device_plugin_rollouts(kube), when read already."""
+    names, rollout = found if found is not None else device_plugin_rollouts(kube)
     if rollout is None:
         return Check("device-plugin", False, f"expected exactly one device-plugin DaemonSet, found {len(names)}: "
                      f"{', '.join(names) or 'none'}")
@@ -198,26 +193,20 @@ def check_device_plugins(client: ApiClient, found: tuple[list[str], Rollout | No
                  f"({rollout.ready} pods ready, rolled out)")
 
 
-def read_configs(client: ApiClient) -> tuple[dict[str, str], dict[str, Any]]:
+def read_configs(kube: Kube) -> tuple[dict[str, str], dict[str, Any]]:
     """The operator's device-plugin configs and mig-parted configs (in the namespace of the GPU Operator
     gpuctl configures, which may be another's)."""
-    from kubernetes.client import CoreV1Api
-
-    from gpuctl.kube.objects import read_config_map_data
     from gpuctl.stack.existing import config_namespace
 
-    v1 = CoreV1Api(client)
-    namespace = config_namespace(client)
-    plugin = read_config_map_data(v1, namespace, DEVICE_PLUGIN_CONFIGMAP) or {}
-    mig_text = (read_config_map_data(v1, namespace, MIG_CONFIGMAP) or {}).get("config.yaml", "")
+    namespace = config_namespace(kube)
+    plugin = read_config_map_data(kube, namespace, DEVICE_PLUGIN_CONFIGMAP) or {}
+    mig_text = (read_config_map_data(kube, namespace, MIG_CONFIGMAP) or {}).get("config.yaml", "")
     mig = parse_mig_parted_config(mig_text) if mig_text else {}
     return plugin, mig
 
 
-def smoke_resource(nodes: list[V1Node]) -> str:
+def smoke_resource(nodes: list[KubeObject]) -> str:
     """A MIG resource when the nodes advertise one (mixed strategy), else nvidia.com/gpu."""
-    from gpuctl.kube.gpu_nodes import gpu_resources
-
     for node in nodes:
         mig = sorted(k for k in gpu_resources(node) if k.startswith("nvidia.com/mig-"))
         if mig:
@@ -225,93 +214,84 @@ def smoke_resource(nodes: list[V1Node]) -> str:
     return L.GPU_RESOURCE
 
 
-def validate_cluster(client: ApiClient, nodegroup: str | None, image: str = SMOKE_IMAGE,
+def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE,
                      timeout: float = SMOKE_TIMEOUT_S) -> list[Check]:
     """Capacity against configuration, exactly one device plugin, and the CUDA smoke test (in DRA mode:
     the driver's devices against configuration, its kubelet plugin on every node, a smoke test through a
     ResourceClaim)."""
-    from kubernetes.client import CoreV1Api
-
-    from gpuctl.kube.dra import dra_mode
-    from gpuctl.kube.gpu_nodes import NODEGROUP_LABELS, gpu_nodes, nodegroup_of
     from gpuctl.ops.group_records import intended_labels, read_group_plans
     from gpuctl.stack.existing import config_namespace
 
     try:
-        nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+        nodes = gpu_nodes(kube, nodegroup)
     except UsageError:  # a node group of no nodes: Karpenter's (then launched here), else the error stands
-        launched = _launch_a_node(client, nodegroup or "", image, timeout)
+        launched = _launch_a_node(kube, nodegroup or "", image, timeout)
         if launched is None:
             raise
         if not launched.ok:
             return [launched]
-        nodes = gpu_nodes(CoreV1Api(client), nodegroup)
+        nodes = gpu_nodes(kube, nodegroup)
     if not nodes:
         return [Check("gpu-nodes", False, "no GPU nodes (label feature.node.kubernetes.io/pci-10de.present=true)")]
-    plugin, mig = read_configs(client)
-    labels = nodes[0].metadata.labels or {}
+    plugin, mig = read_configs(kube)
+    labels = nodes[0].labels
     node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
     pin = dict(list(node_labels.items())[:1])
-    tolerations = tolerations_of(sorted({node_taint(t) for n in nodes for t in n.spec.taints or []}))
-    if dra_mode(client):
-        return validate_dra(client, nodes, mig, image, pin, tolerations, timeout)
-    plans = read_group_plans(CoreV1Api(client), config_namespace(client))
-    intended = {n.metadata.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
+    tolerations = tolerations_of(sorted({node_taint(t) for n in nodes for t in n.spec.get("taints") or []}))
+    if dra_mode(kube):
+        return validate_dra(kube, nodes, mig, image, pin, tolerations, timeout)
+    plans = read_group_plans(kube, config_namespace(kube))
+    intended = {n.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
                 for n in nodes}
     checks = [check_node_config(nodes, plans),
-              check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig, intended[n.metadata.name])
-                                     for n in nodes}),
-              check_device_plugins(client)]
-    checks.append(run_smoke_test(client, image, smoke_resource(nodes), pin, tolerations, timeout))
+              check_capacity(nodes, {n.name: expected_resources(n, plugin, mig, intended[n.name]) for n in nodes}),
+              check_device_plugins(kube)]
+    checks.append(run_smoke_test(kube, image, smoke_resource(nodes), pin, tolerations, timeout))
     return checks
 
 
-def _launch_a_node(client: ApiClient, nodegroup: str, image: str, timeout: float) -> Check | None:
+def _launch_a_node(kube: Kube, nodegroup: str, image: str, timeout: float) -> Check | None:
     """For a node group of no nodes that Karpenter launches (recorded with 0 fixed nodes): the smoke test first,
     pinned to the group, so that Karpenter launches a node for it and the checks have one to look at; what it
     proves then holds for every node the pool launches. None where the group is not such a group."""
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.ops.group_records import read_group_plans
     from gpuctl.stack.existing import config_namespace
     from gpuctl.stack.karpenter import advertised
 
-    plan = read_group_plans(CoreV1Api(client), config_namespace(client)).get(nodegroup)
+    plan = read_group_plans(kube, config_namespace(kube)).get(nodegroup)
     if plan is None or plan.spec.nodes != 0:
         return None
-    wanted = advertised(plan, _mig_strategy(client))
+    wanted = advertised(plan, _mig_strategy(kube))
     resource = next((k for k, v in sorted(wanted.items()) if v and k != L.GPU_RESOURCE), L.GPU_RESOURCE)
-    check = run_smoke_test(client, image, resource, {L.NODEGROUP: nodegroup}, tolerations_of(plan.spec.taints),
+    check = run_smoke_test(kube, image, resource, {L.NODEGROUP: nodegroup}, tolerations_of(plan.spec.taints),
                            timeout, launch=True)
     if check.ok:  # the node is in; the checks that follow look at it once it has joined as configured
-        _await_configured(client, nodegroup, timeout)
+        _await_configured(kube, nodegroup, timeout)
     return replace(check, detail=f"launched by Karpenter: {check.detail}") if check.ok else check
 
 
-def _await_configured(client: ApiClient, nodegroup: str, timeout: float) -> None:
+def _await_configured(kube: Kube, nodegroup: str, timeout: float) -> None:
     """Until the group's nodes advertise what their configuration says, or `timeout`: a node Karpenter has just
     launched runs pods before its device plugin has applied the group's sharing."""
-    from kubernetes.client import CoreV1Api
-
-    from gpuctl.kube.gpu_nodes import gpu_nodes
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        plugin, mig = read_configs(client)
-        nodes = gpu_nodes(CoreV1Api(client), nodegroup)
-        if check_capacity(nodes, {n.metadata.name: expected_resources(n, plugin, mig) for n in nodes}).ok:
+        plugin, mig = read_configs(kube)
+        nodes = gpu_nodes(kube, nodegroup)
+        if check_capacity(nodes, {n.name: expected_resources(n, plugin, mig) for n in nodes}).ok:
             return
         time.sleep(0.5)
 
 
-def _mig_strategy(client: ApiClient) -> str:
+def _mig_strategy(kube: Kube) -> str:
     """The ClusterPolicy's MIG strategy (the device plugin's MIG_STRATEGY); the operator's default, single."""
-    from kubernetes.client import CustomObjectsApi
+    from gpuctl.stack.existing import CLUSTER_POLICY
 
-    with requesting("reading the ClusterPolicy"):
-        found = get_or_none(CustomObjectsApi(client).list_cluster_custom_object, "nvidia.com", "v1", "clusterpolicies")
-    policies = (found or {}).get("items") or [{}]
-    return str(((policies[0].get("spec") or {}).get("mig") or {}).get("strategy") or "single")
+    try:
+        policies = kube.list("/".join(CLUSTER_POLICY[:2]), "ClusterPolicy", what="reading the ClusterPolicy")
+    except KubeNotFound:  # no ClusterPolicy CRD
+        policies = []
+    spec = policies[0].spec if policies else {}
+    return str((spec.get("mig") or {}).get("strategy") or "single")
 
 
 # -- DRA mode -------------------------------------------------------------------------------------------
@@ -334,26 +314,23 @@ def configured_layout(labels: dict[str, str], model: GpuModel | None,
     return layout_of_config_name(name, model)
 
 
-def expected_devices(node: V1Node, mig_configs: dict[str, Any]) -> int:
+def expected_devices(node: KubeObject, mig_configs: dict[str, Any]) -> int:
     """How many devices the DRA driver should publish on `node`: one per GPU (gpuctl.dev/gpus-per-node,
     else GFD's nvidia.com/gpu.count), or with a MIG layout configured, its MIG devices on every GPU (the
     driver publishes a MIG-enabled GPU's MIG devices, not the GPU). ValueError for an unreadable layout."""
-    from gpuctl.kube.gpu_nodes import model_of
-
-    labels = node.metadata.labels or {}
+    labels = node.labels
     gpus = int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or 0)
     layout = configured_layout(labels, model_of(labels), mig_configs)
     return gpus * len(layout.profiles) if layout is not None and layout.enabled else gpus
 
 
-def check_dra_capacity(nodes: list[V1Node], published: dict[str, NodeDevices], mig_configs: dict[str, Any]) -> Check:
+def check_dra_capacity(nodes: list[KubeObject], published: dict[str, NodeDevices],
+                       mig_configs: dict[str, Any]) -> Check:
     """Each node's slices publish the devices its configuration gives, and no device plugin advertises
     the same GPUs (they would be handed out twice: to nvidia.com/gpu limits and to claims)."""
-    from gpuctl.kube.gpu_nodes import gpu_resources
-
     wrong, total = [], 0
     for node in nodes:
-        name, labels = node.metadata.name, node.metadata.labels or {}
+        name, labels = node.name, node.labels
         try:
             expected = expected_devices(node, mig_configs)
         except ValueError as exc:
@@ -374,41 +351,40 @@ def check_dra_capacity(nodes: list[V1Node], published: dict[str, NodeDevices], m
                          f"out twice (turn the device plugin off: GPU Operator devicePlugin.enabled=false)")
     if wrong:
         return Check("capacity", False, "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))
-    allocated = sum(published[n.metadata.name].in_use for n in nodes)
+    allocated = sum(published[n.name].in_use for n in nodes)
     return Check("capacity", True, f"{plural(len(nodes), 'node')} {noun(len(nodes), 'publishes', 'publish')} "
                  f"what was configured: {plural(total, 'device')} of "
                  f"driver gpu.nvidia.com ({allocated} allocated)")
 
 
-def check_kubelet_plugins(nodes: list[V1Node], pods: dict[str, Any]) -> Check:
+def check_kubelet_plugins(nodes: list[KubeObject], pods: dict[str, KubeObject]) -> Check:
     """The DRA driver's kubelet plugin (`pods`: node -> its pod) is ready on every node."""
     from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, plugin_state
 
-    states = {n.metadata.name: plugin_state(pods.get(n.metadata.name)) for n in nodes}
+    states = {n.name: plugin_state(pods.get(n.name)) for n in nodes}
     bad = [f"{node}: {state}" for node, state in states.items() if state != "ready"]
     ready = len(states) - len(bad)
     if bad:
         return Check("dra-driver", False, f"kubelet plugin ready on {ready} of {len(states)} nodes; "
                      f"{', '.join(bad[:5])}; see 'kubectl get pods -A -l {DRA_PLUGIN_SELECTOR}'")
-    namespaces = sorted({p.metadata.namespace for p in pods.values()})
+    namespaces = sorted({p.namespace or "" for p in pods.values()})
     return Check("dra-driver", True, f"DRA kubelet plugin ready on {ready} of {ready} nodes "
                  f"(namespace {', '.join(namespaces)})")
 
 
-def validate_dra(client: ApiClient, nodes: list[V1Node], mig_configs: dict[str, Any], image: str,
+def validate_dra(kube: Kube, nodes: list[KubeObject], mig_configs: dict[str, Any], image: str,
                  pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float) -> list[Check]:
     from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
     from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, NodeDevices, pods_by_node, read_node_devices
 
-    published = read_node_devices(client)
-    mine = [published.get(n.metadata.name, NodeDevices((), frozenset())) for n in nodes]
+    published = read_node_devices(kube)
+    mine = [published.get(n.name, NodeDevices((), frozenset())) for n in nodes]
     # full GPUs where any node has one; MIG devices only where the nodes publish nothing else
     device_class = MIG_CLASS if any(m.devices for m in mine) and all(m.mig_only for m in mine if m.devices) \
         else GPU_CLASS
     return [check_dra_capacity(nodes, published, mig_configs),
-            check_kubelet_plugins(nodes, pods_by_node(client, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")),
-            run_dra_smoke_test(client, image, device_class, pin, tolerations, {n.metadata.name for n in nodes},
-                               timeout)]
+            check_kubelet_plugins(nodes, pods_by_node(kube, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")),
+            run_dra_smoke_test(kube, image, device_class, pin, tolerations, {n.name for n in nodes}, timeout)]
 
 
 class ClaimWatch:
@@ -416,44 +392,33 @@ class ClaimWatch:
     claim after the smoke test is not enough: the resource claim controller clears the allocation as soon
     as the pod is done (Kubernetes v1.36.3 pkg/controller/resourceclaim/controller.go:1461-1490)."""
 
-    def __init__(self, client: ApiClient, name: str, resource_version: str) -> None:
-        from kubernetes.client import ResourceV1Api
-
-        self.api = ResourceV1Api(client)
+    def __init__(self, kube: Kube, name: str, resource_version: str) -> None:
+        self.kube = kube
         self.name = name
         self.resource_version = resource_version
         self.allocation: dict[str, Any] | None = None
 
-    def _seen(self, claim: dict[str, Any]) -> None:
-        self.resource_version = claim["metadata"]["resourceVersion"]
+    def _seen(self, claim: KubeObject) -> None:
+        self.resource_version = claim.resource_version
         if self.allocation is None:
-            self.allocation = (claim.get("status") or {}).get("allocation")
+            self.allocation = claim.status.get("allocation")
 
     def follow(self, seconds: int = 1) -> None:
         """Take the claim's changes for up to `seconds` (the server ends the watch then)."""
-        with requesting(f"watching ResourceClaim {SMOKE_NAMESPACE}/{self.name}"):
-            response = self.api.list_namespaced_resource_claim(
-                SMOKE_NAMESPACE, field_selector=f"metadata.name={self.name}", resource_version=self.resource_version,
-                watch=True, timeout_seconds=seconds, _preload_content=False)
         try:
-            buffer = b""
-            for chunk in response.stream(amt=None, decode_content=True):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in filter(None, lines):
-                    event = json.loads(line)
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._seen(event["object"])
-                    elif event["type"] == "ERROR":  # e.g. 410 Gone: too old a version; read the claim instead
-                        self.read()
-                        return
-        finally:
-            response.release_conn()
+            with requesting(f"watching ResourceClaim {SMOKE_NAMESPACE}/{self.name}"):
+                for kind, claim in self.kube.watch(API_VERSION, "ResourceClaim", SMOKE_NAMESPACE,
+                                                   fields=f"metadata.name={self.name}",
+                                                   resource_version=self.resource_version, seconds=seconds):
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._seen(claim)
+        except KubeApiError as exc:
+            if exc.status != 410:
+                raise
+            self.read()  # 410 Gone (the watch's ERROR event): too old a version; read the claim instead
 
     def read(self) -> None:
-        with requesting(f"reading ResourceClaim {SMOKE_NAMESPACE}/{self.name}"):
-            self._seen(json.loads(self.api.read_namespaced_resource_claim(
-                self.name, SMOKE_NAMESPACE, _preload_content=False).data))
+        self._seen(self.kube.get(API_VERSION, "ResourceClaim", self.name, SMOKE_NAMESPACE))
 
 
 def check_allocation(allocation: dict[str, Any] | None, node: str | None, group: set[str]) -> str | None:
@@ -475,60 +440,52 @@ def check_allocation(allocation: dict[str, Any] | None, node: str | None, group:
     return None
 
 
-def run_dra_smoke_test(client: ApiClient, image: str, device_class: str, node_labels: dict[str, str],
+def run_dra_smoke_test(kube: Kube, image: str, device_class: str, node_labels: dict[str, str],
                        tolerations: list[dict[str, str]], group: set[str], timeout: float = SMOKE_TIMEOUT_S) -> Check:
     """The CUDA sample with its GPU from a ResourceClaim of `device_class` made next to it (deleted with
     it); it passes when the pod passes and the scheduler allocated the claim a device on the pod's node,
     a node of `group`."""
-    from kubernetes.client import CoreV1Api, ResourceV1Api
-
-    v1 = CoreV1Api(client)
-    ensure_namespace(v1, SMOKE_NAMESPACE)
-    await_default_service_account(v1)
+    ensure_namespace(kube, SMOKE_NAMESPACE)
+    await_default_service_account(kube)
     name = f"gpuctl-smoke-{uuid.uuid4().hex[:6]}"
     with requesting("creating the smoke test's ResourceClaim"):
-        created = json.loads(ResourceV1Api(client).create_namespaced_resource_claim(
-            SMOKE_NAMESPACE, smoke_claim(name, device_class), field_manager=L.MANAGER, _preload_content=False).data)
-    claims = ClaimWatch(client, name, created["metadata"]["resourceVersion"])
+        created = kube.create(smoke_claim(name, device_class))
+    claims = ClaimWatch(kube, name, created.resource_version)
     try:
         with requesting("creating the smoke-test pod"):
-            v1.create_namespaced_pod(SMOKE_NAMESPACE, smoke_pod(name, image, device_class, node_labels, tolerations,
-                                                                claim=name), field_manager=L.MANAGER)
+            kube.create(smoke_pod(name, image, device_class, node_labels, tolerations, claim=name))
         try:
-            check, pod = await_smoke_test(v1, name, f"1 {device_class} device from ResourceClaim {name}", timeout,
-                                           pause=claims.follow,
-                                           pending=lambda p: _unallocatable(client, v1, p, device_class, group))
+            check, pod = await_smoke_test(kube, name, f"1 {device_class} device from ResourceClaim {name}", timeout,
+                                          pause=claims.follow,
+                                          pending=lambda p: _unallocatable(kube, p, device_class, group))
             if not check.ok:
                 return check
             if claims.allocation is None:
                 claims.follow()  # changes up to now that the last watch did not reach
             allocation = claims.allocation
-            wrong = check_allocation(allocation, pod.spec.node_name, group)
+            node = pod.spec.get("nodeName")
+            wrong = check_allocation(allocation, node, group)
             if wrong is not None or allocation is None:  # (no allocation is a wrong one)
-                return Check("smoke-test", False, f"pod {name} passed on {pod.spec.node_name}, but {wrong}")
+                return Check("smoke-test", False, f"pod {name} passed on {node}, but {wrong}")
             devices = ", ".join(sorted(r["device"] for r in allocation["devices"]["results"]))
-            return Check("smoke-test", True, f"{check.detail} (allocated by the scheduler: {devices} of "
-                         f"{pod.spec.node_name})")
+            return Check("smoke-test", True, f"{check.detail} (allocated by the scheduler: {devices} of {node})")
         finally:
-            delete_smoke_pod(v1, name)
+            delete_smoke_pod(kube, name)
     finally:
-        try:
-            with requesting("deleting the smoke test's ResourceClaim"):
-                ResourceV1Api(client).delete_namespaced_resource_claim(name, SMOKE_NAMESPACE, _preload_content=False)
-        except KubeNotFound:
-            pass  # gone already
+        with requesting("deleting the smoke test's ResourceClaim"):
+            kube.delete(API_VERSION, "ResourceClaim", name, SMOKE_NAMESPACE)  # gone already is done too
 
 
-def _unallocatable(client: ApiClient, v1: Any, pod: Any, device_class: str, group: set[str]) -> str:
+def _unallocatable(kube: Kube, pod: KubeObject, device_class: str, group: set[str]) -> str:
     """Why the smoke-test pod stayed unscheduled, and the fix, in one line: when the scheduler found no
     free device (its PodScheduled condition), how many of the group's devices are allocated."""
     from gpuctl.ops.status import read_node_devices
 
-    scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
-    if scheduled is None or scheduled.reason != "Unschedulable":
-        return diagnostics(v1, pod)
-    said = " ".join((scheduled.message or "").split())
-    published = read_node_devices(client)
+    scheduled = pod.condition("PodScheduled")
+    if scheduled is None or scheduled.get("reason") != "Unschedulable":
+        return diagnostics(kube, pod)
+    said = " ".join((scheduled.get("message") or "").split())
+    published = read_node_devices(kube)
     total = sum(len(published[n].devices) for n in group if n in published)
     used = sum(published[n].in_use for n in group if n in published)
     if total and used >= total:
@@ -537,4 +494,4 @@ def _unallocatable(client: ApiClient, v1: Any, pod: Any, device_class: str, grou
                 f"-A') or add nodes ('gpuctl nodegroup scale')")
     return (f"the scheduler cannot allocate a {device_class} device on the node group's nodes ({used} of "
             f"{total} allocated; scheduler: {said}); see 'gpuctl status' and 'kubectl describe pod -n "
-            f"{SMOKE_NAMESPACE} {pod.metadata.name}'")
+            f"{SMOKE_NAMESPACE} {pod.name}'")

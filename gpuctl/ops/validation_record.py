@@ -9,12 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuctl.kube.kube import Kube, as_kube
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
-
-if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api
 
 VALIDATED_CONFIGMAP = "gpuctl-validated"
 _KEY = "spec-sha256"
@@ -33,16 +31,18 @@ def _stable(value: Any) -> Any:
     return sorted(value, key=str) if isinstance(value, (set, frozenset)) else str(value)
 
 
-def read_validated(v1: CoreV1Api, namespace: str) -> str:
+def read_validated(kube: Kube, namespace: str) -> str:
     """The digest of the spec last validated on this cluster; "" when none is (or a change came since)."""
-    return (read_config_map_data(v1, namespace, VALIDATED_CONFIGMAP) or {}).get(_KEY, "")
+    # as_kube: ops.platform, platform_steps and nodegroups still hand a CoreV1Api built on the Kube
+    return (read_config_map_data(as_kube(kube), namespace, VALIDATED_CONFIGMAP) or {}).get(_KEY, "")
 
 
-def forget_validated(v1: CoreV1Api, namespace: str) -> None:
+def forget_validated(kube: Kube, namespace: str) -> None:
     """Before a run's first write: until its validation passes, nothing on the cluster counts as validated."""
-    if read_validated(v1, namespace):
-        ensure_config_map_keys(v1, namespace, VALIDATED_CONFIGMAP, {_KEY: ""})
+    kube = as_kube(kube)
+    if read_validated(kube, namespace):
+        ensure_config_map_keys(kube, namespace, VALIDATED_CONFIGMAP, {_KEY: ""})
 
 
-def record_validated(v1: CoreV1Api, namespace: str, digest: str) -> None:
-    ensure_config_map_keys(v1, namespace, VALIDATED_CONFIGMAP, {_KEY: digest})
+def record_validated(kube: Kube, namespace: str, digest: str) -> None:
+    ensure_config_map_keys(as_kube(kube), namespace, VALIDATED_CONFIGMAP, {_KEY: digest})

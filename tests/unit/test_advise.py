@@ -233,9 +233,9 @@ def _advise(canned: Canned, view: ClusterView, monkeypatch: Any) -> dict[str, An
     monkeypatch.setattr(ops_advise, "read_queues", lambda client, v: None)
     monkeypatch.setattr(ops_advise, "recorded_groups", lambda client: {})
     monkeypatch.setattr(ops_advise, "cluster_identity", lambda server, context: IDENTITY)
-    client = SimpleNamespace(configuration=SimpleNamespace(host="https://127.0.0.1:1"))
+    client = SimpleNamespace(server="https://127.0.0.1:1")  # Kube.server
     with fake_prometheus(canned) as url:
-        return ops_advise.advise(client, Prometheus(url), "1h", now=NOW)  # type: ignore[arg-type]
+        return ops_advise.advise(client, Prometheus(url), "1h", now=NOW)
 
 
 def test_a_window_covered_1_7_percent_gives_no_advice_but_when_it_can_follow(monkeypatch: Any) -> None:

@@ -5,8 +5,8 @@ records given as data (tests/integration/test_mig_target.py runs it on a sim clu
 from __future__ import annotations
 
 import pytest
-from kubernetes.client import V1Node, V1ObjectMeta
 
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.ops.mig_apply import choose_nodegroup, group_fits
@@ -15,9 +15,9 @@ from gpuctl.util.errors import UsageError
 LAYOUT = "3g.20gb-2x2g.10gb"
 
 
-def node(name: str, group: str | None, gpu: str, label: str = "gpuctl.dev/nodegroup") -> V1Node:
+def node(name: str, group: str | None, gpu: str, label: str = "gpuctl.dev/nodegroup") -> KubeObject:
     labels = {"gpuctl.dev/gpu": gpu, **({label: group} if group else {})}
-    return V1Node(metadata=V1ObjectMeta(name=name, labels=labels))
+    return KubeObject(apiVersion="v1", kind="Node", metadata={"name": name, "labels": labels})
 
 
 def test_the_one_a100_group_is_chosen_beside_a_t4_group() -> None:

@@ -3,13 +3,13 @@ MIG-state wait and the device-plugin rollout check. A fake clock: no test sleeps
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject, kube_objects
 from gpuctl.ops import capacity
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.validate import Rollout
@@ -173,13 +173,15 @@ def test_the_capacity_wait_takes_the_commands_timeout(clock: FakeTime, monkeypat
 # -- the MIG-state wait ---------------------------------------------------------------------------------
 
 
-class FakeNodes:
-    """CoreV1Api.list_node as JSON: node i reaches `success` at look `reach[i]` (None: stays pending)."""
+class FakeNodes(Kube):
+    """Kube.list of nodes: node i reaches `success` at look `reach[i]` (None: stays pending)."""
 
     def __init__(self, reach: list[int | None], failed: int | None = None) -> None:
+        super().__init__(None)
         self.reach, self.failed, self.looks = reach, failed, 0
 
-    def list_node(self, label_selector: str, _preload_content: bool) -> Any:
+    def list(self, api_version: str, kind: str, namespace: str | None = None, **_: Any) -> list[KubeObject]:
+        assert (api_version, kind) == ("v1", "Node")
         self.looks += 1
         items = []
         for i, at in enumerate(self.reach):
@@ -188,7 +190,7 @@ class FakeNodes:
                 state = "failed"
             items.append({"metadata": {"name": f"gpu-{i}", "labels": {"nvidia.com/mig.config.state": state}}})
         items.append({"metadata": {"name": "cpu-0", "labels": {}}})
-        return SimpleNamespace(data=json.dumps({"items": items}).encode())
+        return kube_objects(items)
 
 
 def test_the_mig_wait_lasts_while_nodes_reach_success(clock: FakeTime) -> None:
@@ -258,8 +260,7 @@ def test_check_device_plugins_fails_on_a_half_rolled_daemon_set() -> None:
     assert not two.ok and "found 2" in two.detail
 
 
-def test_a_pod_being_deleted_or_not_ready_does_not_count_though_the_status_still_does(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pod_being_deleted_or_not_ready_does_not_count_though_the_status_still_does() -> None:
     from gpuctl.ops.validate import daemon_set_rollout
 
     def pod(node: str, ready: bool, deleting: bool = False) -> dict[str, Any]:
@@ -267,27 +268,25 @@ def test_a_pod_being_deleted_or_not_ready_does_not_count_though_the_status_still
         return {"metadata": meta, "spec": {"nodeName": node},
                 "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
 
-    asked: list[tuple[str, str]] = []
+    asked: list[tuple[str | None, str]] = []
 
-    class Pods:
-        def __init__(self, client: Any) -> None:
-            pass
+    class Pods(Kube):
+        def list(self, api_version: str, kind: str, namespace: str | None = None, *, labels: str = "",
+                 **_: Any) -> list[KubeObject]:
+            asked.append((namespace, labels))
+            return kube_objects([pod("gpu-0", True), pod("gpu-1", True, deleting=True), pod("gpu-2", False),
+                                 pod("gpu-0", True)])
 
-        def list_namespaced_pod(self, namespace: str, label_selector: str, _preload_content: bool) -> Any:
-            asked.append((namespace, label_selector))
-            items = [pod("gpu-0", True), pod("gpu-1", True, deleting=True), pod("gpu-2", False), pod("gpu-0", True)]
-            return SimpleNamespace(data=json.dumps({"items": items}).encode())
-
-    monkeypatch.setattr("kubernetes.client.CoreV1Api", Pods)
-    ds = SimpleNamespace(  # a V1DaemonSet as read: attributes only
-        metadata=SimpleNamespace(name="nvidia-device-plugin-daemonset", namespace="gpu-operator", generation=2),
-        spec=SimpleNamespace(selector=SimpleNamespace(match_labels={"app": "nvidia-device-plugin-daemonset"}),
-                             update_strategy=SimpleNamespace(type="RollingUpdate")),
-        status=SimpleNamespace(desired_number_scheduled=3, number_ready=3, number_available=3,
-                               updated_number_scheduled=3, observed_generation=2))
-    seen = daemon_set_rollout(object(), ds)
+    ds = KubeObject(  # a DaemonSet as read
+        apiVersion="apps/v1", kind="DaemonSet",
+        metadata={"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator", "generation": 2},
+        spec={"selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset"}},
+              "updateStrategy": {"type": "RollingUpdate"}},
+        status={"desiredNumberScheduled": 3, "numberReady": 3, "numberAvailable": 3, "updatedNumberScheduled": 3,
+                "observedGeneration": 2})
+    seen = daemon_set_rollout(Pods(None), ds)
     assert asked == [("gpu-operator", "app=nvidia-device-plugin-daemonset")]
     assert (seen.ready, seen.pods_ready, seen.observed, seen.rolling) == (3, 1, True, True)
     assert seen.waiting_for() == "1 of 3 pods ready"
-    ds.metadata.generation = 3  # a new template the controller has not seen yet
-    assert daemon_set_rollout(object(), ds).waiting_for() == "waiting for the DaemonSet spec update to be observed"
+    ds["metadata"]["generation"] = 3  # a new template the controller has not seen yet
+    assert daemon_set_rollout(Pods(None), ds).waiting_for() == "waiting for the DaemonSet spec update to be observed"
