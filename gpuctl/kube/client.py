@@ -29,7 +29,7 @@ from gpuctl.kube.errors import (
     KubeUnavailable,
 )
 from gpuctl.util import redact
-from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, WaitTimeout, shown
+from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, shown
 from gpuctl.util.timeouts import ENV, Deadlines, request_deadlines
 
 if TYPE_CHECKING:
@@ -363,39 +363,3 @@ def core(client: ApiClient) -> CoreV1Api:
     from kubernetes.client import CoreV1Api
 
     return CoreV1Api(client)
-
-
-def wait_for_api(client: ApiClient, timeout: float) -> None:
-    """Block until the API serves reads and the controller-manager has made the default
-    ServiceAccount (pods cannot be created before it exists).
-
-    A refused connection or an error answer means "not up yet"; a server that takes the
-    connection and gives no answer within the request deadline is frozen, and raises at once."""
-    from gpuctl.util.progress import waiting
-
-    server = client.configuration.host
-    deadline = time.monotonic() + timeout
-    last: KubeApiError | None = None
-    v1 = core(client)
-    with waiting(f"the kube-apiserver at {server}", timeout) as wait:
-        while time.monotonic() < deadline:
-            try:
-                v1.read_namespaced_service_account("default", "default")
-                return
-            except KubeTimeout:
-                raise
-            except KubeApiError as exc:  # refused, or any error answer: not ready yet
-                last = exc
-            wait.update(_not_ready(last))
-            time.sleep(0.5)
-    raise WaitTimeout(f"the kube-apiserver at {server} not ready after {timeout:.0f}s ({_not_ready(last)})")
-
-
-def _not_ready(exc: KubeApiError | None) -> str:
-    if exc is None:
-        return "no answer yet"
-    if isinstance(exc, KubeNotFound):
-        return "no default ServiceAccount yet"
-    if exc.status is not None:  # an error answer: its reason phrase ("Service Unavailable", "Forbidden")
-        return exc.reason or exc.detail
-    return exc.message.rsplit(": ", 1)[-1]  # no answer: the server is named already, its last words are the reason

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuctl.kube.client import api_client, get_or_none
-from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
+from gpuctl.kube.errors import KubeApiError, KubeNotFound, KubeTimeout, requesting
 from gpuctl.kube.kube_object import KubeObject, kube_objects
 from gpuctl.model import labels as L
+from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.progress import waiting
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -308,3 +311,35 @@ def as_kube(client: Any) -> Kube:
     if isinstance(inner, Kube):
         return inner
     return Kube(inner if inner is not None else client)
+
+
+def wait_for_api(kube: Kube, timeout: float) -> None:
+    """Block until the API serves reads and the controller-manager has made the default
+    ServiceAccount (pods cannot be created before it exists).
+
+    A refused connection or an error answer means "not up yet"; a server that takes the
+    connection and gives no answer within the request deadline is frozen, and raises at once."""
+    deadline = time.monotonic() + timeout
+    last: KubeApiError | None = None
+    with waiting(f"the kube-apiserver at {kube.server}", timeout) as wait:
+        while time.monotonic() < deadline:
+            try:
+                kube.get("v1", "ServiceAccount", "default", "default")
+                return
+            except KubeTimeout:
+                raise
+            except KubeApiError as exc:  # refused, or any error answer: not ready yet
+                last = exc
+            wait.update(_not_ready(last))
+            time.sleep(0.5)
+    raise WaitTimeout(f"the kube-apiserver at {kube.server} not ready after {timeout:.0f}s ({_not_ready(last)})")
+
+
+def _not_ready(exc: KubeApiError | None) -> str:
+    if exc is None:
+        return "no answer yet"
+    if isinstance(exc, KubeNotFound):
+        return "no default ServiceAccount yet"
+    if exc.status is not None:  # an error answer: its reason phrase ("Service Unavailable", "Forbidden")
+        return exc.reason or exc.detail
+    return exc.message.rsplit(": ", 1)[-1]  # no answer: the server is named already, its last words are the reason

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,6 +26,8 @@ from gpuctl.util.timeouts import Deadlines, request_deadlines
 from tests.conftest import run_gpuctl
 from tests.unit import local_servers
 from tests.unit.local_servers import hanging_server, http_server
+
+pytestmark = pytest.mark.slow  # real deadlines and retries against silent servers: 1-26 s a test
 
 SHORT = "1"  # GPUCTL_REQUEST_TIMEOUT in these tests: one second to connect and to answer
 TOKEN = "gpuctl-test-bearer-0123456789abcdef"
@@ -88,7 +91,7 @@ def kubeconfig(tmp_path: Path, server: str, token: str = TOKEN) -> Path:
     return path
 
 
-def gpuctl_timed(*args: str, env: dict[str, str]) -> tuple[object, float]:
+def gpuctl_timed(*args: str, env: dict[str, str]) -> tuple[Any, float]:
     started = time.monotonic()
     proc = run_gpuctl(*args, env=env, timeout=120)
     return proc, time.monotonic() - started
@@ -421,21 +424,21 @@ def test_waits_on_a_terminal_show_a_live_line(monkeypatch: pytest.MonkeyPatch) -
 
 def test_api_wait_names_the_server_and_stops_on_a_frozen_one(silent_server: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl.kube.client import api_client, wait_for_api
+    from gpuctl.kube.kube import Kube, wait_for_api
 
     monkeypatch.setenv("GPUCTL_REQUEST_TIMEOUT", SHORT)
     started = time.monotonic()
     with pytest.raises(RequestTimeout, match=silent_server):
-        wait_for_api(api_client(kubeconfig(tmp_path, silent_server)), 60)
+        wait_for_api(Kube.connect(kubeconfig(tmp_path, silent_server)), 60)
     assert time.monotonic() - started < 5  # frozen is not "starting": no 60 s of retries
 
 
 def test_api_wait_on_a_refused_port_times_out_naming_it(closed_port: str, tmp_path: Path) -> None:
-    from gpuctl.kube.client import api_client, wait_for_api
+    from gpuctl.kube.kube import Kube, wait_for_api
     from gpuctl.util.errors import WaitTimeout
 
     with pytest.raises(WaitTimeout, match=f"the kube-apiserver at {closed_port} not ready after 1s"):
-        wait_for_api(api_client(kubeconfig(tmp_path, closed_port)), 1)
+        wait_for_api(Kube.connect(kubeconfig(tmp_path, closed_port)), 1)
 
 
 def test_cluster_error_types_are_distinct() -> None:

@@ -108,7 +108,8 @@ def test_a_409_raises_kube_conflict(server: str) -> None:
 def test_get_or_none_is_none_on_404_only(server: str) -> None:
     v1 = _v1(server)
     assert get_or_none(v1.read_namespace, "missing") is None
-    assert get_or_none(v1.read_namespace, "present").metadata.name == "present"
+    present = get_or_none(v1.read_namespace, "present")
+    assert present is not None and present.metadata.name == "present"
     with pytest.raises(KubeUnavailable):
         get_or_none(v1.read_namespace, "busy")
 
@@ -198,16 +199,15 @@ class _Lists(BaseHTTPRequestHandler):
 
 
 def test_a_list_read_as_json_gets_its_items_and_refuses_what_is_not_a_list() -> None:
-    from gpuctl.kube.listing import list_items
+    from gpuctl.kube.kube import Kube
 
     with http_server(_Lists) as url:
-        client = api_client(config_dict=_config(url))
-        assert list_items(client, "/api/v1/pods", "listing pods", labelSelector="a=b", fieldSelector="") == \
-            [{"metadata": {"name": "p"}}]
-        for path in ("/api/v1/nodes", "/api/v1/namespaces"):
+        kube = Kube.connect(config_dict=_config(url))
+        assert kube.list("v1", "Pod", labels="a=b") == [{"metadata": {"name": "p"}}]
+        for kind, path in (("Node", "/api/v1/nodes"), ("Namespace", "/api/v1/namespaces")):
             with pytest.raises(KubeApiError) as caught:
-                list_items(client, path, "listing")
+                kube.list("v1", kind, what="listing")
             assert caught.value.message.endswith(f"GET {path} answered something that is not a Kubernetes list")
             assert url in (caught.value.hint or "")
         with pytest.raises(KubeNotFound):
-            list_items(client, "/apis/resource.k8s.io/v1/resourceclaims", "listing ResourceClaims")
+            kube.list("resource.k8s.io/v1", "ResourceClaim")
