@@ -32,6 +32,8 @@ from gpuctl.stack.values import nfd_values
 from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.util.errors import UsageError
 
+pytestmark = pytest.mark.conformance  # the upstream charts rendered by the pinned helm (downloaded once)
+
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"
 OPERATOR_CHART = UPSTREAM / "gpu-operator-v26.7.0" / "gpu-operator"
 NFD_CHART = UPSTREAM / "nfd-v0.19.0" / "node-feature-discovery"

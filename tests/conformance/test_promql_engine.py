@@ -26,6 +26,8 @@ from gpuctl.ops.top import top_of
 from gpuctl.util.paths import cache_dir
 from tests.unit.fake_prometheus import Canned, fake_prometheus
 
+pytestmark = pytest.mark.conformance  # builds a Go program of upstream code (the Go toolchain, once per version)
+
 SOURCE = Path(__file__).parent / "promql_engine"
 MINUTES = 60  # samples every minute for an hour; the queries are evaluated at its end, over --since 1h
 

@@ -17,6 +17,8 @@ from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
 from gpuctl.stack.values import operator_values
 from gpuctl.tools.installer import ensure_tools
 
+pytestmark = pytest.mark.conformance  # the upstream charts rendered by the pinned helm (downloaded once)
+
 UPSTREAM_CHART = Path(__file__).resolve().parents[2].parent / "shared/upstream/gpu-operator-v26.7.0/gpu-operator"
 # Spec fields of the ClusterPolicy that gpuctl's values set, or the simulated operator acts on.
 FIELDS = ("driver.enabled", "toolkit.enabled", "devicePlugin.enabled", "devicePlugin.config", "mig", "cdi.enabled",

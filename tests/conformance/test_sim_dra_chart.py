@@ -19,6 +19,8 @@ from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_values
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION
 
+pytestmark = pytest.mark.conformance  # the upstream charts rendered by the pinned helm (downloaded once)
+
 UPSTREAM_CHART = Path(__file__).resolve().parents[2].parent / "shared/upstream/dra-driver-nvidia-gpu-v0.4.1" / DRA_DRIVER
 SERVED = ("--kube-version", KUBERNETES_VERSION, "--api-versions", "resource.k8s.io/v1")
 

@@ -19,6 +19,7 @@ from gpuctl.model.sharing import DEFAULT_CONFIG_KEY, Sharing, plugin_configs
 from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.util.errors import UsageError
 
+pytestmark = pytest.mark.conformance  # builds a Go program of upstream code (the Go toolchain, once per version)
 
 @pytest.fixture(scope="module")
 def upstreamcheck() -> Path:

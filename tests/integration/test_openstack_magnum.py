@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -39,12 +40,12 @@ def os_env(openstack_bed: OpenStackBed, sim_env: dict[str, str],
                 GPUCTL_SITE_CONFIG=str(root / "no-site.yaml"))
 
 
-def named(bed: OpenStackBed, name: str) -> list[dict[str, object]]:
+def named(bed: OpenStackBed, name: str) -> list[dict[str, Any]]:
     return [c for c in bed.clusters() if c["name"] == name]
 
 
 @pytest.fixture(scope="module")
-def os1(os_env: dict[str, str], openstack_bed: OpenStackBed) -> Iterator[dict[str, object]]:
+def os1(os_env: dict[str, str], openstack_bed: OpenStackBed) -> Iterator[dict[str, Any]]:
     """One cluster for the module, created through the CLI; the last test deletes it."""
     proc = run_gpuctl("-o", "json", *CREATE, env=os_env)
     assert proc.returncode == 0, proc.stderr + openstack_bed.log_tail("magnum")
@@ -53,11 +54,11 @@ def os1(os_env: dict[str, str], openstack_bed: OpenStackBed) -> Iterator[dict[st
         run_gpuctl("cluster", "delete", *CLOUD, "--name", "os1", "--yes", env=os_env)
 
 
-def group_nodes(env: dict[str, str], group: str) -> dict[str, object]:
+def group_nodes(env: dict[str, str], group: str) -> dict[str, Any]:
     return {n.metadata.name: n for n in core(env).list_node(label_selector=f"{NODEGROUP}={group}").items}
 
 
-def nodegroup(bed: OpenStackBed, cluster: str, name: str) -> dict[str, object]:
+def nodegroup(bed: OpenStackBed, cluster: str, name: str) -> dict[str, Any]:
     """In full (Magnum's list shows only a summary: no bounds, labels or taints)."""
     resp = bed.magnum("GET", f"/v1/clusters/{cluster}/nodegroups/{name}")
     assert resp.status_code == 200, resp.text
@@ -68,14 +69,14 @@ STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "configur
          "install-nfd", "install-gpu-operator", "restart-device-plugin", "wait-capacity/gpu", "validate/gpu"]
 
 
-def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, object], openstack_bed: OpenStackBed) -> None:
-    assert [s["step"] for s in os1["steps"]] == STEPS  # type: ignore[index]
-    assert [s["outcome"] for s in os1["steps"]][:3] == ["created", "created", "updated"]  # type: ignore[index]
+def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, Any], openstack_bed: OpenStackBed) -> None:
+    assert [s["step"] for s in os1["steps"]] == STEPS
+    assert [s["outcome"] for s in os1["steps"]][:3] == ["created", "created", "updated"]
     assert [{k: g[k] for k in ("name", "cluster", "gpu", "nodes", "readyNodes", "gpusPerNode", "scaling",
-                               "minNodes", "maxNodes")} for g in os1["nodeGroups"]] == [  # type: ignore[union-attr]
+                               "minNodes", "maxNodes")} for g in os1["nodeGroups"]] == [
         {"name": "gpu", "cluster": "os1", "gpu": "t4", "nodes": 2, "readyNodes": 2, "gpusPerNode": 1,
          "scaling": "cloud", "minNodes": 2, "maxNodes": 2}]
-    assert {c["check"]: c["ok"] for c in os1["checks"]} == {  # type: ignore[union-attr]
+    assert {c["check"]: c["ok"] for c in os1["checks"]} == {
         "node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
     assert cluster["status"] == "UPDATE_COMPLETE" or cluster["status"] == "CREATE_COMPLETE"
@@ -88,7 +89,7 @@ def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, object], 
     assert gpu["node_taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
 
-def test_kubeconfig_from_magnums_ca_authenticates(os_env: dict[str, str], os1: dict[str, object]) -> None:
+def test_kubeconfig_from_magnums_ca_authenticates(os_env: dict[str, str], os1: dict[str, Any]) -> None:
     from cryptography import x509
 
     path = Path(os_env["KUBECONFIG"])
@@ -110,7 +111,7 @@ def test_kubeconfig_from_magnums_ca_authenticates(os_env: dict[str, str], os1: d
         assert node.metadata.labels["gpuctl.dev/gpus-per-node"] == "1"
 
 
-def test_status_shows_four_slices_per_t4(os_env: dict[str, str], os1: dict[str, object]) -> None:
+def test_status_shows_four_slices_per_t4(os_env: dict[str, str], os1: dict[str, Any]) -> None:
     proc = run_gpuctl("status", "-o", "json", env=os_env)
     assert proc.returncode == 0, proc.stderr
     nodes = json.loads(proc.stdout)["nodes"]
@@ -121,7 +122,7 @@ def test_status_shows_four_slices_per_t4(os_env: dict[str, str], os1: dict[str, 
 
 
 def test_second_run_changes_nothing(os_env: dict[str, str], openstack_bed: OpenStackBed,
-                                    os1: dict[str, object]) -> None:
+                                    os1: dict[str, Any]) -> None:
     [before] = named(openstack_bed, "os1")
     proc = run_gpuctl("-o", "json", *CREATE, env=os_env)
     assert proc.returncode == 0, proc.stderr
@@ -132,7 +133,7 @@ def test_second_run_changes_nothing(os_env: dict[str, str], openstack_bed: OpenS
 
 
 def test_nodegroup_add_scale_delete(os_env: dict[str, str], openstack_bed: OpenStackBed,
-                                    os1: dict[str, object]) -> None:
+                                    os1: dict[str, Any]) -> None:
     ng = (*CLOUD, "--cluster", "os1", "--name", "extra")
     proc = run_gpuctl("-o", "json", "nodegroup", "add", *ng, "--gpu", "t4", "--max-nodes", "3", env=os_env)
     assert proc.returncode == 0, proc.stderr
@@ -144,13 +145,13 @@ def test_nodegroup_add_scale_delete(os_env: dict[str, str], openstack_bed: OpenS
     assert [g["name"] for g in openstack_bed.nodegroups(uuid)].count("extra") == 1
     proc = run_gpuctl("-o", "json", "nodegroup", "list", *CLOUD, "--cluster", "os1", env=os_env)
     assert [g["name"] for g in json.loads(proc.stdout)] == ["extra", "gpu"]  # Magnum's defaults are not listed
-    updated = openstack_bed.cluster(uuid)["updated_at"]  # type: ignore[index]
+    updated = openstack_bed.cluster(uuid)["updated_at"]
     proc = run_gpuctl("nodegroup", "delete", *CLOUD, "--cluster", "os1", "--name", "default-worker", "--yes",
                       env=os_env)
     assert proc.returncode == 2 and "default node group" in proc.stderr
     proc = run_gpuctl("nodegroup", "add", *ng, "--gpu", "l4", env=os_env)
     assert proc.returncode == 2 and "flavor cannot change" in proc.stderr
-    assert openstack_bed.cluster(uuid)["updated_at"] == updated  # type: ignore[index]  # nothing was asked of Magnum
+    assert openstack_bed.cluster(uuid)["updated_at"] == updated  # nothing was asked of Magnum
     proc = run_gpuctl("nodegroup", "delete", *ng, "--yes", env=os_env)
     assert proc.returncode == 0, proc.stderr
     assert group_nodes(os_env, "extra") == {}
@@ -160,7 +161,7 @@ def test_nodegroup_add_scale_delete(os_env: dict[str, str], openstack_bed: OpenS
 
 
 def test_a_node_group_without_maximum_converges(os_env: dict[str, str], openstack_bed: OpenStackBed,
-                                                os1: dict[str, object]) -> None:
+                                                os1: dict[str, Any]) -> None:
     """Made outside gpuctl with no max_node_count: lowering its minimum must not send a null maximum."""
     uuid = str(named(openstack_bed, "os1")[0]["uuid"])
     token = openstack_bed.token(openstack_bed.username, openstack_bed.project, PASSWORD)
@@ -178,7 +179,7 @@ def test_a_node_group_without_maximum_converges(os_env: dict[str, str], openstac
 
 
 def test_refused_inputs_exit_2_with_magnums_reason(os_env: dict[str, str], openstack_bed: OpenStackBed,
-                                                   os1: dict[str, object]) -> None:
+                                                   os1: dict[str, Any]) -> None:
     ng = (*CLOUD, "--cluster", "os1", "--name", "odd")
     proc = run_gpuctl("nodegroup", "add", *ng, "--gpu", "t4", "--flavor", "no.such.flavor", env=os_env)
     assert proc.returncode == 2, proc.stderr
@@ -236,7 +237,7 @@ def test_delete_of_a_cluster_made_elsewhere_removes_only_gpuctl_node_groups(
 
 
 def test_cluster_delete_removes_what_was_made(os_env: dict[str, str], openstack_bed: OpenStackBed,
-                                              os1: dict[str, object]) -> None:
+                                              os1: dict[str, Any]) -> None:
     [cluster] = named(openstack_bed, "os1")
     proc = run_gpuctl("cluster", "delete", *CLOUD, "--name", "os1", env=os_env)
     assert proc.returncode == 2 and "--yes" in proc.stderr  # asks first

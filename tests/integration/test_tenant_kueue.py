@@ -168,9 +168,9 @@ def workload(env: dict[str, str], namespace: str, job: str) -> dict[str, Any] | 
 
 
 def gpuctl_client(env: dict[str, str]) -> Any:
-    from gpuctl.kube.client import api_client
+    from gpuctl.kube.kube import Kube
 
-    return api_client(Path(env["KUBECONFIG"]))
+    return Kube.connect(Path(env["KUBECONFIG"]))
 
 
 def test_a_job_written_without_a_queue_is_queued_in_default_and_admitted(cluster: dict[str, str]) -> None:
@@ -212,7 +212,7 @@ def test_a_job_where_no_default_queue_exists_is_left_as_written(cluster: dict[st
         v1.delete_namespace("no-queue")
 
 
-def kueue_webhooks(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+def kueue_webhooks(env: dict[str, str]) -> dict[str, Any]:  # name -> the client's V1MutatingWebhook/V1ValidatingWebhook
     """Name -> entry of the webhooks in the two configurations gpuctl registers, read from the API server."""
     from kubernetes import client, config
 

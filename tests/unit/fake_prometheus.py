@@ -6,7 +6,7 @@ every query is recorded, so a test can hold them to the dashboard's."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -78,7 +78,7 @@ def device(node: str, gpu: int = 0, model: str = "Tesla T4", mig: tuple[str, int
 
 
 def add_device(canned: Canned, labels: dict[str, str], *, sm: float, util: float | None, used: float, total: float,
-               pods: list[tuple[str, str]] = (), sm_avg: float | None = None, sm_peak: float | None = None,
+               pods: Sequence[tuple[str, str]] = (), sm_avg: float | None = None, sm_peak: float | None = None,
                util_avg: float | None = None, util_peak: float | None = None, used_peak: float | None = None,
                pods_window: list[tuple[str, str]] | None = None, window: str = "1h") -> None:
     """One device's answers to every device query (percentages as gpuctl's queries give them)."""

@@ -3,8 +3,21 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.model.catalog import GPUS, get_gpu
+from gpuctl.model.catalog import GPUS, MigGeometry, MigProfile, get_gpu
 from gpuctl.util.errors import ExitCode, UsageError
+
+
+def geometry(gpu: str) -> MigGeometry:
+    geo = GPUS[gpu].mig
+    assert geo is not None, gpu
+    return geo
+
+
+def profile(geo: MigGeometry, name: str) -> MigProfile:
+    found = geo.profile(name)
+    assert found is not None, name
+    return found
+
 
 MIG_GPUS = {"a30", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200"}
 
@@ -34,25 +47,26 @@ def test_a100_40gb_geometry_matches_nvidia_table() -> None:
     geo = GPUS["a100-40gb"].mig
     assert geo is not None
     assert [p.name for p in geo.profiles] == ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
-    assert geo.profile("1g.5gb").starts == (0, 1, 2, 3, 4, 5, 6)  # never slot 7
-    assert geo.profile("2g.10gb").starts == (0, 2, 4)  # never slot 6
-    assert geo.profile("3g.20gb").starts == (0, 4)
+    assert profile(geo, "1g.5gb").starts == (0, 1, 2, 3, 4, 5, 6)  # never slot 7
+    assert profile(geo, "2g.10gb").starts == (0, 2, 4)  # never slot 6
+    assert profile(geo, "3g.20gb").starts == (0, 4)
     assert geo.balanced == ("1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb")
 
 
 def test_h200_and_a30_profile_names() -> None:
-    assert GPUS["h200"].mig.profile("3g.71gb") is not None
-    a30 = GPUS["a30"].mig
+    assert geometry("h200").profile("3g.71gb") is not None
+    a30 = geometry("a30")
     assert (a30.compute_slices, a30.memory_slots) == (4, 4)
-    assert a30.profile("4g.24gb").width == 4
+    assert profile(a30, "4g.24gb").width == 4
 
 
 def test_products_and_instance_types() -> None:
     assert GPUS["t4"].product == "Tesla-T4"
     assert GPUS["a100-40gb"].product == "NVIDIA-A100-SXM4-40GB"
     assert GPUS["t4"].openstack_flavor == "g2.5xlarge"
-    assert GPUS["a100-40gb"].default_instance_type.name == "p4d.24xlarge"
-    assert GPUS["a100-40gb"].default_instance_type.gpus == GPUS["a100-40gb"].default_gpus_per_node == 8
+    instance_type = GPUS["a100-40gb"].default_instance_type
+    assert instance_type is not None and instance_type.name == "p4d.24xlarge"
+    assert instance_type.gpus == GPUS["a100-40gb"].default_gpus_per_node == 8
     assert {t.name for t in GPUS["h200"].instance_types} == {"p5e.48xlarge", "p5en.48xlarge"}
     assert all(m.instance_types for n, m in GPUS.items() if n != "a30")
 

@@ -59,7 +59,7 @@ def test_the_quota_warning_counts_the_devices_status_counts(monkeypatch: pytest.
               a_slice("b", ["gpu-0", "gpu-1"], generation=1, count=2)]  # its second slice is not published yet
     monkeypatch.setattr(kube_dra, "list_slices", lambda client: slices)
     assert {n: len(ds) for n, ds in model_dra.slice_devices(slices).items()} == {"a": 2}
-    assert tenant_claims.published_devices(None) == {  # type: ignore[arg-type]
+    assert tenant_claims.published_devices(None) == {
         "nvidia.com/gpu": 2, model_dra.quota_key(model_dra.GPU_CLASS): 2}
 
 

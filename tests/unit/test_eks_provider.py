@@ -11,7 +11,7 @@ import pytest
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.providers.eks.aws import MAX_ATTEMPTS, AwsSession, translated
 from gpuctl.providers.eks.provider import EksProvider
-from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, UsageError
+from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, GpuctlError, UsageError
 
 
 def _client_error(code: str, message: str = "msg") -> Exception:
@@ -40,7 +40,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     (_client_error("ResourceLimitExceededException", "You've reached your quota of clusters."), CloudError,
      "creating it failed: ResourceLimitExceededException: You've reached your quota of clusters."),
 ])
-def test_client_errors_are_translated(raised: Exception, kind: type, text: str) -> None:
+def test_client_errors_are_translated(raised: Exception, kind: type[GpuctlError], text: str) -> None:
     with pytest.raises(kind) as error, translated("creating it"):
         raise raised
     assert text in error.value.message

@@ -187,21 +187,22 @@ def _fits_by_brute_force(names: tuple[str, ...], model: GpuModel) -> bool:
     geo = model.mig
     assert geo is not None
     counts = Counter(names)
-    profiles = {name: geo.profile(name) for name in counts}
+    profiles = {name: found for name in counts if (found := geo.profile(name)) is not None}
+    assert len(profiles) == len(counts), names
     if sum(n for name, n in counts.items() if name.endswith("+me")) > 1:
         return False
     if any(n > profiles[name].max_count for name, n in counts.items()):
         return False
     if sum(profiles[name].compute for name in names) > geo.compute_slices:
         return False
-    masks_per_profile = []
+    masks_per_profile: list[list[int]] = []
     for name, n in counts.items():
         p = profiles[name]
-        masks = [sum(((1 << p.width) - 1) << s for s in chosen) for chosen in combinations(p.starts, n)]
+        masks: list[int] = [sum(((1 << p.width) - 1) << s for s in chosen) for chosen in combinations(p.starts, n)]
         masks_per_profile.append([m for m in masks if m.bit_count() == n * p.width])  # copies overlap otherwise
-    for masks in product(*masks_per_profile):
+    for chosen_masks in product(*masks_per_profile):
         union = 0
-        for mask in masks:
+        for mask in chosen_masks:
             if union & mask:
                 break
             union |= mask
@@ -228,7 +229,8 @@ def test_place_agrees_with_brute_force_on_every_multiset(model: GpuModel) -> Non
             assert Counter(p.profile for p in placements) == Counter(combo)
             used: set[int] = set()
             for p in placements:
-                assert p.start in geo.profile(p.profile).starts, (combo, p)
+                placed = geo.profile(p.profile)
+                assert placed is not None and p.start in placed.starts, (combo, p)
                 span = set(range(p.start, p.start + p.width))
                 assert not used & span and max(span) < geo.memory_slots, (combo, p)
                 used |= span

@@ -57,7 +57,7 @@ def fixed_sleeps(source: str) -> list[tuple[int, str]]:
 
     def visit(node: ast.AST, polled: bool) -> None:
         if _is_time_sleep(node) and not polled:
-            found.append((node.lineno, lines[node.lineno - 1].strip()))
+            found.append((node.lineno, lines[node.lineno - 1].strip()))  # type: ignore[attr-defined]  # a Call: an expr
         if isinstance(node, ast.For | ast.AsyncFor | ast.While):
             polled = polled or _checks_a_condition(node)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):

@@ -82,9 +82,9 @@ class FakeMagnum(MagnumApi):
     """Magnum's REST answers for one cluster and node group; every request as sent (method, path, body, version)."""
 
     def __init__(self, version: tuple[int, int]) -> None:
-        self._version = version
-        self.cluster = {"uuid": "c-1", "name": "os1", "status": "CREATE_COMPLETE"}
-        self.group = {"uuid": "g-1", "name": "gpu", "role": "worker", "status": "CREATE_COMPLETE", "node_count": 2,
+        self._version: tuple[int, int] = version
+        self.cluster: dict[str, Any] = {"uuid": "c-1", "name": "os1", "status": "CREATE_COMPLETE"}
+        self.group: dict[str, Any] = {"uuid": "g-1", "name": "gpu", "role": "worker", "status": "CREATE_COMPLETE", "node_count": 2,
                       "min_node_count": 2, "max_node_count": 3, "updated_at": "0"}
         self.sent: list[tuple[str, str, Any, str]] = []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_keystone_and_plain_bodies_give_their_message() -> None:
 class Statuses:
     """A read() returning a scripted sequence of records (None: gone)."""
 
-    def __init__(self, *records: dict[str, str] | None) -> None:
+    def __init__(self, *records: dict[str, Any] | None) -> None:
         self.records = list(records)
 
     def __call__(self) -> dict[str, str] | None:

@@ -11,7 +11,7 @@ from gpuctl.simulator.operands import OPERANDS, Policy, render_daemon_set
 from gpuctl.stack.plugin_template import image_path, policy_not_carried
 
 HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
-SHARED = {"mig": {"strategy": "mixed"},
+SHARED: dict[str, Any] = {"mig": {"strategy": "mixed"},
           "devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0",
                            "env": HARDENING, "config": {"name": "gpuctl-device-plugin-config", "default": "none"}}}
 PLUGIN = next(o for o in OPERANDS if o.name == "nvidia-device-plugin-daemonset")

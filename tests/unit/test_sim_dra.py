@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")  # deviceattribute's verifyPCIBDFFormat
 
 
-def attrs(device: dict) -> dict[str, object]:
+def attrs(device: dict) -> dict[str, Any]:
     return {k: next(iter(v.values())) for k, v in device["attributes"].items()}
 
 
@@ -144,7 +145,7 @@ def test_mig_layout_applied_only_on_success() -> None:
     assert balanced is not None and len(balanced.profiles) == 4
     with pytest.raises(ValueError, match="no MIG layout of a100-40gb"):
         dra.node_layout({L.MIG_CONFIG: "custom-3g.40gb", L.MIG_STATE: "success"}, model)
-    node = node_json("a100", "a100-40gb", 2, **{L.MIG_CONFIG: label, L.MIG_STATE: "success"})
+    node = node_json("a100", "a100-40gb", 2, **{L.MIG_CONFIG: label, L.MIG_STATE: "success"})  # type: ignore[arg-type]
     body = dra.render_node_slice(node)
     assert body is not None and len(body["spec"]["devices"]) == 6
 

@@ -13,6 +13,8 @@ from gpuctl.tools import gobuild
 from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.util.errors import UsageError
 
+pytestmark = pytest.mark.conformance  # builds a Go program of upstream code (the Go toolchain, once per version)
+
 CONFIG = """version: v1
 mig-configs:
   custom-3g.20gb-2x2g.10gb:

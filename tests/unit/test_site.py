@@ -1,3 +1,4 @@
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ from gpuctl.util.errors import UsageError
 
 
 @pytest.fixture
-def site(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+def site(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "site.yaml"
     monkeypatch.setenv("GPUCTL_SITE_CONFIG", str(path))
     _load.cache_clear()

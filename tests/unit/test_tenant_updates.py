@@ -4,6 +4,8 @@ wrote (queues.queue_settings); the CLI through a sim cluster: tests/integration/
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpuctl.cli.documents import tenant_document
@@ -15,9 +17,9 @@ from tests.unit.test_queues import NODES, flavors_of
 TEAM = make_tenant("team-a", 2, {"3g.20gb": 1}, "ml-devs", False, "tenant", borrow=1, lend=1, cohort="research")
 
 
-def updated(*flags: object) -> object:
+def updated(*flags: Any) -> Any:
     """The tenant `tenant add team-a` with these tenant_document arguments makes of TEAM."""
-    given, names = tenant_document("team-a", *flags)  # type: ignore[arg-type]
+    given, names = tenant_document("team-a", *flags)
     return load_tenant(merged_entry(TEAM, given), names)
 
 
@@ -71,6 +73,6 @@ def test_the_queue_gives_back_borrow_lend_and_cohort_that_write_it_again(lend: i
     queue = cluster_queue_manifest(team, flavors)
     borrow, read_lend, cohort = queue_settings(queue)
     assert (borrow, cohort) == (3, "research")
-    again = make_tenant("team-a", 2, {"3g.20gb": 1}, None, False, "t", borrow=borrow, lend=read_lend, cohort=cohort)
+    again = make_tenant("team-a", 2, {"3g.20gb": 1}, None, False, "t", borrow=borrow, lend=read_lend, cohort=cohort or "")
     assert cluster_queue_manifest(again, flavors) == queue
     assert queue_settings(None) == (0, None, None)

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,8 @@ from gpuctl.tools import gobuild
 from gpuctl.tools.installer import ensure_tools, find_tool
 from gpuctl.tools.pins import SIM_TOOLS, TOOLS
 from gpuctl.util.errors import ToolError
+
+pytestmark = pytest.mark.conformance  # builds a Go program of upstream code (the Go toolchain, once per version)
 
 SOURCE = gobuild.UPSTREAMCHECK_SOURCE
 
@@ -30,7 +33,7 @@ def upstreamcheck() -> Path:
     return tool.path
 
 
-def check(binary: Path, *args: str) -> tuple[int, dict | None, str]:
+def check(binary: Path, *args: str) -> tuple[int, Any, str]:  # out: the JSON answer, None on a refusal
     proc = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=60)
     out = json.loads(proc.stdout) if proc.returncode == 0 else None
     return proc.returncode, out, proc.stderr
