@@ -70,7 +70,7 @@ def converge_nodes(kube: Kube, selector: str, labels: dict[str, str | None],
 
 def list_nodes_json(kube: Kube, selector: str) -> list[KubeObject]:
     """The nodes `selector` matches ("": every node), in one LIST, as JSON: the one way gpuctl lists nodes
-    (gpu_nodes.gpu_nodes narrows it to the GPU nodes). At a thousand nodes JSON costs a fraction of the
-    kubernetes package's typed models."""
+    (gpu_nodes.gpu_nodes narrows it to the GPU nodes). At a thousand nodes JSON costs a fraction of typed
+    models."""
     # as_kube: ops/platform_steps.py still hands a CoreV1Api built on the Kube
     return as_kube(kube).list("v1", "Node", labels=selector, what=f"listing nodes {selector}")

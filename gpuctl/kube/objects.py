@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuctl.kube.errors import requesting
 from gpuctl.kube.kube import APPLY_PATCH, MERGE_PATCH, Kube, as_kube
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 
-__all__ = ["APPLY_PATCH", "MANAGED", "MERGE_PATCH", "apply", "config_map_manifest", "contains", "count",
+__all__ = ["APPLY_PATCH", "MANAGED", "MERGE_PATCH", "config_map_manifest", "contains", "count",
            "ensure_config_map_keys", "ensure_namespace", "is_managed", "namespace_manifest", "read_config_map_data",
            "remove_config_map_key"]
 
 MANAGED = {L.MANAGED_BY: L.MANAGER}
-T = TypeVar("T")
-
-
-def apply(patch: Callable[..., T], *args: Any, field_manager: str = L.MANAGER, **kwargs: Any) -> T:
-    """Server-side apply of a body with a `patch_*` call, as field manager gpuctl, forcing (gpuctl owns the
-    fields it applies): `apply(v1.patch_namespace, name, body)`; other keyword arguments pass through."""
-    kwargs.setdefault("force", True)
-    return patch(*args, field_manager=field_manager, _content_type=APPLY_PATCH, **kwargs)
 
 
 def is_managed(obj: Mapping[str, Any] | None) -> bool:
