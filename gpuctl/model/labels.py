@@ -31,6 +31,11 @@ DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 NFD_NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# Set by the API server on every namespace: its name (what a namespaceSelector matches one namespace by).
+NAMESPACE_NAME = "kubernetes.io/metadata.name"
+# Kubernetes' own node taints (not-ready, unreachable, ...); the DefaultTolerationSeconds admission plugin gives
+# every pod tolerations of some of them.
+KUBERNETES_TAINTS = "node.kubernetes.io/"
 # Karpenter puts it on every node it launches: the NodePool's name.
 KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
 

@@ -61,7 +61,7 @@ def test_where_the_api_is_not_served_the_team_is_told_once_what_to_add(monkeypat
     monkeypatch.setattr(T, "served", lambda client: False)
     monkeypatch.setattr(T, "ensure_tolerations", lambda *a: pytest.fail("no write where it is not served"))
     monkeypatch.setattr(T, "_TOLD", set())
-    client: Any = SimpleNamespace(configuration=SimpleNamespace(host="https://old.example:6443"))
+    client: Any = SimpleNamespace(server="https://old.example:6443")
     groups = (group("g", "a100-40gb", *DEFAULT_GPU_TAINTS, TRAINING),)
     for namespace in ("team-a", "team-b"):
         assert T.converge_tolerations(client, groups, namespace) is Change.NO_CHANGE

@@ -3,23 +3,26 @@ tests/integration/test_tenant_queues.py)."""
 
 from __future__ import annotations
 
-from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
+from typing import Any
 
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.tenant import make_tenant
 from gpuctl.ops.tenancy.queues import flavors_of, queue_manifests, resource_groups
 
 
-def node(name: str, labels: dict[str, str], allocatable: dict[str, str], taints: list[V1Taint] | None = None) -> V1Node:
-    return V1Node(metadata=V1ObjectMeta(name=name, labels=labels), spec=V1NodeSpec(taints=taints),
-                  status=V1NodeStatus(allocatable=allocatable))
+def node(name: str, labels: dict[str, str], allocatable: dict[str, str],
+         taints: list[dict[str, Any]] | None = None) -> KubeObject:
+    """A Node as the API server sends it (JSON)."""
+    return KubeObject({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                       "spec": {"taints": taints} if taints else {}, "status": {"allocatable": allocatable}})
 
 
-GPU_TAINT = V1Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 T4 = {"gpuctl.dev/gpu": "t4", "nvidia.com/device-plugin.config": "time-slicing-4"}
 A100_MIG = {"gpuctl.dev/gpu": "a100-40gb", "nvidia.com/mig.config": "gpuctl-3g.20gb-2x2g.10gb"}
 NODES = [
     node("t4-0", T4, {"nvidia.com/gpu": "4"}, [GPU_TAINT]),
-    node("t4-1", T4, {"nvidia.com/gpu": "4"}, [GPU_TAINT, V1Taint(key="only", value="t4-1", effect="NoSchedule")]),
+    node("t4-1", T4, {"nvidia.com/gpu": "4"}, [GPU_TAINT, {"key": "only", "value": "t4-1", "effect": "NoSchedule"}]),
     node("a100-0", A100_MIG, {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.20gb": "8", "nvidia.com/mig-2g.10gb": "16"},
          [GPU_TAINT]),
     node("cpu-0", {}, {"cpu": "8"}),

@@ -173,8 +173,7 @@ def test_kueue_queues_come_from_the_specs_node_groups(tmp_path: Path) -> None:
 
 
 def test_a_flavor_from_a_group_is_the_flavor_of_the_node_the_group_makes() -> None:
-    from kubernetes.client import ApiClient
-
+    from gpuctl.kube.kube_object import KubeObject
     from gpuctl.model.catalog import get_gpu
     from gpuctl.model.sharing import Sharing
     from gpuctl.model.spec import GroupPlan, NodeGroupSpec
@@ -188,8 +187,7 @@ def test_a_flavor_from_a_group_is_the_flavor_of_the_node_the_group_makes() -> No
                                                  "nvidia.com/device-plugin.config": plan.sharing.config_key}},
             "spec": {"taints": [taint.as_dict()]},
             "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "4"}}}
-    client = ApiClient()
-    [from_node] = flavors_of([client._ApiClient__deserialize(node, "V1Node")])  # as the API returns it
+    [from_node] = flavors_of([KubeObject(node)])  # as the API returns it
     assert offered_flavors([group_shape(plan, "mixed")]) == [from_node]
 
 

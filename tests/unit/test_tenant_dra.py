@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.catalog import MIG_PROFILES
 from gpuctl.model.dra import device_class_mappings
 from gpuctl.model.mig import resource_name
@@ -20,30 +20,30 @@ from gpuctl.stack.kueue import manager_config
 
 GPU_DEVICES = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
 MIG_DEVICES = "mig.nvidia.com.deviceclass.resource.k8s.io/devices"
-GPU_TAINT = V1Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 # k8s.io/apimachinery validation: IsDNS1123Subdomain (object names), IsQualifiedName (Kueue's IsLabelKey)
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED_NAME = re.compile(rf"({DNS_SUBDOMAIN.pattern}/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-def node(name: str, labels: dict[str, str], taints: list[V1Taint] | None = None, gpus: int = 0) -> V1Node:
-    # DRA mode: no device plugin, so no nvidia.com/gpu allocatable
+def node(name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None, gpus: int = 0) -> KubeObject:
+    """A Node as the API server sends it (JSON). DRA mode: no device plugin, so no nvidia.com/gpu allocatable."""
     allocatable = {"cpu": "8", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
-    return V1Node(metadata=V1ObjectMeta(name=name, labels=labels), spec=V1NodeSpec(taints=taints),
-                  status=V1NodeStatus(allocatable=allocatable))
+    return KubeObject({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                       "spec": {"taints": taints} if taints else {}, "status": {"allocatable": allocatable}})
 
 
 NODES = [
     node("a100-0", {"gpuctl.dev/gpu": "a100-40gb"}, [GPU_TAINT]),
     node("a100-1", {"gpuctl.dev/gpu": "a100-40gb", "nvidia.com/mig.config": "custom-3g.20gb-2x2g.10gb"},
-         [GPU_TAINT, V1Taint(key="only", value="a100-1", effect="NoSchedule")]),
+         [GPU_TAINT, {"key": "only", "value": "a100-1", "effect": "NoSchedule"}]),
     node("h100-0", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}, [GPU_TAINT]),  # GFD's label only
     node("t4-0", {"gpuctl.dev/gpu": "t4"}, [GPU_TAINT]),
     node("odd-0", {"nvidia.com/gpu.product": "NVIDIA-Unknown"}),  # no catalog model: no template
 ]
 
 
-def selector(template: dict) -> str:  # type: ignore[type-arg]
+def selector(template: dict) -> str:
     [request] = template["spec"]["spec"]["devices"]["requests"]
     [sel] = request["exactly"]["selectors"]
     return str(sel["cel"]["expression"])

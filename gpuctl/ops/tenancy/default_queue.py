@@ -11,15 +11,13 @@ has no default queue to wait for: job_defaulting_registered tells."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.errors import requesting
 from gpuctl.model import labels as L
 from gpuctl.ops.tenancy.queues import DEFAULT_QUEUE, QUEUE_LABEL
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+    from gpuctl.kube.kube import Kube
 
 JOB_WEBHOOK = "mjob.kb.io"  # Kueue v0.19.2 pkg/controller/jobs/job/job_webhook.go L97
 IN_FORCE_TIMEOUT_S = 30.0
@@ -39,24 +37,21 @@ def queued_by_default(job: dict[str, Any]) -> bool:
     return labels.get(QUEUE_LABEL) == DEFAULT_QUEUE and (job.get("spec") or {}).get("suspend") is True
 
 
-def wait_default_queue_in_force(client: ApiClient, namespace: str, timeout: float = IN_FORCE_TIMEOUT_S) -> float:
+def wait_default_queue_in_force(kube: Kube, namespace: str, timeout: float = IN_FORCE_TIMEOUT_S) -> float:
     """Return once a Job created in `namespace` without a queue label is put in its `default` LocalQueue and
     suspended by Kueue's webhook (a server-side dry run: nothing is created); the seconds that took.
     WaitTimeout (exit 7) after `timeout`."""
     from gpuctl.kube.admission import wait_until_mutated
 
     return wait_until_mutated(
-        client, namespace, probe_job(), queued_by_default, f"Kueue's LocalQueue {DEFAULT_QUEUE!r}",
+        kube, namespace, probe_job(), queued_by_default, f"Kueue's LocalQueue {DEFAULT_QUEUE!r}",
         f"check that Kueue's manager runs and lists the queue ('kubectl get localqueue -n {namespace} "
         f"{DEFAULT_QUEUE}'), and its log, then rerun", timeout)
 
 
-def job_defaulting_registered(client: ApiClient) -> bool:
+def job_defaulting_registered(kube: Kube) -> bool:
     """Whether the API server has Kueue's Job defaulting webhook (mjob.kb.io) registered, in any
     MutatingWebhookConfiguration."""
-    from kubernetes.client import AdmissionregistrationV1Api
-
-    with requesting("listing mutating webhook configurations"):
-        answer = AdmissionregistrationV1Api(client).list_mutating_webhook_configuration(_preload_content=False)
-    return any(hook.get("name") == JOB_WEBHOOK for config in json.loads(answer.data)["items"]
-               for hook in config.get("webhooks") or [])
+    configs = kube.list("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                        what="listing mutating webhook configurations")
+    return any(hook.get("name") == JOB_WEBHOOK for config in configs for hook in config.get("webhooks") or [])

@@ -15,7 +15,7 @@ from gpuctl.model.change import Change
 from gpuctl.util.resources import data_dir
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+    from gpuctl.kube.kube import Kube
 
 NAME = "gpuctl-gpu-fence"  # the policy's and the binding's
 
@@ -48,18 +48,18 @@ def probe_pods() -> list[dict[str, Any]]:
     ]
 
 
-def wait_fence_in_force(client: ApiClient, namespace: str) -> float:
+def wait_fence_in_force(kube: Kube, namespace: str) -> float:
     """Return once the API server refuses every probe pod in `namespace`; the seconds that took."""
     from gpuctl.kube.admission import wait_until_refused
 
-    return wait_until_refused(client, NAME, namespace, probe_pods())
+    return wait_until_refused(kube, NAME, namespace, probe_pods())
 
 
-def ensure_fence(client: ApiClient) -> Change:
+def ensure_fence(kube: Kube) -> Change:
     """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
-    return ensure_objects(client, fence_manifests(), "the GPU fence")
+    return ensure_objects(kube, fence_manifests())
 
 
-def remove_fence(client: ApiClient) -> Change:
+def remove_fence(kube: Kube) -> Change:
     """Delete the policy and binding if gpuctl made them (binding first)."""
-    return remove_objects(client, fence_manifests(), "the GPU fence")
+    return remove_objects(kube, fence_manifests())

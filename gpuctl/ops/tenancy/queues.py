@@ -40,10 +40,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeNotFound, requesting
+from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import gpu_resources
-from gpuctl.kube.objects import apply, contains, is_managed
+from gpuctl.kube.objects import contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.dra import DEVICE_CLASSES, GPU_CLASS, MIG_CLASS, dra_resource
@@ -54,16 +53,16 @@ from gpuctl.util.errors import UsageError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from kubernetes.client import ApiClient, V1Node
-
+    from gpuctl.kube.kube import Kube
+    from gpuctl.kube.kube_object import KubeObject
     from gpuctl.model.spec import GroupPlan
     from gpuctl.model.tenant import Tenant
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+API_VERSION = f"{GROUP}/{VERSION}"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 DEFAULT_QUEUE = "default"  # Kueue v0.19.2 pkg/controller/constants/constants.go L27, DefaultLocalQueueName
 FLAVOR_PREFIX = "gpuctl-"
-PLURALS = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
 OURS = {L.MANAGED_BY: L.MANAGER}
 DRA_FLAVOR = FLAVOR_PREFIX + "dra"
 
@@ -93,9 +92,9 @@ class NodeShape:
     taints: frozenset[Taint]
 
 
-def node_shape(node: V1Node) -> NodeShape:
-    return NodeShape(node.metadata.labels or {}, frozenset(gpu_resources(node)),
-                     frozenset(node_taint(t) for t in node.spec.taints or []))
+def node_shape(node: KubeObject) -> NodeShape:
+    return NodeShape(node.labels, frozenset(gpu_resources(node)),
+                     frozenset(node_taint(t) for t in node.spec.get("taints") or []))
 
 
 def group_shape(plan: GroupPlan, mig_strategy: str) -> NodeShape:
@@ -113,7 +112,7 @@ def group_shape(plan: GroupPlan, mig_strategy: str) -> NodeShape:
     return NodeShape(labels, resources, frozenset(plan.spec.taints))
 
 
-def flavors_of(nodes: list[V1Node]) -> list[Flavor]:
+def flavors_of(nodes: list[KubeObject]) -> list[Flavor]:
     """One flavor per (GPU model, device-plugin config, MIG config) among GPU nodes with a catalog model."""
     return _flavors([node_shape(n) for n in nodes])
 
@@ -138,7 +137,7 @@ def _tolerations(shapes: list[NodeShape]) -> tuple[dict[str, str], ...]:
     return tuple(tolerations(sorted(common)))
 
 
-def dra_flavor(nodes: list[V1Node]) -> Flavor:
+def dra_flavor(nodes: list[KubeObject]) -> Flavor:
     """DRA mode's one flavor: the driver's devices on every GPU node, no node labels (a claim's selector picks
     the model), tolerating the taints all GPU nodes carry."""
     return _dra_flavor([node_shape(n) for n in nodes])
@@ -166,7 +165,7 @@ def flavor_manifest(flavor: Flavor) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeLabels": flavor.node_labels} if flavor.node_labels else {}
     if flavor.tolerations:
         spec["tolerations"] = list(flavor.tolerations)
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
+    return {"apiVersion": API_VERSION, "kind": "ResourceFlavor",
             "metadata": {"name": flavor.name, "labels": dict(OURS)}, "spec": spec}
 
 
@@ -201,22 +200,23 @@ def _limits(resource: str, nominal: int, tenant: Tenant) -> dict[str, Any]:
 
 
 def cluster_queue_manifest(tenant: Tenant, flavors: list[Flavor], dra: bool = False) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
+    return {"apiVersion": API_VERSION, "kind": "ClusterQueue",
             "metadata": {"name": tenant.name, "labels": dict(OURS)},
             "spec": {"cohortName": tenant.cohort,
                      # only the team's own namespace may queue here
-                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tenant.name}},
+                     "namespaceSelector": {"matchLabels": {L.NAMESPACE_NAME: tenant.name}},
                      "resourceGroups": resource_groups(tenant, flavors, dra)}}
 
 
 def local_queue_manifest(tenant: Tenant, name: str | None = None) -> dict[str, Any]:
     """The LocalQueue `name` (default: the team's) in the team's namespace, feeding its ClusterQueue."""
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
+    return {"apiVersion": API_VERSION, "kind": "LocalQueue",
             "metadata": {"name": name or tenant.name, "namespace": tenant.name, "labels": dict(OURS)},
             "spec": {"clusterQueue": tenant.name}}
 
 
-def queue_manifests(tenant: Tenant, nodes: list[V1Node] | list[NodeShape], dra: bool = False) -> list[dict[str, Any]]:
+def queue_manifests(tenant: Tenant, nodes: list[KubeObject] | list[NodeShape],
+                    dra: bool = False) -> list[dict[str, Any]]:
     """Flavors the team's queue uses, its ClusterQueue and LocalQueues (the team's, `default`), in the order
     they must exist: from the cluster's GPU nodes (apply), or from the node shapes of a spec's groups (render)."""
     offered = offered_flavors([n if isinstance(n, NodeShape) else node_shape(n) for n in nodes], dra)
@@ -236,49 +236,32 @@ def _not_ours_to_change(doc: dict[str, Any], current: dict[str, Any]) -> bool:
 class Queues:
     """Kueue's objects on a cluster, read as plain JSON and written with server-side apply."""
 
-    def __init__(self, client: ApiClient) -> None:
-        from kubernetes.client import CustomObjectsApi
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
 
-        self.api = CustomObjectsApi(client)
-
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        with requesting(f"reading Kueue {kind} {name}"):
-            if namespace:
-                return get_or_none(self.api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind],
-                                   name)
-            return get_or_none(self.api.get_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name)
+    def get(self, kind: str, name: str, namespace: str | None = None) -> KubeObject | None:
+        """The object; None where it, or Kueue's API, is absent."""
+        return self.kube.get_or_none(API_VERSION, kind, name, namespace)
 
     def apply(self, doc: dict[str, Any]) -> None:
         """Server-side apply; strict: a field Kueue's CRD does not know is an error, not dropped."""
-        kind, meta = doc["kind"], doc["metadata"]
-        with requesting(f"applying Kueue {kind} {meta['name']}"):
-            if meta.get("namespace"):
-                apply(self.api.patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], PLURALS[kind],
-                      meta["name"], doc, field_validation="Strict")
-            else:
-                apply(self.api.patch_cluster_custom_object, GROUP, VERSION, PLURALS[kind], meta["name"], doc,
-                      field_validation="Strict")
+        self.kube.apply(doc, strict=True)
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
-        try:
-            with requesting(f"deleting Kueue {kind} {name}"):
-                if namespace:
-                    self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
-                else:
-                    self.api.delete_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
-        except KubeNotFound:
-            pass  # gone already
+        """Delete the object; nothing where it is gone already."""
+        self.kube.delete(API_VERSION, kind, name, namespace)
 
     def installed(self) -> bool:
-        """Whether Kueue's API is served here (its CRDs exist)."""
-        with requesting("looking for Kueue"):
-            return get_or_none(self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS["ClusterQueue"],
-                               limit=1) is not None
+        """Whether Kueue's API is served here (its CRDs exist): the server's discovery, read once per command
+        where it serves it."""
+        return self.kube.serves(API_VERSION, "ClusterQueue")
 
-    def list(self, kind: str) -> list[dict[str, Any]]:
-        with requesting(f"listing Kueue {kind}s"):
-            found = get_or_none(self.api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind])
-        return [] if found is None else found["items"]
+    def list(self, kind: str) -> list[KubeObject]:
+        """Every object of `kind` ([] where Kueue's API is not served)."""
+        try:
+            return self.kube.list(API_VERSION, kind, what=f"listing Kueue {kind}s")
+        except KubeNotFound:
+            return []
 
 
 def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:
@@ -289,10 +272,10 @@ def check_queue_ownership(queues: Queues, tenant: Tenant, field: str) -> None:
                          "choose another tenant name, or delete that ClusterQueue")
 
 
-def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
+def ensure_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: bool = False) -> Change:
     """Apply the team's flavors and queues where they differ; flavors and a `default` LocalQueue gpuctl did not
     make are left alone."""
-    queues = Queues(client)
+    queues = Queues(kube)
     created = updated = False
     for doc, current in _differing(queues, tenant, nodes, dra):
         queues.apply(doc)
@@ -300,15 +283,15 @@ def ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: b
     return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
 
 
-def observe_queues(client: ApiClient, tenant: Tenant, nodes: list[V1Node], dra: bool = False) -> Change:
+def observe_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: bool = False) -> Change:
     """What ensure_queues would do, read only."""
-    differing = list(_differing(Queues(client), tenant, nodes, dra))
+    differing = list(_differing(Queues(kube), tenant, nodes, dra))
     if any(current is None for _, current in differing):
         return Change.CREATED
     return Change.UPDATED if differing else Change.NO_CHANGE
 
 
-def _differing(queues: Queues, tenant: Tenant, nodes: list[V1Node],
+def _differing(queues: Queues, tenant: Tenant, nodes: list[KubeObject],
                dra: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(wanted, current or None) of each of the team's Kueue objects gpuctl would write, in order."""
     for doc in queue_manifests(tenant, nodes, dra):
@@ -330,19 +313,19 @@ def _quantities(doc: Any) -> Any:
     return str(doc) if isinstance(doc, int) and not isinstance(doc, bool) else doc
 
 
-def remove_queues(client: ApiClient, name: str) -> None:
+def remove_queues(kube: Kube, name: str) -> None:
     """Delete the team's ClusterQueue and LocalQueues if gpuctl made them, then gpuctl's flavors no queue uses."""
-    queues = Queues(client)
+    queues = Queues(kube)
     for local in (name, DEFAULT_QUEUE):
         if is_managed(queues.get("LocalQueue", local, name)):
             queues.delete("LocalQueue", local, name)
     if is_managed(queues.get("ClusterQueue", name)):
         queues.delete("ClusterQueue", name)
-    used = {f["name"] for q in queues.list("ClusterQueue") if q["metadata"]["name"] != name
-            for g in q["spec"].get("resourceGroups") or [] for f in g["flavors"]}
+    used = {f["name"] for q in queues.list("ClusterQueue") if q.name != name
+            for g in q.spec.get("resourceGroups") or [] for f in g["flavors"]}
     for flavor in queues.list("ResourceFlavor"):
-        if is_managed(flavor) and flavor["metadata"]["name"] not in used:
-            queues.delete("ResourceFlavor", flavor["metadata"]["name"])
+        if is_managed(flavor) and flavor.name not in used:
+            queues.delete("ResourceFlavor", flavor.name)
 
 
 def queue_settings(queue: dict[str, Any] | None) -> tuple[int, int | None, str | None]:

@@ -16,13 +16,11 @@ is the team's: left alone, with a warning. Templates gpuctl made and no longer w
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import KubeNotFound, requesting
+from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.objects import apply, contains, is_managed
+from gpuctl.kube.objects import contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.dra import (
@@ -41,8 +39,8 @@ from gpuctl.util.errors import ClusterError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from kubernetes.client import ApiClient, V1Node
-
+    from gpuctl.kube.kube import Kube
+    from gpuctl.kube.kube_object import KubeObject
     from gpuctl.model.catalog import GpuModel
     from gpuctl.model.tenant import Tenant
 
@@ -59,9 +57,9 @@ def mig_template_name(profile: str) -> str:
     return resource_name(profile).removeprefix("nvidia.com/")
 
 
-def models_of(nodes: list[V1Node]) -> list[GpuModel]:
+def models_of(nodes: list[KubeObject]) -> list[GpuModel]:
     """The catalog GPU models of `nodes` (from their labels), by name."""
-    found = {m.name: m for n in nodes if (m := model_of(n.metadata.labels or {})) is not None}
+    found = {m.name: m for n in nodes if (m := model_of(n.labels)) is not None}
     return [found[name] for name in sorted(found)]
 
 
@@ -89,24 +87,22 @@ def claim_templates(tenant: Tenant, models: list[GpuModel]) -> list[dict[str, An
     return sorted(templates, key=lambda t: t["metadata"]["name"])
 
 
-def _list(api: Any, namespace: str) -> dict[str, dict[str, Any]] | None:
+def _list(kube: Kube, namespace: str) -> dict[str, KubeObject] | None:
     """Templates of `namespace` by name (as JSON); None where resource.k8s.io/v1 is not served."""
-    with requesting(f"listing the ResourceClaimTemplates of {namespace}"):
-        response = get_or_none(api.list_namespaced_resource_claim_template, namespace, _preload_content=False)
-        if response is None:
-            return None
-        return {t["metadata"]["name"]: t for t in json.loads(response.data)["items"]}
+    try:
+        found = kube.list(API_VERSION, "ResourceClaimTemplate", namespace,
+                          what=f"listing the ResourceClaimTemplates of {namespace}")
+    except KubeNotFound:
+        return None
+    return {t.name: t for t in found}
 
 
-def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[str, Any]]) -> Change:
+def ensure_claim_templates(kube: Kube, namespace: str, wanted: list[dict[str, Any]]) -> Change:
     """Make gpuctl's templates in `namespace` exactly `wanted`: one LIST, then a write only per template that is
     missing (create), differs (labels: apply; spec: delete and create) or is gpuctl's and unwanted (delete)."""
-    from kubernetes.client import ResourceV1Api
-
     from gpuctl.util.output import info
 
-    api = ResourceV1Api(client)
-    existing = _list(api, namespace)
+    existing = _list(kube, namespace)
     if existing is None:
         if wanted:  # DRA mode, detected by a resource.k8s.io/v1 DeviceClass, was just seen
             raise ClusterError(f"listing the ResourceClaimTemplates of {namespace} failed: resource.k8s.io/v1 "
@@ -126,12 +122,10 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
         if current is not None and not contains(current["spec"], template["spec"]):
             deletes.append(name)  # the spec is immutable
         applies.append(template)
-    with requesting(f"applying the ResourceClaimTemplates of {namespace}"):
-        for name in deletes:
-            _delete(api, namespace, name)
-        for template in applies:
-            apply(api.patch_namespaced_resource_claim_template, template["metadata"]["name"], namespace, template,
-                  field_validation="Strict", _preload_content=False).drain_conn()
+    for name in deletes:
+        kube.delete(API_VERSION, "ResourceClaimTemplate", name, namespace)  # (False: gone already)
+    for template in applies:
+        kube.apply(template, strict=True)
     if not applies and not deletes:
         return Change.NO_CHANGE
     if not deletes and all(t["metadata"]["name"] not in existing for t in applies):
@@ -139,25 +133,18 @@ def ensure_claim_templates(client: ApiClient, namespace: str, wanted: list[dict[
     return Change.UPDATED
 
 
-def _delete(api: Any, namespace: str, name: str) -> None:
-    try:
-        api.delete_namespaced_resource_claim_template(name, namespace, _preload_content=False).drain_conn()
-    except KubeNotFound:
-        pass  # gone already
-
-
-def remove_claim_templates(client: ApiClient, namespace: str) -> None:
+def remove_claim_templates(kube: Kube, namespace: str) -> None:
     """Delete the templates gpuctl made in `namespace` (an adopted one: the team's own stay)."""
-    ensure_claim_templates(client, namespace, [])
+    ensure_claim_templates(kube, namespace, [])
 
 
-def published_devices(client: ApiClient) -> dict[str, int]:
+def published_devices(kube: Kube) -> dict[str, int]:
     """What the driver's ResourceSlices offer, in the quota's terms: full GPUs (as `nvidia.com/gpu` and devices
     of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile).
     Only the slices the scheduler allocates from count (model/dra.py current_slices), as in `gpuctl status`."""
     from gpuctl.kube.dra import list_slices
 
-    return device_totals(d for s in current_slices(list_slices(client)) for d in s["spec"].get("devices") or [])
+    return device_totals(d for s in current_slices(list_slices(kube)) for d in s["spec"].get("devices") or [])
 
 
 def device_totals(devices: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -20,9 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import get_or_none
-from gpuctl.kube.errors import requesting
-from gpuctl.kube.objects import apply, contains, count
+from gpuctl.kube.objects import contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant
@@ -39,9 +37,11 @@ from gpuctl.util.errors import UsageError
 from gpuctl.util.output import detail
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+    from gpuctl.kube.kube import Kube
+    from gpuctl.kube.kube_object import KubeObject
 
 QUOTA = "gpuctl-gpu-quota"
+RBAC = "rbac.authorization.k8s.io/v1"
 BINDING = "gpuctl-tenant"
 TENANT_ROLE = "edit"  # the built-in ClusterRole for a team's own namespace
 ADOPTED = "gpuctl.dev/adopted"  # annotation on a namespace gpuctl took over and must not delete
@@ -62,19 +62,19 @@ def tenant_manifests(tenant: Tenant, dra: bool = False) -> list[tuple[str, dict[
     ]
     if tenant.group:
         objects.append(("binding", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "apiVersion": RBAC, "kind": "RoleBinding",
             "metadata": {"name": BINDING, "namespace": tenant.name, "labels": labels},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TENANT_ROLE},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": tenant.group}]}))
     return objects
 
 
-def ownership(namespace: Any, name: str) -> str | None:
+def ownership(namespace: KubeObject, name: str) -> str | None:
     """"created" or "adopted" when the namespace is gpuctl's tenant `name`; None otherwise."""
-    labels = namespace.metadata.labels or {}
+    labels = namespace.labels
     if labels.get(TENANT_LABEL) != name:
         return None
-    if (namespace.metadata.annotations or {}).get(ADOPTED) == "true":
+    if namespace.annotations.get(ADOPTED) == "true":
         return "adopted"
     return "created" if L.managed_by_gpuctl(labels) else None
 
@@ -92,20 +92,17 @@ def check_no_queue_fields(tenant: Tenant, prefix: str) -> None:
                          f"kueue.enabled: true), or drop {prefix}{given[0]}")
 
 
-def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt",
+def check_ownership(kube: Kube, tenant: Tenant, adopt_field: str = "--adopt",
                     kueue_coming: bool = False) -> Tenant:
     """Refuse an existing namespace gpuctl did not make (unless adopted), and Kueue's fields where Kueue
     neither runs nor is about to be installed (`kueue_coming`); reads only. Returns the tenant as it must
     be applied: who made its namespace does not change."""
-    from kubernetes.client import CoreV1Api
-
-    v1 = CoreV1Api(client)
-    existing = read_or_none(lambda: v1.read_namespace(tenant.name), "namespace", tenant.name)
+    existing = _read(kube, "namespace", tenant.name)
     owner = ownership(existing, tenant.name) if existing is not None else None
     if existing is not None and owner is None and not tenant.adopt:
         raise UsageError(adopt_field, f"namespace {tenant.name!r} exists and gpuctl did not create it",
                          "choose another tenant name, or adopt it (gpuctl will then never delete it)")
-    queues = Queues(client)
+    queues = Queues(kube)
     if queues.installed():
         name_field = adopt_field.removesuffix("adopt") + "name" if adopt_field.startswith("spec.") else "NAME"
         check_queue_ownership(queues, tenant, name_field)
@@ -114,55 +111,42 @@ def check_ownership(client: ApiClient, tenant: Tenant, adopt_field: str = "--ado
     return replace(tenant, adopt=owner == "adopted") if owner is not None else tenant
 
 
-def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt") -> Change:
+def ensure_tenant(kube: Kube, tenant: Tenant, adopt_field: str = "--adopt") -> Change:
     """Observe the three objects; apply (server-side, field manager gpuctl) only those that differ.
     An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it.
     In DRA mode (detected now) the quota counts claimed devices and the team gets ResourceClaimTemplates."""
-    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
-
     from gpuctl.kube.dra import dra_mode
     from gpuctl.kube.gpu_nodes import gpu_nodes
     from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
     from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
     from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
 
-    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
-    tenant = check_ownership(client, tenant, adopt_field)
-    dra = dra_mode(client)
-    fence = ensure_fence(client)  # in force before the namespace is a tenant's
-    calls = {
-        "namespace": (lambda: v1.read_namespace(tenant.name),
-                      lambda body: apply(v1.patch_namespace, tenant.name, body)),
-        "quota": (lambda: v1.read_namespaced_resource_quota(QUOTA, tenant.name),
-                  lambda body: apply(v1.patch_namespaced_resource_quota, QUOTA, tenant.name, body)),
-        "binding": (lambda: rbac.read_namespaced_role_binding(BINDING, tenant.name),
-                    lambda body: apply(rbac.patch_namespaced_role_binding, BINDING, tenant.name, body)),
-    }
+    tenant = check_ownership(kube, tenant, adopt_field)
+    dra = dra_mode(kube)
+    fence = ensure_fence(kube)  # in force before the namespace is a tenant's
     created = updated = new = False
     for kind, body in tenant_manifests(tenant, dra):
-        read, write = calls[kind]
-        current = read_or_none(read, kind, tenant.name)
+        current = _read(kube, kind, tenant.name)
         if current is None:
             created = True
             new = new or kind in ("namespace", "quota")  # not yet a tenant (an adopted namespace exists)
-        elif holds(client.sanitize_for_serialization(current), body):
+        elif holds(current, body):
             continue
         else:
             updated = True
-        with requesting(f"applying the {kind} of tenant {tenant.name}"):
-            write(body)
-    if tenant.group is None and _remove_binding(rbac, tenant.name):  # the tenant names no group any more
+        kube.apply(body)
+    if tenant.group is None and _remove_binding(kube, tenant.name):  # the tenant names no group any more
         updated = True
     if created or updated or fence is not Change.NO_CHANGE:  # a new fence, or a namespace new to it
-        waited = wait_fence_in_force(client, tenant.name)
+        waited = wait_fence_in_force(kube, tenant.name)
         detail(f"tenant {tenant.name!r}: GPU fence in force in its namespace (waited {waited:.1f}s)")
-    tolerating = converge_tolerations(client, cluster_groups(client), tenant.name, new_namespace=created or updated)
-    kueue = Queues(client).installed()
-    nodes = gpu_nodes(CoreV1Api(client)) if dra or kueue else []
+    tolerating = converge_tolerations(kube, cluster_groups(kube), tenant.name, new_namespace=created or updated)
+    kueue = Queues(kube).installed()
+    nodes = gpu_nodes(kube) if dra or kueue else []
     # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
-    templates = ensure_claim_templates(client, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
+    templates = ensure_claim_templates(kube, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
     if kueue:
-        queued = _ensure_queues(client, tenant, nodes, dra)
+        queued = _ensure_queues(kube, tenant, nodes, dra)
     else:
         queued = Change.NO_CHANGE
         _warn_no_kueue(tenant)
@@ -172,76 +156,61 @@ def ensure_tenant(client: ApiClient, tenant: Tenant, adopt_field: str = "--adopt
     return Change.UPDATED if created or updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
 
 
-def _ensure_queues(client: ApiClient, tenant: Tenant, nodes: list[Any], dra: bool) -> Change:
+def _ensure_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: bool) -> Change:
     """The team's Kueue flavors and queues; then, where Kueue's Job webhook runs, wait until it sends the
     namespace's Jobs to the LocalQueue `default`."""
     from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
 
-    queued = ensure_queues(client, tenant, nodes, dra)
-    if job_defaulting_registered(client):  # Kueue's CRDs alone, without its webhooks: no default to wait for
-        waited = wait_default_queue_in_force(client, tenant.name)
+    queued = ensure_queues(kube, tenant, nodes, dra)
+    if job_defaulting_registered(kube):  # Kueue's CRDs alone, without its webhooks: no default to wait for
+        waited = wait_default_queue_in_force(kube, tenant.name)
         _report(f"tenant {tenant.name!r}: Jobs without a queue label go to its LocalQueue "
                 f"'{DEFAULT_QUEUE}' (waited {waited:.1f}s)")
     return queued
 
 
-def unqueued_tenants(client: ApiClient) -> list[str]:
+def unqueued_tenants(kube: Kube) -> list[str]:
     """Tenants on the cluster without a ClusterQueue of their name (tenants added before Kueue was
     installed): all of them where Kueue's API is not served yet."""
-    from kubernetes.client import CoreV1Api
-
-    with requesting("listing tenants"):
-        namespaces = CoreV1Api(client).list_namespace(label_selector=TENANT_LABEL).items
-    names = sorted(ns.metadata.name for ns in namespaces if ns.metadata.deletion_timestamp is None
-                   and ownership(ns, ns.metadata.name) is not None)
-    queues = Queues(client)
+    names = sorted(ns.name for ns in _tenant_namespaces(kube) if not ns.deleting and ownership(ns, ns.name) is not None)
+    queues = Queues(kube)
     if not names or not queues.installed():
         return names
-    return [name for name in names if queues.get("ClusterQueue", name) is None]
+    queued = {q.name for q in queues.list("ClusterQueue")}
+    return [name for name in names if name not in queued]
 
 
-def observe_tenant_queues(client: ApiClient, name: str, dra: bool) -> Change:
+def observe_tenant_queues(kube: Kube, name: str, dra: bool) -> Change:
     """What ensure_tenant_queues would do (read only): CREATED where Kueue's API is not served yet."""
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.kube.gpu_nodes import gpu_nodes
     from gpuctl.ops.tenancy.queues import observe_queues
 
-    tenant = read_tenant(client, name)
+    tenant = read_tenant(kube, name)
     if tenant is None:
         return Change.NO_CHANGE
-    if not Queues(client).installed():
+    if not Queues(kube).installed():
         return Change.CREATED
-    return observe_queues(client, tenant, gpu_nodes(CoreV1Api(client)), dra)
+    return observe_queues(kube, tenant, gpu_nodes(kube), dra)
 
 
-def ensure_tenant_queues(client: ApiClient, name: str, dra: bool) -> Change:
+def ensure_tenant_queues(kube: Kube, name: str, dra: bool) -> Change:
     """Give tenant `name`, added before Kueue was installed, its Kueue queues with the quota it holds now
     (read_tenant); its namespace, quota and binding are left as they are."""
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.kube.gpu_nodes import gpu_nodes
 
-    tenant = read_tenant(client, name)
+    tenant = read_tenant(kube, name)
     if tenant is None:  # removed since the plan was made
         return Change.NO_CHANGE
-    check_queue_ownership(Queues(client), tenant, "NAME")
-    return _ensure_queues(client, tenant, gpu_nodes(CoreV1Api(client)), dra)
+    check_queue_ownership(Queues(kube), tenant, "NAME")
+    return _ensure_queues(kube, tenant, gpu_nodes(kube), dra)
 
 
-def _remove_binding(rbac: Any, name: str) -> bool:
+def _remove_binding(kube: Kube, name: str) -> bool:
     """Delete gpuctl's RoleBinding in tenant `name`'s namespace, if there is one."""
-    from gpuctl.kube.errors import KubeNotFound
-
-    binding = read_or_none(lambda: rbac.read_namespaced_role_binding(BINDING, name), "binding", name)
-    if binding is None or not L.managed_by_gpuctl(binding.metadata.labels or {}):
+    binding = _read(kube, "binding", name)
+    if binding is None or not L.managed_by_gpuctl(binding.labels):
         return False
-    try:
-        with requesting(f"removing the binding of tenant {name}"):
-            rbac.delete_namespaced_role_binding(BINDING, name)
-    except KubeNotFound:
-        return False
-    return True
+    return kube.delete(RBAC, "RoleBinding", BINDING, name)
 
 
 def _report(line: str) -> None:
@@ -258,9 +227,23 @@ def _warn_no_kueue(tenant: Tenant) -> None:
                                    f"{tenant.name!r} gets its ResourceQuota but no queue (no borrowing or lending)")
 
 
-def read_or_none(read: Any, kind: str, name: str) -> Any:
-    with requesting(f"reading the {kind} of tenant {name}"):
-        return get_or_none(read)
+# Where each of a tenant's objects is (tenant_manifests' kinds): apiVersion, kind, and its name (None: the tenant's).
+_OBJECTS = {"namespace": ("v1", "Namespace", None), "quota": ("v1", "ResourceQuota", QUOTA),
+            "binding": (RBAC, "RoleBinding", BINDING)}
+
+
+def _read(kube: Kube, kind: str, name: str) -> KubeObject | None:
+    """The `kind` ("namespace", "quota", "binding") of tenant `name` as the cluster holds it, or None."""
+    api_version, kube_kind, object_name = _OBJECTS[kind]
+    if object_name is None:
+        return kube.get_or_none(api_version, kube_kind, name)
+    return kube.get_or_none(api_version, kube_kind, object_name, name)
+
+
+def _tenant_namespaces(kube: Kube) -> list[KubeObject]:
+    """The namespaces labelled as a tenant's, in one LIST (gpuctl's or adopted: ownership tells; some may be
+    terminating)."""
+    return kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenants")
 
 
 def holds(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -277,50 +260,42 @@ def granted(hard: dict[str, Any], used: dict[str, Any] | None = None) -> dict[st
     return {k: v for k, v in sorted(hard.items()) if count(v) > 0 or count((used or {}).get(k, 0)) > 0}
 
 
-def read_quota(client: ApiClient, name: str) -> dict[str, int]:
+def read_quota(kube: Kube, name: str) -> dict[str, int]:
     """The GPU quota tenant `name` holds on the cluster now (granted; {} without one), by resource name as
     `tenant list` shows it (nvidia.com/gpu: 2, not requests.nvidia.com/gpu: "2")."""
-    from kubernetes.client import CoreV1Api
-
-    quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, name), "quota", name)
-    hard = granted(quota.spec.hard or {}) if quota is not None else {}
+    quota = _read(kube, "quota", name)
+    hard = granted(quota.spec.get("hard") or {}) if quota is not None else {}
     return {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())}
 
 
-def read_tenant(client: ApiClient, name: str) -> Tenant | None:
+def read_tenant(kube: Kube, name: str) -> Tenant | None:
     """Tenant `name` as the cluster holds it now, in `tenant add`'s fields: its quota (the ResourceQuota's, less
     what it may borrow), group (RoleBinding), borrow, lend and cohort (ClusterQueue, where Kueue runs); None
     where the cluster has no such tenant (or its namespace is terminating)."""
-    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
-
     from gpuctl.model.tenant import profile_of
 
-    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
-    ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
+    ns = _read(kube, "namespace", name)
     owner = ownership(ns, name) if ns is not None else None
-    quota = read_or_none(lambda: v1.read_namespaced_resource_quota(QUOTA, name), "quota", name) if owner else None
-    if ns is None or owner is None or quota is None or ns.metadata.deletion_timestamp is not None:
+    quota = _read(kube, "quota", name) if owner else None
+    if ns is None or owner is None or quota is None or ns.deleting:
         return None
-    binding = read_or_none(lambda: rbac.read_namespaced_role_binding(BINDING, name), "binding", name)
-    groups = [s.name for s in (binding.subjects or []) if s.kind == "Group"] if binding is not None else []
-    queues = Queues(client)
+    binding = _read(kube, "binding", name)
+    groups = [s["name"] for s in binding.get("subjects") or [] if s.get("kind") == "Group"] if binding else []
+    queues = Queues(kube)
     borrow, lend, cohort = queue_settings(queues.get("ClusterQueue", name) if queues.installed() else None)
-    hard = {k.removeprefix("requests."): count(v) for k, v in (quota.spec.hard or {}).items()}
+    hard = {k.removeprefix("requests."): count(v) for k, v in (quota.spec.get("hard") or {}).items()}
     mig = {profile: n - borrow for key, n in hard.items()
            if (profile := profile_of(key)) is not None and n - borrow > 0}
     return Tenant(name, max(hard.get(L.GPU_RESOURCE, 0) - borrow, 0), mig, groups[0] if groups else None,
                   owner == "adopted", borrow, lend, cohort or DEFAULT_COHORT)
 
 
-def check_shrink(client: ApiClient, before: Tenant, after: Tenant, dra: bool) -> None:
+def check_shrink(kube: Kube, before: Tenant, after: Tenant, dra: bool) -> None:
     """Refuse (exit 2) a quota lowered below what the team's pods request now (its ResourceQuota's
     status.used), naming the resource, the use and the fix; the API server would take it, and leave the
     team over its quota."""
-    from kubernetes.client import CoreV1Api
-
-    quota = read_or_none(lambda: CoreV1Api(client).read_namespaced_resource_quota(QUOTA, after.name), "quota",
-                         after.name)
-    used = (quota.status.used or {}) if quota is not None and quota.status is not None else {}
+    quota = _read(kube, "quota", after.name)
+    used = (quota.status.get("used") or {}) if quota is not None else {}
     old = before.hard(dra)
     for key, value in after.hard(dra).items():
         now, limit, was = count(used.get(key, 0)), int(value), count(old.get(key, 0))
@@ -334,33 +309,35 @@ def check_shrink(client: ApiClient, before: Tenant, after: Tenant, dra: bool) ->
                              "(running pods keep running; new ones are refused until use is under the quota)")
 
 
-def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
-    """Each tenant's quota against what its pods request now."""
-    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
-
-    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
-    queues = Queues(client)
+def list_tenants(kube: Kube) -> list[dict[str, Any]]:
+    """Each tenant's quota against what its pods request now: a LIST per kind (namespaces, gpuctl's quotas and
+    bindings in every namespace, ClusterQueues), however many tenants there are."""
+    queues = Queues(kube)
     kueue = queues.installed()
+    namespaces = _tenant_namespaces(kube)
+    by_name = f"metadata.name={QUOTA}"
+    quotas = {q.namespace: q for q in kube.list("v1", "ResourceQuota", fields=by_name, what="listing tenants")}
+    bindings = {rb.namespace: rb for rb in kube.list(RBAC, "RoleBinding", fields=f"metadata.name={BINDING}",
+                                                     what="listing tenants")}
+    cluster_queues = {q.name: q for q in queues.list("ClusterQueue")} if kueue and namespaces else {}
     rows = []
-    with requesting("listing tenants"):
-        namespaces = v1.list_namespace(label_selector=TENANT_LABEL).items
-        for ns in namespaces:
-            quotas = v1.list_namespaced_resource_quota(ns.metadata.name, field_selector=f"metadata.name={QUOTA}").items
-            used = (quotas[0].status.used or {}) if quotas else {}
-            hard = granted((quotas[0].status.hard or quotas[0].spec.hard or {}) if quotas else {}, used)
-            bindings = [s.name for rb in rbac.list_namespaced_role_binding(ns.metadata.name).items
-                        if rb.metadata.name == BINDING for s in rb.subjects or []]
-            row = {
-                "tenant": ns.metadata.name,
-                "group": ",".join(bindings) or None,
-                "quota": {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())},
-                "used": {k.removeprefix("requests."): count(used.get(k, 0)) for k in sorted(hard)},
-            }
-            queue = queues.get("ClusterQueue", ns.metadata.name) if kueue else None
-            if queue is not None:
-                row["cohort"] = queue["spec"].get("cohortName")
-                row["queue"] = queue_usage(queue)
-            rows.append(row)
+    for ns in namespaces:
+        quota = quotas.get(ns.name)
+        used = (quota.status.get("used") or {}) if quota is not None else {}
+        hard = granted((quota.status.get("hard") or quota.spec.get("hard") or {}) if quota is not None else {}, used)
+        binding = bindings.get(ns.name)
+        subjects = [s["name"] for s in binding.get("subjects") or []] if binding is not None else []
+        row: dict[str, Any] = {
+            "tenant": ns.name,
+            "group": ",".join(subjects) or None,
+            "quota": {k.removeprefix("requests."): count(v) for k, v in sorted(hard.items())},
+            "used": {k.removeprefix("requests."): count(used.get(k, 0)) for k in sorted(hard)},
+        }
+        queue = cluster_queues.get(ns.name)
+        if queue is not None:
+            row["cohort"] = queue.spec.get("cohortName")
+            row["queue"] = queue_usage(queue)
+        rows.append(row)
     unqueued = [r["tenant"] for r in rows if kueue and "queue" not in r]
     if unqueued:  # added before Kueue was installed
         _report(f"hint: Kueue runs here, but tenant(s) {', '.join(unqueued)} have no queue: "
@@ -369,66 +346,59 @@ def list_tenants(client: ApiClient) -> list[dict[str, Any]]:
     return rows
 
 
-def remove_tenant(client: ApiClient, name: str) -> Change:
+def remove_tenant(kube: Kube, name: str) -> Change:
     """Delete what gpuctl made for tenant `name`: its Kueue queues, its namespace, or in an adopted namespace
     only the quota and binding gpuctl wrote (and its marks on the namespace); with the last tenant, the GPU
     fence and tolerations. NO_CHANGE where there is no such tenant (nothing to remove, as `kubectl delete
     --ignore-not-found`); a namespace already terminating is not deleted again (wait_namespace_gone waits
     for either)."""
-    from kubernetes.client import CoreV1Api, RbacAuthorizationV1Api
-
     from gpuctl.ops.tenancy.fence import remove_fence
     from gpuctl.ops.tenancy.tolerations import remove_tolerations
 
-    v1, rbac = CoreV1Api(client), RbacAuthorizationV1Api(client)
-    ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
+    ns = _read(kube, "namespace", name)
     owner = ownership(ns, name) if ns is not None else None
-    if owner is None:
+    if ns is None or owner is None:
         return Change.NO_CHANGE
-    if Queues(client).installed():
-        remove_queues(client, name)
+    if Queues(kube).installed():
+        remove_queues(kube, name)
     if owner == "adopted":  # (a namespace gpuctl made takes its templates along when it is deleted)
         from gpuctl.ops.tenancy.tenant_claims import remove_claim_templates
 
-        remove_claim_templates(client, name)
-    with requesting(f"removing tenant {name}"):
-        if owner == "created":
-            if ns.metadata.deletion_timestamp is None:
-                v1.delete_namespace(name)
-        else:
-            selector = f"{L.MANAGED_BY}={L.MANAGER}"
-            for quota in v1.list_namespaced_resource_quota(name, label_selector=selector).items:
-                v1.delete_namespaced_resource_quota(quota.metadata.name, name)
-            for binding in rbac.list_namespaced_role_binding(name, label_selector=selector).items:
-                rbac.delete_namespaced_role_binding(binding.metadata.name, name)
-            v1.patch_namespace(name, {"metadata": {"labels": {TENANT_LABEL: None}, "annotations": {ADOPTED: None}}})
-        # a deleted namespace keeps its label while it terminates: it is no tenant any more
-        others = [ns for ns in v1.list_namespace(label_selector=TENANT_LABEL).items
-                  if ns.metadata.name != name and ns.metadata.deletion_timestamp is None]
+        remove_claim_templates(kube, name)
+    if owner == "created":
+        if not ns.deleting:
+            kube.delete("v1", "Namespace", name)
+    else:
+        selector = f"{L.MANAGED_BY}={L.MANAGER}"
+        for quota in kube.list("v1", "ResourceQuota", name, labels=selector):
+            kube.delete("v1", "ResourceQuota", quota.name, name)
+        for binding in kube.list(RBAC, "RoleBinding", name, labels=selector):
+            kube.delete(RBAC, "RoleBinding", binding.name, name)
+        kube.patch("v1", "Namespace", name,
+                   {"metadata": {"labels": {TENANT_LABEL: None}, "annotations": {ADOPTED: None}}})
+    # a deleted namespace keeps its label while it terminates: it is no tenant any more
+    others = [n for n in _tenant_namespaces(kube) if n.name != name and not n.deleting]
     if not others:
-        remove_tolerations(client)
-        remove_fence(client)
+        remove_tolerations(kube)
+        remove_fence(kube)
     return Change.DELETED
 
 
-def wait_namespace_gone(client: ApiClient, name: str, timeout: float) -> float:
+def wait_namespace_gone(kube: Kube, name: str, timeout: float) -> float:
     """Wait until namespace `name`, being deleted, is gone (the namespace controller deletes its content
     first); the seconds waited. WaitTimeout (exit 7) after `timeout`, saying it is still terminating."""
     import time
 
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.util.waiting import Look, wait_until
 
-    v1 = CoreV1Api(client)
     started = time.monotonic()
 
     def look() -> Look:
-        ns = read_or_none(lambda: v1.read_namespace(name), "namespace", name)
-        if ns is None or ns.metadata.deletion_timestamp is None:  # gone, or kept (an adopted namespace)
+        ns = _read(kube, "namespace", name)
+        if ns is None or not ns.deleting:  # gone, or kept (an adopted namespace)
             return Look(True)
-        left = [c.message for c in (ns.status.conditions or []) if c.status == "True" and c.message] \
-            if ns.status is not None else []
+        left = [c["message"] for c in ns.status.get("conditions") or [] if c.get("status") == "True"
+                and c.get("message")]
         return Look(False, detail="terminating" + (f": {left[0]}" if left else ""))
 
     wait_until(f"namespace {name} to be deleted", look,
@@ -437,24 +407,22 @@ def wait_namespace_gone(client: ApiClient, name: str, timeout: float) -> float:
     return time.monotonic() - started
 
 
-def over_allocatable(client: ApiClient, tenant: Tenant, dra: bool | None = None) -> list[str]:
+def over_allocatable(kube: Kube, tenant: Tenant, dra: bool | None = None) -> list[str]:
     """Quotas above what the cluster's GPU nodes offer in total: allowed, but worth a warning. In DRA mode
     (`dra` None: detect it) the devices the driver's ResourceSlices publish count as well."""
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.kube.dra import dra_mode
     from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
 
     if dra is None:
-        dra = dra_mode(client)
+        dra = dra_mode(kube)
     totals: dict[str, int] = {}
-    for node in gpu_nodes(CoreV1Api(client)):
+    for node in gpu_nodes(kube):
         for resource, amount in gpu_resources(node).items():
             totals[resource] = totals.get(resource, 0) + amount
     if dra:
         from gpuctl.ops.tenancy.tenant_claims import published_devices
 
-        for resource, amount in published_devices(client).items():
+        for resource, amount in published_devices(kube).items():
             totals[resource] = totals.get(resource, 0) + amount
     warnings = []
     for key, value in tenant.hard(dra).items():

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuctl.kube.admission_objects import ensure_objects, observe_objects, read_object, remove_objects
-from gpuctl.kube.errors import KubeApiError, requesting
+from gpuctl.kube.errors import KubeApiError
 from gpuctl.kube.objects import is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
@@ -31,17 +31,15 @@ from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.resources import data_dir
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
+    from gpuctl.kube.kube import Kube
+    from gpuctl.kube.kube_object import KubeObject
     from gpuctl.model.spec import GroupPlan
 
 NAME = "gpuctl-gpu-tolerations"  # the policy's and the binding's
-PLURAL = "mutatingadmissionpolicies"
+POLICY_API = "admissionregistration.k8s.io/v1"
 IN_FORCE_TIMEOUT_S = 30.0
 _POLL_S = 0.05
 PROBE_CLAIM = "gpuctl-toleration-probe"
-# The API server's DefaultTolerationSeconds plugin gives every pod not-ready and unreachable tolerations.
-KUBERNETES_TOLERATIONS = "node.kubernetes.io/"
 
 
 @dataclass(frozen=True)
@@ -97,13 +95,9 @@ def policy_manifests(groups: Iterable[GroupPlan]) -> list[dict[str, Any]]:
     return docs
 
 
-def served(client: ApiClient) -> bool:
+def served(kube: Kube) -> bool:
     """Whether the API server serves MutatingAdmissionPolicy v1 (Kubernetes 1.36 and later)."""
-    from kubernetes.client import AdmissionregistrationV1Api
-
-    with requesting("looking for MutatingAdmissionPolicy (admissionregistration.k8s.io/v1)"):
-        resources = AdmissionregistrationV1Api(client).get_api_resources().resources
-    return any(r.name == PLURAL for r in resources)
+    return kube.serves(POLICY_API, "MutatingAdmissionPolicy")
 
 
 def by_hand(groups: Iterable[GroupPlan]) -> str:
@@ -112,24 +106,24 @@ def by_hand(groups: Iterable[GroupPlan]) -> str:
     return ", ".join(json.dumps(t.toleration(), separators=(",", ":")) for t in taints)
 
 
-def in_place(client: ApiClient) -> bool:
+def in_place(kube: Kube) -> bool:
     """Whether gpuctl's policy is on the cluster (a tenant has been onboarded)."""
-    return is_managed(read_object(client, "MutatingAdmissionPolicy", NAME))
+    return is_managed(read_object(kube, "MutatingAdmissionPolicy", NAME))
 
 
-def observe_tolerations(client: ApiClient, groups: Iterable[GroupPlan]) -> Change:
+def observe_tolerations(kube: Kube, groups: Iterable[GroupPlan]) -> Change:
     """What ensure_tolerations would do."""
-    return observe_objects(client, policy_manifests(groups))
+    return observe_objects(kube, policy_manifests(groups))
 
 
-def ensure_tolerations(client: ApiClient, groups: Iterable[GroupPlan]) -> Change:
+def ensure_tolerations(kube: Kube, groups: Iterable[GroupPlan]) -> Change:
     """Apply (server-side, field manager gpuctl) the policy and binding where they differ."""
-    return ensure_objects(client, policy_manifests(groups), "the GPU tolerations")
+    return ensure_objects(kube, policy_manifests(groups))
 
 
-def remove_tolerations(client: ApiClient) -> Change:
+def remove_tolerations(kube: Kube) -> Change:
     """Delete the policy and binding if gpuctl made them (binding first)."""
-    return remove_objects(client, policy_manifests(()), "the GPU tolerations")
+    return remove_objects(kube, policy_manifests(()))
 
 
 def probe_pod() -> dict[str, Any]:
@@ -143,28 +137,27 @@ def probe_pod() -> dict[str, Any]:
                                      "resources": {"claims": [{"name": "gpu"}]}}]}}
 
 
-def wait_tolerations_in_force(client: ApiClient, namespace: str, groups: Iterable[GroupPlan],
+def wait_tolerations_in_force(kube: Kube, namespace: str, groups: Iterable[GroupPlan],
                               timeout: float = IN_FORCE_TIMEOUT_S) -> float:
     """Dry-run-create the probe pod in `namespace` until the API server gives it exactly the groups'
     tolerations (besides the ones Kubernetes adds: a removed group's must be gone too); the seconds waited.
     WaitTimeout (exit 7) when the policy is not in force by `timeout`."""
     import time
 
-    from kubernetes.client import CoreV1Api
-
     def spelled(toleration: dict[str, Any]) -> tuple[str, str, str, str]:
         return (toleration.get("key", ""), toleration.get("operator", "Equal"), toleration.get("value", ""),
                 toleration.get("effect", ""))
 
     wanted = {spelled(t.toleration()) for g in groups for t in g.spec.taints}
-    v1 = CoreV1Api(client)
+    probe = probe_pod()
+    probe["metadata"]["namespace"] = namespace
     started = time.monotonic()
     while True:
         try:
-            with requesting(f"probing the GPU tolerations in namespace {namespace}"):
-                pod = v1.create_namespaced_pod(namespace, probe_pod(), dry_run="All", _preload_content=False)
-            got = json.loads(pod.data)["spec"].get("tolerations") or []
-            if {spelled(t) for t in got if not t.get("key", "").startswith(KUBERNETES_TOLERATIONS)} == wanted:
+            pod = kube.create(probe, dry_run=True)
+            got = pod.spec.get("tolerations") or []
+            # (the DefaultTolerationSeconds plugin gives every pod not-ready and unreachable tolerations)
+            if {spelled(t) for t in got if not t.get("key", "").startswith(L.KUBERNETES_TAINTS)} == wanted:
                 return time.monotonic() - started
         except KubeApiError as exc:  # the namespace's default ServiceAccount not made yet
             if not (exc.status in (403, 404) and "serviceaccount" in (exc.body or "").lower()):
@@ -178,73 +171,63 @@ def wait_tolerations_in_force(client: ApiClient, namespace: str, groups: Iterabl
         time.sleep(_POLL_S)
 
 
-# Taints Kubernetes, autoscalers and the sim put on nodes for a while: no node group's, never tolerated for it.
-TRANSIENT_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "karpenter.sh/", "sim.gpuctl.dev/",
-                    "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler")
-
-
-def with_unrecorded(client: ApiClient, groups: tuple[GroupPlan, ...]) -> tuple[GroupPlan, ...]:
+def with_unrecorded(kube: Kube, groups: tuple[GroupPlan, ...]) -> tuple[GroupPlan, ...]:
     """`groups` and the node groups whose GPU nodes carry gpuctl's group label without a record (made by
     `nodegroup add`), each with the taints all its nodes carry."""
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.kube.gpu_nodes import gpu_nodes, nodegroup_of
     from gpuctl.model.spec import GroupPlan, NodeGroupSpec
-    from gpuctl.model.taints import node_taint
+    from gpuctl.model.taints import TRANSIENT_TAINTS, node_taint
 
     known = {g.spec.name for g in groups}
-    found: dict[str, list[Any]] = {}
-    for node in gpu_nodes(CoreV1Api(client)):
+    found: dict[str, list[KubeObject]] = {}
+    for node in gpu_nodes(kube):
         name = nodegroup_of(node)
-        if name and name not in known and (node.metadata.labels or {}).get(L.GPU_MODEL) in GPUS:
+        if name and name not in known and node.labels.get(L.GPU_MODEL) in GPUS:
             found.setdefault(name, []).append(node)
     extra = []
     for name, nodes in sorted(found.items()):
-        taints = set.intersection(*({node_taint(t) for t in n.spec.taints or []
-                                     if not t.key.startswith(TRANSIENT_TAINTS)} for n in nodes))
-        model = GPUS[nodes[0].metadata.labels[L.GPU_MODEL]]
+        taints = set.intersection(*({node_taint(t) for t in n.spec.get("taints") or []
+                                     if not t["key"].startswith(TRANSIENT_TAINTS)} for n in nodes))
+        model = GPUS[nodes[0].labels[L.GPU_MODEL]]
         spec = NodeGroupSpec(name, model, 0, model.default_gpus_per_node, taints=tuple(sorted(taints)))
         extra.append(GroupPlan(spec))
     return groups + tuple(extra)
 
 
-def cluster_groups(client: ApiClient) -> tuple[GroupPlan, ...]:
+def cluster_groups(kube: Kube) -> tuple[GroupPlan, ...]:
     """The cluster's node groups: recorded, and made without a record."""
     from gpuctl.ops.converge import read_recorded_groups
 
-    return with_unrecorded(client, tuple(read_recorded_groups(client).values()))
+    return with_unrecorded(kube, tuple(read_recorded_groups(kube).values()))
 
 
 _TOLD: set[str] = set()  # API servers whose teams were told what to add by hand (once per command)
 
 
-def converge_tolerations(client: ApiClient, groups: tuple[GroupPlan, ...], probe: str | None,
+def converge_tolerations(kube: Kube, groups: tuple[GroupPlan, ...], probe: str | None,
                          new_namespace: bool = False) -> Change:
     """Where the API server serves MutatingAdmissionPolicy: apply the policy for `groups` and, when it changed
     or `probe` is a namespace `new_namespace` to it, return once it is in force in namespace `probe` (None: no
     tenant namespace yet). Where it does not: say, once, what teams add to their GPU pods by hand."""
     from gpuctl.util.output import detail, info
 
-    if not served(client):
-        server = client.configuration.host
+    if not served(kube):
+        server = kube.server
         if server not in _TOLD and (hint := by_hand(groups)):
             _TOLD.add(server)
             info("warning: this API server does not serve MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, "
                  f"Kubernetes 1.36): teams add to their GPU pods the tolerations {hint}")
         return Change.NO_CHANGE
-    change = ensure_tolerations(client, groups)
+    change = ensure_tolerations(kube, groups)
     if probe is not None and (change is not Change.NO_CHANGE or new_namespace):
-        waited = wait_tolerations_in_force(client, probe, groups)
+        waited = wait_tolerations_in_force(kube, probe, groups)
         detail(f"GPU tolerations in force in namespace {probe!r} (waited {waited:.1f}s)")
     return change
 
 
-def any_tenant(client: ApiClient) -> str | None:
+def any_tenant(kube: Kube) -> str | None:
     """A tenant namespace of the cluster (not one being deleted), to probe the policy in."""
-    from kubernetes.client import CoreV1Api
-
     from gpuctl.model.tenant import TENANT_LABEL
 
-    with requesting("listing tenant namespaces"):
-        namespaces = CoreV1Api(client).list_namespace(label_selector=TENANT_LABEL).items
-    return next((n.metadata.name for n in namespaces if n.metadata.deletion_timestamp is None), None)
+    namespaces = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
+    return next((n.name for n in namespaces if not n.deleting), None)
