@@ -115,9 +115,10 @@ def api_client(kubeconfig: Path) -> ApiClient:
 
 def publish_dra_slices(client: ApiClient) -> None:
     """The ResourceSlices the DRA driver's kubelet plugin would publish for every GPU node."""
+    from gpuctl.kube.kube import Kube
     from gpuctl.simulator.dra import publish_slices
 
-    publish_slices(client)
+    publish_slices(Kube(client))
 
 
 def one_gpu_request(name: str) -> dict[str, Any]:

@@ -28,8 +28,10 @@ from typing import Any
 
 from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.listing import list_items
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
+from gpuctl.model.dra import API_VERSION as DRA_API_VERSION
 from gpuctl.model.mig import MigLayout, layout_from_counts, parse_mig_parted_config
 from gpuctl.simulator.daemons import Daemon, free_port, wait_ready
 from gpuctl.simulator.dcgm_series import (
@@ -48,6 +50,7 @@ from gpuctl.simulator.dcgm_series import (
 from gpuctl.simulator.dra import gpu_uuid, node_layout, pci_address
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import DRIVER_VERSION
+from gpuctl.simulator.operands import CLUSTER_POLICY, Policy, operator_namespace
 from gpuctl.simulator.procs import (
     DCGM_EXPORTER_MODULE,
     code_stamp,
@@ -90,15 +93,7 @@ class Exporter:
     """What the exporter serves: a refresh lists the cluster, a scrape reads the latest samples."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        from kubernetes.client import AppsV1Api, CustomObjectsApi
-
-        from gpuctl.kube.client import core
-        from gpuctl.kube.kube import Kube
-
-        client = Kube.connect(kubeconfig)
-        self.v1 = core(client)
-        self.custom = CustomObjectsApi(client)
-        self.apps = AppsV1Api(client)
+        self.kube = Kube.connect(kubeconfig)
         self.assignment: Assignment = {}
         self.samples: list[Sample] = []
         self.lock = threading.Lock()
@@ -106,26 +101,18 @@ class Exporter:
     def _mig_configs(self) -> dict[str, dict[str, int] | None]:
         """The mig-parted configs the MIG manager applies: the ClusterPolicy's migManager.config ConfigMap in the
         operator's namespace, as the simulated operator reads it (operator.py _reconcile_operator)."""
-        from gpuctl.kube.client import get_or_none
-        from gpuctl.kube.errors import KubeNotFound
-        from gpuctl.simulator.operands import CLUSTER_POLICY, Policy
-        from gpuctl.stack.existing import OPERATOR_SELECTOR
-        from gpuctl.stack.values import NAMESPACE
-
         try:
-            items = self.custom.list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
+            items = self.kube.list(*CLUSTER_POLICY)
         except KubeNotFound:
             return {}
         if not items:
             return {}
         first = sorted(items, key=lambda i: i["metadata"]["creationTimestamp"])[0]
-        name, _ = Policy(first["metadata"]["name"], first["metadata"]["uid"], first.get("spec") or {}).mig_config
-        operators = self.apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
-        namespace = sorted(operators, key=lambda d: d.metadata.creation_timestamp)[0].metadata.namespace \
-            if operators else NAMESPACE
-        found = get_or_none(self.v1.read_namespaced_config_map, name, namespace) if name else None
+        name, _ = Policy(first.name, first.uid, first.spec).mig_config
+        found = self.kube.get_or_none("v1", "ConfigMap", name, operator_namespace(self.kube)) if name else None
         try:
-            return parse_mig_parted_config(((found.data if found else None) or {}).get("config.yaml", "") or "{}")
+            data = (found.get("data") if found else None) or {}
+            return parse_mig_parted_config(data.get("config.yaml", "") or "{}")
         except ValueError:
             return {}
 
@@ -147,13 +134,13 @@ class Exporter:
             return None, configs
 
     def refresh(self) -> None:
-        client = self.v1.api_client  # lists as JSON: a big cluster's pods, every second
-        nodes = list_items(client, "/api/v1/nodes", "listing nodes")
-        pods = list_items(client, "/api/v1/pods", "listing running pods", fieldSelector="status.phase=Running")
+        # lists as JSON: a big cluster's pods, every second
+        nodes = self.kube.list("v1", "Node", what="listing nodes")
+        pods = self.kube.list("v1", "Pod", fields="status.phase=Running", what="listing running pods")
         devices: list[Device] = []
         configs: dict[str, dict[str, int] | None] | None = None
-        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-            name, labels = node["metadata"]["name"], node["metadata"].get("labels") or {}
+        for node in sorted(nodes, key=lambda n: n.name):
+            name, labels = node.name, node.labels
             model = model_of(labels)
             count = labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or "0"
             if model is None or not count.isdigit() or int(count) == 0:
@@ -178,10 +165,10 @@ class Exporter:
         with self.lock:
             self.assignment, self.samples = assignment, samples
 
-    def _resource_claims(self) -> list[dict[str, Any]]:
+    def _resource_claims(self) -> list[KubeObject]:
         """Every ResourceClaim, as JSON; none where the cluster serves no resource.k8s.io/v1."""
         try:
-            return list_items(self.v1.api_client, "/apis/resource.k8s.io/v1/resourceclaims", "listing ResourceClaims")
+            return self.kube.list(DRA_API_VERSION, "ResourceClaim", what="listing ResourceClaims")
         except KubeNotFound:
             return []
 

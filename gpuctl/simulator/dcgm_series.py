@@ -12,7 +12,7 @@ allocation holds while the pod runs (the kubelet's checkpoint): `assign` keeps e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,13 +181,13 @@ def assign(devices: list[Device], claims: Iterable[Claim], previous: Mapping[tup
     return result
 
 
-def pod_load(pod: dict[str, Any]) -> tuple[float, float]:
+def pod_load(pod: Mapping[str, Any]) -> tuple[float, float]:
     """The load a pod declares (the sim's annotations): utilisation 0-100, framebuffer MiB."""
     annotations = pod["metadata"].get("annotations") or {}
     return number(annotations.get(UTILIZATION_ANNOTATION), 100.0), number(annotations.get(MEMORY_ANNOTATION))
 
 
-def claimed_slots(resource_claims: list[dict[str, Any]], pods: dict[str, dict[str, Any]],
+def claimed_slots(resource_claims: Sequence[Mapping[str, Any]], pods: Mapping[str, Mapping[str, Any]],
                   devices: list[Device]) -> tuple[list[Claim], Assignment]:
     """The load of pods on the devices ResourceClaims allocated them (driver gpu.nvidia.com, pool = node, device
     = the name the sim's driver publishes), for the running pods a claim is reserved for (`pods` by uid). The

@@ -31,16 +31,19 @@ When the slices exist is the kubelet plugin's life on the node (sync_plugin_slic
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.gpu_nodes import model_of
-from gpuctl.kube.objects import apply as server_side_apply
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.nodes import WORKERS
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, nvml_name
 from gpuctl.model.change import Change
@@ -48,9 +51,6 @@ from gpuctl.model.dra import API_VERSION, DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPO
 from gpuctl.model.mig import MigLayout, Placement, layout_of_config_name, place
 from gpuctl.simulator.nodes import CUDA_VERSION, DRIVER_VERSION
 from gpuctl.util.errors import ClusterError
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 log = logging.getLogger("gpuctl.sim.dra")
 
@@ -307,26 +307,15 @@ def _covers(observed: Any, desired: Any) -> bool:
     return bool(observed == desired)
 
 
-def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None = None) -> Change:
+def publish_slices(kube: Kube, nodes: Iterable[Mapping[str, Any]] | None = None) -> Change:
     """Make the slices of `nodes` (Nodes as JSON; None: every node, and slices of nodes that are gone
     are removed too) what the driver would publish: server-side apply (field manager gpuctl) where a
     slice differs or is missing, delete where a node has no GPUs (any more). One LIST, then one write
     per slice that differs: a converged cluster costs no write."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from kubernetes.client import ResourceV1Api
-
-    from gpuctl.kube.client import core
-    from gpuctl.kube.errors import KubeNotFound, requesting
-    from gpuctl.kube.nodes import WORKERS, list_nodes_json
-
-    api = ResourceV1Api(client)
     every = nodes is None
-    node_list = list_nodes_json(core(client), "") if nodes is None else list(nodes)
-    with requesting("listing ResourceSlices"):
-        response = api.list_resource_slice(label_selector=f"{L.MANAGED_BY}={L.MANAGER}",
-                                           field_selector=f"spec.driver={DRIVER}", _preload_content=False)
-        existing = {s["metadata"]["name"]: s for s in json.loads(response.data)["items"]}
+    node_list = kube.list("v1", "Node", what="listing nodes") if nodes is None else list(nodes)
+    existing = {s.name: s for s in kube.list(API_VERSION, "ResourceSlice", labels=f"{L.MANAGED_BY}={L.MANAGER}",
+                                             fields=f"spec.driver={DRIVER}", what="listing ResourceSlices")}
     desired: dict[str, dict[str, Any]] = {}
     touched: set[str] = set()
     for node in node_list:
@@ -345,14 +334,10 @@ def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None 
                      and (every or s["spec"].get("nodeName") in touched))
 
     def apply(body: dict[str, Any]) -> None:
-        server_side_apply(api.patch_resource_slice, body["metadata"]["name"], body,
-                          _preload_content=False).drain_conn()
+        kube.apply(body)
 
     def delete(name: str) -> None:
-        try:
-            api.delete_resource_slice(name, _preload_content=False).drain_conn()
-        except KubeNotFound:  # the garbage collector may have taken it with its Node
-            pass
+        kube.delete(API_VERSION, "ResourceSlice", name)  # (gone already: the garbage collector took it with its Node)
 
     with requesting("publishing ResourceSlices"), ThreadPoolExecutor(max_workers=WORKERS) as pool:
         list(pool.map(apply, applies))
@@ -364,54 +349,43 @@ def publish_slices(client: ApiClient, nodes: Iterable[Mapping[str, Any]] | None 
     return Change.DELETED if not applies else Change.UPDATED
 
 
-def running_plugins(pods: Iterable[Any]) -> dict[str, str]:
-    """Node name -> uid of the kubelet-plugin pod Running there (V1Pods of the chart's kubelet-plugin
+def running_plugins(pods: Iterable[KubeObject]) -> dict[str, str]:
+    """Node name -> uid of the kubelet-plugin pod Running there (Pods of the chart's kubelet-plugin
     DaemonSet, any namespace); a pod being deleted is shutting its plugin down and does not count."""
     running: dict[str, str] = {}
     for pod in pods:
-        if pod.spec.node_name and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None:
-            running.setdefault(pod.spec.node_name, pod.metadata.uid)
+        node = pod.spec.get("nodeName")
+        if node and pod.status.get("phase") == "Running" and not pod.deleting:
+            running.setdefault(node, pod.uid)
     return running
 
 
-def sync_plugin_slices(client: ApiClient) -> Change:
+def sync_plugin_slices(kube: Kube) -> Change:
     """The DRA driver's kubelet plugin on every node, played: where a pod of its DaemonSet runs (any
     namespace, PLUGIN_SELECTOR), the node's slice is published (publish_slices); where one ran and none
     runs any more, the driver's slices of that node are deleted as the kubelet wipes them. Nodes where no
     plugin ever ran are left alone. A converged cluster costs three LISTs and no write."""
-    from kubernetes.client import ResourceV1Api
-
-    from gpuctl.kube.client import core
-    from gpuctl.kube.errors import requesting
-    from gpuctl.kube.nodes import list_nodes_json
-    from gpuctl.kube.objects import MERGE_PATCH
-
-    v1 = core(client)
-    with requesting("listing the DRA driver's kubelet-plugin pods"):
-        running = running_plugins(v1.list_pod_for_all_namespaces(label_selector=PLUGIN_SELECTOR).items)
-    nodes = list_nodes_json(v1, "")
+    running = running_plugins(kube.list("v1", "Pod", labels=PLUGIN_SELECTOR,
+                                        what="listing the DRA driver's kubelet-plugin pods"))
     served, gone = [], []
-    for node in nodes:
-        meta = node["metadata"]
-        registered = (meta.get("annotations") or {}).get(PLUGIN_ANNOTATION)
-        if meta["name"] in running:
+    for node in kube.list("v1", "Node", what="listing nodes"):
+        registered = node.annotations.get(PLUGIN_ANNOTATION)
+        if node.name in running:
             try:
                 render_node_slice(node)
             except ValueError as exc:  # the real plugin enumerates the hardware; the sim cannot read the label
-                log.warning("node %s: %s; its slice is left as it is", meta["name"], exc)
+                log.warning("node %s: %s; its slice is left as it is", node.name, exc)
                 continue
             served.append(node)
-            if registered != running[meta["name"]]:
-                v1.patch_node(meta["name"], {"metadata": {"annotations": {PLUGIN_ANNOTATION: running[meta["name"]]}}},
-                              _content_type=MERGE_PATCH)
+            if registered != running[node.name]:
+                kube.patch("v1", "Node", node.name,
+                           {"metadata": {"annotations": {PLUGIN_ANNOTATION: running[node.name]}}})
         elif registered is not None:
-            gone.append(meta["name"])
-    change = publish_slices(client, served) if served else Change.NO_CHANGE
-    api = ResourceV1Api(client)
+            gone.append(node.name)
+    change = publish_slices(kube, served) if served else Change.NO_CHANGE
     for name in gone:
         with requesting(f"deleting the ResourceSlices of node {name}"):
-            api.delete_collection_resource_slice(field_selector=f"spec.nodeName={name},spec.driver={DRIVER}",
-                                                 _preload_content=False).drain_conn()
-        v1.patch_node(name, {"metadata": {"annotations": {PLUGIN_ANNOTATION: None}}}, _content_type=MERGE_PATCH)
+            kube.delete_all(API_VERSION, "ResourceSlice", fields=f"spec.nodeName={name},spec.driver={DRIVER}")
+        kube.patch("v1", "Node", name, {"metadata": {"annotations": {PLUGIN_ANNOTATION: None}}})
         change = Change.DELETED if change is Change.NO_CHANGE else Change.UPDATED
     return change

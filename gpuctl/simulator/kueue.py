@@ -41,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from gpuctl.kube.kube import Kube
 from gpuctl.simulator.daemons import Daemon, apply_crds, free_port, wait_ready
 from gpuctl.simulator.kueue_webhooks import (
     WEBHOOKS_FILE,
@@ -191,15 +192,13 @@ def register_webhooks(cluster: str, manifests: Path) -> bool:
     """Point Kueue's webhook configurations (kueue_webhooks.py, from controller-gen's `manifests`) at the
     manager the cluster's config file describes, its port and certificate, where they differ, and wait until
     the API server calls them (kueue_webhooks.wait_for_webhooks); True if they were written."""
-    from gpuctl.kube.kube import Kube
-
     config = yaml.safe_load(_config_path(cluster).read_text())
     webhook = config["webhook"]
     docs = render_webhook_configurations(manifests.read_text(), config["integrations"]["frameworks"],
                                          int(webhook["port"]), (Path(webhook["certDir"]) / "tls.crt").read_text())
-    client = Kube.connect(KwokCluster(cluster).kubeconfig_path)
-    written = ensure_webhook_configurations(client, docs)
-    waited = wait_for_webhooks(client)
+    kube = Kube.connect(KwokCluster(cluster).kubeconfig_path)
+    written = ensure_webhook_configurations(kube, docs)
+    waited = wait_for_webhooks(kube)
     log.debug("Kueue's webhooks of sim cluster %s in force after %.1fs", cluster, waited)
     return written
 

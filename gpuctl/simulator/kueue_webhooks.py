@@ -28,19 +28,18 @@ new manager (a fresh port and certificate each start).
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from gpuctl.kube.admission import wait_until_mutated
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.objects import contains
 from gpuctl.model import labels as L
 from gpuctl.util.errors import ToolError
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 WEBHOOKS_FILE = Path("kueue-webhooks") / "manifests.yaml"  # beside the binary in the tool cache (pins.py extras)
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -95,35 +94,15 @@ def render_webhook_configurations(generated: str, frameworks: Sequence[str], por
     return docs
 
 
-def _calls(client: ApiClient) -> dict[str, tuple[Any, Any]]:
-    """kind -> (read, apply) of the admissionregistration API."""
-    from kubernetes.client import AdmissionregistrationV1Api
-
-    api = AdmissionregistrationV1Api(client)
-    return {"MutatingWebhookConfiguration": (api.read_mutating_webhook_configuration,
-                                             api.patch_mutating_webhook_configuration),
-            "ValidatingWebhookConfiguration": (api.read_validating_webhook_configuration,
-                                               api.patch_validating_webhook_configuration)}
-
-
-def ensure_webhook_configurations(client: ApiClient, docs: list[dict[str, Any]]) -> bool:
+def ensure_webhook_configurations(kube: Kube, docs: list[dict[str, Any]]) -> bool:
     """Server-side apply (field manager gpuctl) each configuration where the cluster's differs; True if any was
     written."""
-    from gpuctl.kube.client import get_or_none
-    from gpuctl.kube.errors import requesting
-    from gpuctl.kube.objects import apply, contains
-
-    calls = _calls(client)
     written = False
     for doc in docs:
-        read, patch = calls[doc["kind"]]
-        name = doc["metadata"]["name"]
-        with requesting(f"reading {doc['kind']} {name}"):
-            found = get_or_none(read, name, _preload_content=False)
-        if found is not None and contains(json.loads(found.data), doc):
+        found = kube.get_or_none(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+        if found is not None and contains(found, doc):
             continue
-        with requesting(f"applying {doc['kind']} {name}"):
-            apply(patch, name, doc)
+        kube.apply(doc)
         written = True
     return written
 
@@ -141,7 +120,7 @@ def _suspended(job: dict[str, Any]) -> bool:
     return (job.get("spec") or {}).get("suspend") is True
 
 
-def wait_for_webhooks(client: ApiClient, timeout: float = IN_FORCE_TIMEOUT_S) -> float:
+def wait_for_webhooks(kube: Kube, timeout: float = IN_FORCE_TIMEOUT_S) -> float:
     """Return once the API server calls Kueue's Job webhook, and the webhook puts a Job without a queue in the
     `default` LocalQueue of each namespace that has one; the seconds that took.
 
@@ -152,26 +131,19 @@ def wait_for_webhooks(client: ApiClient, timeout: float = IN_FORCE_TIMEOUT_S) ->
     the manager's queue cache holds it (defaults.go defaultLocalQueueApplies, pkg/cache/queue/manager.go
     DefaultLocalQueueExist), filled by its LocalQueue controller after the manager is ready: a restarted
     manager would otherwise let a Job through unqueued for a moment."""
-    from gpuctl.kube.admission import wait_until_mutated
-
     started = time.monotonic()
     hint = f"check '{NAMES['MutatingWebhookConfiguration']}' and the manager's log (kueue.log in the cluster's dir)"
-    wait_until_mutated(client, PROBE_NAMESPACE, probe_job("gpuctl-webhook-probe"), _suspended,
+    wait_until_mutated(kube, PROBE_NAMESPACE, probe_job("gpuctl-webhook-probe"), _suspended,
                        "Kueue's Job webhook (mjob.kb.io)", hint, timeout)
-    for namespace in _default_queue_namespaces(client):
-        wait_until_mutated(client, namespace, probe_job(None), lambda job: _suspended(job) and (
+    for namespace in _default_queue_namespaces(kube):
+        wait_until_mutated(kube, namespace, probe_job(None), lambda job: _suspended(job) and (
             (job.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL) == DEFAULT_QUEUE,
             f"Kueue's LocalQueue {DEFAULT_QUEUE!r}", hint, max(0.0, timeout - (time.monotonic() - started)))
     return time.monotonic() - started
 
 
-def _default_queue_namespaces(client: ApiClient) -> list[str]:
+def _default_queue_namespaces(kube: Kube) -> list[str]:
     """Namespaces with a LocalQueue named `default` whose Jobs Kueue's webhook sees (JOB_NAMESPACE_SELECTOR)."""
-    from kubernetes.client import CustomObjectsApi
-
-    from gpuctl.kube.errors import requesting
-
-    with requesting("listing Kueue LocalQueues"):
-        found = CustomObjectsApi(client).list_cluster_custom_object(
-            KUEUE_GROUP, "v1beta2", "localqueues", field_selector=f"metadata.name={DEFAULT_QUEUE}")
-    return sorted({q["metadata"]["namespace"] for q in found["items"]} - set(UNMANAGED_NAMESPACES))
+    found = kube.list(f"{KUEUE_GROUP}/v1beta2", "LocalQueue", fields=f"metadata.name={DEFAULT_QUEUE}",
+                      what="listing Kueue LocalQueues")
+    return sorted({str(q.namespace) for q in found} - set(UNMANAGED_NAMESPACES))

@@ -18,11 +18,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gpuctl.kube.kube import Kube
 from gpuctl.model import labels as L
 from gpuctl.simulator.nodes import DEVICES_PENDING
+from gpuctl.stack.existing import OPERATOR_SELECTOR
 from gpuctl.stack.values import NAMESPACE
 
-CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+CLUSTER_POLICY = ("nvidia.com/v1", "ClusterPolicy")  # apiVersion, kind
 GPU_PRESENT = "nvidia.com/gpu.present"
 DEPLOY = "nvidia.com/gpu.deploy."
 HASH_ANNOTATION = "nvidia.com/last-applied-hash"
@@ -99,6 +101,15 @@ class Policy:
     @property
     def tolerations(self) -> list[dict[str, Any]]:
         return self.section("daemonsets").get("tolerations") or DEFAULT_TOLERATIONS
+
+
+def operator_namespace(kube: Kube) -> str:
+    """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the first made where there
+    are several), whatever the release is called; gpuctl's (NAMESPACE) where there is none."""
+    items = kube.list("apps/v1", "Deployment", labels=OPERATOR_SELECTOR)
+    if not items:
+        return NAMESPACE
+    return str(min(items, key=lambda d: d.at("metadata", "creationTimestamp", default="")).namespace)
 
 
 def is_gpu_node(labels: dict[str, str]) -> bool:

@@ -45,14 +45,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuctl.kube.client import core, get_or_none
 from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.kube import Kube
-from gpuctl.kube.listing import list_items
-from gpuctl.kube.objects import MERGE_PATCH, apply
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
+from gpuctl.model.dra import API_VERSION as DRA_API_VERSION
 from gpuctl.model.dra import DRIVER
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
@@ -66,10 +65,10 @@ from gpuctl.simulator.operands import (
     Policy,
     is_gpu_node,
     node_labels,
+    operator_namespace,
     render_daemon_set,
 )
 from gpuctl.simulator.supervisor import Supervisor
-from gpuctl.stack.existing import OPERATOR_SELECTOR
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.tools.installer import find_tool
 from gpuctl.util.errors import UsageError
@@ -89,15 +88,12 @@ CONFIG_RACE = "sim.gpuctl.dev/fault-plugin-config-race"
 CUDA_SAMPLE = re.compile(r"^nvcr\.io/nvidia/k8s/cuda-sample:vectoradd-cuda(\d+)\.(\d+)")
 GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")
 DEVICE_PLUGIN = next(o for o in OPERANDS if o.name == L.DEVICE_PLUGIN_APP)
+KWOK_LOGS = ("kwok.x-k8s.io/v1alpha1", "Logs")  # a container's log, as kwok serves it (apiVersion, kind)
 
 
 class SimOperator:
     def __init__(self, kubeconfig: Path, logs: Path) -> None:
-        self.v1 = core(Kube.connect(kubeconfig))
-        from kubernetes.client import AppsV1Api, CustomObjectsApi
-
-        self.custom = CustomObjectsApi(self.v1.api_client)
-        self.apps = AppsV1Api(self.v1.api_client)
+        self.kube = Kube.connect(kubeconfig)
         self.logs = logs
         self.upstreamcheck = find_tool("upstreamcheck")
         self.namespace = NAMESPACE
@@ -109,14 +105,11 @@ class SimOperator:
         """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the chart's
         templates/operator.yaml sets it from metadata.namespace), whatever the release is called.
         It runs its operands there and reads the ConfigMaps its ClusterPolicy names from there."""
-        items = self.apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR).items
-        if not items:
-            return NAMESPACE
-        return sorted(items, key=lambda d: d.metadata.creation_timestamp)[0].metadata.namespace
+        return operator_namespace(self.kube)
 
     def policy(self) -> Policy | None:
         try:
-            items = self.custom.list_cluster_custom_object(*CLUSTER_POLICY).get("items") or []
+            items = self.kube.list(*CLUSTER_POLICY)
         except KubeNotFound:
             return None  # no ClusterPolicy CRD: the GPU Operator is not installed
         if not items:
@@ -125,14 +118,14 @@ class SimOperator:
         return Policy(first["metadata"]["name"], first["metadata"]["uid"], first.get("spec") or {})
 
     def _config_map(self, name: str) -> dict[str, str] | None:
-        found = get_or_none(self.v1.read_namespaced_config_map, name, self.namespace)
-        return None if found is None else found.data or {}
+        found = self.kube.get_or_none("v1", "ConfigMap", name, self.namespace)
+        return None if found is None else found.get("data") or {}
 
     def reconcile(self) -> None:
         """One pass: the GPU Operator's part (with a ClusterPolicy), the DRA driver's kubelet plugins (with
         or without one), the CUDA runtime. A part that fails is logged and does not hold up the others."""
         policy = self._guarded("gpu-operator", self._reconcile_operator)
-        self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.v1.api_client))
+        self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.kube))
         self._guarded("cuda-samples", lambda: self._run_cuda_samples(device_plugin=policy is not None))
 
     @staticmethod
@@ -148,7 +141,7 @@ class SimOperator:
         if policy is None:
             return None
         self.namespace = self.operator_namespace()
-        nodes = [n for n in self.v1.list_node().items if is_gpu_node(n.metadata.labels or {})]
+        nodes = [n for n in self.kube.list("v1", "Node", what="listing nodes") if is_gpu_node(n.labels)]
         if nodes:  # the operator creates no DaemonSet in a cluster without GPU nodes
             self._ensure_daemon_sets(policy)
         plugin_name, _ = policy.plugin_config
@@ -156,36 +149,33 @@ class SimOperator:
         mig_name, _ = policy.mig_config
         # without a custom ConfigMap the real MIG manager generates configs from the hardware; the sim has none
         mig_text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
-        plugin_pods = {p.spec.node_name: p for p in self.v1.list_namespaced_pod(
-            self.namespace, label_selector=f"app={L.DEVICE_PLUGIN_APP}").items
-            if p.spec.node_name and p.status.phase == "Running"}
+        plugin_pods = {p.spec["nodeName"]: p for p in self.kube.list(
+            "v1", "Pod", self.namespace, labels=f"app={L.DEVICE_PLUGIN_APP}")
+            if p.spec.get("nodeName") and p.status.get("phase") == "Running"}
         for node in nodes:
             try:
-                self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_text,
-                                     plugin_pods.get(node.metadata.name))
+                self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_text, plugin_pods.get(node.name))
             except KubeConflict:
-                log.info("node %s changed since it was read; next pass", node.metadata.name)
+                log.info("node %s changed since it was read; next pass", node.name)
         return policy
 
     def _ensure_daemon_sets(self, policy: Policy) -> None:
-        existing = {d.metadata.name: d for d in self.apps.list_namespaced_daemon_set(self.namespace).items}
+        existing = {d.name: d for d in self.kube.list("apps/v1", "DaemonSet", self.namespace)}
         for operand in OPERANDS:
             current = existing.get(operand.name)
             if not policy.enabled(operand):
-                owners = (current.metadata.owner_references or []) if current is not None else []
-                owned = any(r.uid == policy.uid for r in owners)
-                if owned:
-                    self.apps.delete_namespaced_daemon_set(operand.name, self.namespace)
+                owners = current.at("metadata", "ownerReferences", default=[]) if current is not None else []
+                if any(r.get("uid") == policy.uid for r in owners):
+                    self.kube.delete("apps/v1", "DaemonSet", operand.name, self.namespace)
                 continue
             body = render_daemon_set(operand, policy, self.namespace)
-            if current is None or (current.metadata.annotations or {}).get(HASH_ANNOTATION) != \
+            if current is None or current.annotations.get(HASH_ANNOTATION) != \
                     body["metadata"]["annotations"][HASH_ANNOTATION]:
-                apply(self.apps.patch_namespaced_daemon_set, operand.name, self.namespace, body,
-                      field_manager="gpu-operator")
+                self.kube.apply(body, field_manager="gpu-operator")
 
-    def _load(self, node: Any, model: GpuModel, policy: Policy, plugin_name: str,
+    def _load(self, node: KubeObject, model: GpuModel, policy: Policy, plugin_name: str,
               plugin_configs: dict[str, str] | None, mig_enabled: bool) -> PluginLoad:
-        labels = node.metadata.labels or {}
+        labels = node.labels
         if plugin_name and plugin_configs is None:
             return PluginLoad(error=f'configmap "{plugin_name}" not found')  # the pod cannot mount it
         if self.upstreamcheck is None:
@@ -194,10 +184,10 @@ class SimOperator:
         return load_plugin_config(self.upstreamcheck, plugin_configs, labels.get(CONFIG_LABEL, ""), default,
                                   policy.mig_strategy, model.compute_capability, mig_enabled)
 
-    def _reconcile_node(self, node: Any, policy: Policy, plugin_name: str, plugin_configs: dict[str, str] | None,
-                        mig_text: str, plugin_pod: Any) -> None:
-        labels = node.metadata.labels or {}
-        annotations = node.metadata.annotations or {}
+    def _reconcile_node(self, node: KubeObject, policy: Policy, plugin_name: str,
+                        plugin_configs: dict[str, str] | None, mig_text: str, plugin_pod: KubeObject | None) -> None:
+        labels = node.labels
+        annotations = node.annotations
         model = model_of(labels)
         if model is None:
             return
@@ -218,17 +208,16 @@ class SimOperator:
         state = json.dumps([key, policy.mig_strategy, policy.plugin_config, mig_enabled])
         inputs = hashlib.sha256(state.encode()).hexdigest()[:12]
         loaded = json.loads(annotations.get(LOADED, "null"))
-        pod_uid = plugin_pod.metadata.uid if plugin_pod is not None else None
-        if pod_uid is not None and (loaded is None or loaded["pod"] != pod_uid or loaded["inputs"] != inputs
-                                    or loaded.get("error")):
+        pod_uid = plugin_pod.uid if plugin_pod is not None else None
+        if plugin_pod is not None and (loaded is None or loaded["pod"] != pod_uid or loaded["inputs"] != inputs
+                                       or loaded.get("error")):
             result = self._load(node, model, policy, plugin_name, plugin_configs, mig_enabled)
             if loaded and loaded.get("error") and loaded["pod"] == pod_uid and result.error is None:
-                self.v1.delete_namespaced_pod(plugin_pod.metadata.name, self.namespace)  # the crash loop restarts it
+                self.kube.delete("v1", "Pod", plugin_pod.name, self.namespace)  # the crash loop restarts it
                 result = PluginLoad(error=loaded["error"])  # until then it still has the old outcome
-            elif result.error is not None and (plugin_pod.metadata.annotations or {}).get(CRASH) != result.error:
-                self.v1.patch_namespaced_pod(plugin_pod.metadata.name, self.namespace,
-                                             {"metadata": {"annotations": {CRASH: result.error}}},
-                                             _content_type=MERGE_PATCH)
+            elif result.error is not None and plugin_pod.annotations.get(CRASH) != result.error:
+                self.kube.patch("v1", "Pod", plugin_pod.name, {"metadata": {"annotations": {CRASH: result.error}}},
+                                self.namespace)
             first_pod = loaded is None
             loaded = {"pod": pod_uid, "inputs": inputs, "strategy": result.sharing.strategy,
                       "replicas": result.sharing.replicas, "error": result.error}
@@ -245,8 +234,8 @@ class SimOperator:
         product = model.product
         mig_wanted = labels.get(L.MIG_CONFIG) or want_labels.get(L.MIG_CONFIG)
         mig_state = labels.get(L.MIG_STATE)
-        first_look = node.metadata.name not in self.mig_seen
-        self.mig_seen.add(node.metadata.name)
+        first_look = node.name not in self.mig_seen
+        self.mig_seen.add(node.name)
         if mig_wanted and mig_wanted != applied:
             if mig_state != "pending":
                 want_labels[L.MIG_STATE] = "pending"
@@ -299,13 +288,13 @@ class SimOperator:
         version = self._patch_node(node, want_labels, want_annotations, resources)
         mig_state = want_labels.get(L.MIG_STATE) or labels.get(L.MIG_STATE)
         settled = model.mig is None or not mig_wanted or mig_state in ("success", "failed")
+        taints = node.spec.get("taints") or []
         if (not policy.enabled(DEVICE_PLUGIN) or (serving and settled)) and \
-                any(t.key == DEVICES_PENDING.key for t in node.spec.taints or []):
+                any(t.get("key") == DEVICES_PENDING.key for t in taints):
             # the device plugin serves the node as configured: it is what a real node would be now (nodes.py)
-            taints = [self.v1.api_client.sanitize_for_serialization(t) for t in node.spec.taints
-                      if t.key != DEVICES_PENDING.key]
-            self.v1.patch_node(node.metadata.name, {"metadata": {"resourceVersion": version},
-                                                    "spec": {"taints": taints}})
+            self.kube.patch("v1", "Node", node.name, {
+                "metadata": {"resourceVersion": version},
+                "spec": {"taints": [t for t in taints if t.get("key") != DEVICES_PENDING.key]}})
 
     def _mig_apply(self, model: GpuModel, text: str, name: str, gpus: int) -> MigApplied:
         """mig-parted's apply of config `name` on this node's GPUs, asked once per distinct input."""
@@ -319,15 +308,15 @@ class SimOperator:
             self.mig_answers[key] = answer
         return self.mig_answers[key]
 
-    def _patch_node(self, node: Any, labels: dict[str, str | None], annotations: dict[str, str | None],
+    def _patch_node(self, node: KubeObject, labels: dict[str, str | None], annotations: dict[str, str | None],
                     resources: dict[str, int]) -> str:
         """Write what differs; the node's resourceVersion after the writes."""
         # Every write is conditional on the node as read (resourceVersion): what was decided from a node
         # that has changed since (gpuctl relabelled it meanwhile) must not land, as the real operator's do not
         # (gpu-operator v25 controllers/state_manager.go labelGPUNodes: Client.Update of the node it listed,
         # which the API server refuses with a Conflict when the node is stale; the reconcile is retried).
-        current_labels = node.metadata.labels or {}
-        version = node.metadata.resource_version
+        current_labels = node.labels
+        version = node.resource_version
         meta: dict[str, Any] = {}
         if label_diff := {k: v for k, v in labels.items() if current_labels.get(k) != v}:
             meta["labels"] = label_diff
@@ -335,18 +324,16 @@ class SimOperator:
             meta["annotations"] = annotations
         if meta:
             meta["resourceVersion"] = version
-            version = self.v1.patch_node(node.metadata.name, {"metadata": meta},
-                                         _content_type=MERGE_PATCH).metadata.resource_version
-        allocatable = node.status.allocatable or {}
+            version = self.kube.patch("v1", "Node", node.name, {"metadata": meta}).resource_version
+        allocatable = node.status.get("allocatable") or {}
         want = {k: str(v) for k, v in resources.items()}
-        listed = {*allocatable, *(node.status.capacity or {})}
+        listed = {*allocatable, *(node.status.get("capacity") or {})}
         stale = {k: None for k in listed if GPU_REQUEST.match(k) and k not in want}
         if stale or any(allocatable.get(k) != v for k, v in want.items()):
             status = {**want, **stale}
-            version = self.v1.patch_node_status(
-                node.metadata.name, {"metadata": {"resourceVersion": version},
-                                     "status": {"capacity": status, "allocatable": status}},
-                _content_type=MERGE_PATCH).metadata.resource_version
+            version = self.kube.patch("v1", "Node", node.name, {"metadata": {"resourceVersion": version},
+                                                                "status": {"capacity": status, "allocatable": status}},
+                                      subresource="status").resource_version
         return str(version)
 
     # -- the CUDA runtime ------------------------------------------------------------------
@@ -354,23 +341,20 @@ class SimOperator:
     def _run_cuda_samples(self, device_plugin: bool) -> None:
         """Finish the CUDA sample pods that got a GPU: from a ResourceClaim allocated on their node (the DRA
         driver prepared it), or, with the GPU Operator (`device_plugin`), from nvidia.com/gpu limits."""
-        for listed in list_items(self.v1.api_client, "/api/v1/pods", "listing running pods",
-                                 fieldSelector="status.phase=Running"):  # as JSON: a big cluster's pods, each pass
-            meta, spec = listed["metadata"], listed["spec"]
-            if EXIT_CODE in (meta.get("annotations") or {}) or not spec.get("nodeName"):
+        # one LIST of a big cluster's running pods each pass, as JSON: the samples are read from it
+        for pod in self.kube.list("v1", "Pod", fields="status.phase=Running", what="listing running pods"):
+            node = pod.spec.get("nodeName")
+            if EXIT_CODE in pod.annotations or not node:
                 continue
-            match = CUDA_SAMPLE.match(spec["containers"][0].get("image") or "")
+            container = pod.spec["containers"][0]
+            match = CUDA_SAMPLE.match(container.get("image") or "")
             if match is None:
                 continue  # not a CUDA sample: it keeps running, as it would on a real GPU
-            pod = get_or_none(self.v1.read_namespaced_pod, meta["name"], meta["namespace"])
-            if pod is None or pod.status.phase != "Running":
-                continue
-            container = pod.spec.containers[0]
-            claims = pod_claim_names(pod, container.name)
+            claims = pod_claim_names(pod, container["name"])
             if claims:
-                got_gpu = any(self._allocated_on(pod.metadata.namespace, c, pod.spec.node_name) for c in claims)
+                got_gpu = any(self._allocated_on(str(pod.namespace), c, node) for c in claims)
             else:
-                limits = (container.resources.limits if container.resources else None) or {}
+                limits = (container.get("resources") or {}).get("limits") or {}
                 got_gpu = device_plugin and any(GPU_REQUEST.match(k) for k in limits)
             if not got_gpu:
                 continue  # no GPU: a CUDA sample would keep failing; the sim leaves it running
@@ -381,52 +365,44 @@ class SimOperator:
                 lines, code = [f"Failed to allocate device vector A (error code CUDA driver version is insufficient "
                                f"for CUDA runtime version: needs {needed[0]}.{needed[1]}, driver supports "
                                f"{CUDA_VERSION[0]}.{CUDA_VERSION[1]})!"], 1
-            self._finish(pod, container.name, lines, code)
+            self._finish(pod, container["name"], lines, code)
 
     def _allocated_on(self, namespace: str, claim: str, node: str) -> bool:
         """True when ResourceClaim `claim` holds a device of the GPU driver on `node` (pool = node name)."""
-        from kubernetes.client import ResourceV1Api
-
-        try:
-            data = json.loads(ResourceV1Api(self.v1.api_client).read_namespaced_resource_claim(
-                claim, namespace, _preload_content=False).data)
-        except KubeNotFound:
-            return False
-        results = (((data.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        found = self.kube.get_or_none(DRA_API_VERSION, "ResourceClaim", claim, namespace)
+        results = found.at("status", "allocation", "devices", "results", default=[]) if found is not None else []
         return any(r.get("driver") == DRIVER and r.get("pool") == node for r in results)
 
-    def _finish(self, pod: Any, container: str, lines: list[str], code: int) -> None:
+    def _finish(self, pod: KubeObject, container: str, lines: list[str], code: int) -> None:
         """Write the container log, serve it through a kwok Logs object, and report the exit code."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.logs.mkdir(parents=True, exist_ok=True)
-        logfile = self.logs / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid}.log"
+        logfile = self.logs / f"{pod.namespace}_{pod.name}_{pod.uid}.log"
         logfile.write_text("".join(f"{now} stdout F {line}\n" for line in lines))
-        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+        body = {"apiVersion": KWOK_LOGS[0], "kind": KWOK_LOGS[1],
+                "metadata": {"name": pod.name, "namespace": pod.namespace},
                 "spec": {"logs": [{"containers": [container], "logsFile": str(logfile)}]}}
         try:
-            self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
-                                                        "logs", body)
+            self.kube.create(body)
         except KubeConflict:  # a Logs object left from a pod of the same name
-            self.custom.patch_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
-                                                       "logs", pod.metadata.name, body, _content_type=MERGE_PATCH)
+            self.kube.patch(*KWOK_LOGS, pod.name, body, pod.namespace)
         # The outcome itself is kwok's to give: its Stage completes the pod from this annotation.
-        self.v1.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                     {"metadata": {"annotations": {EXIT_CODE: str(code)}}}, _content_type=MERGE_PATCH)
+        self.kube.patch("v1", "Pod", pod.name, {"metadata": {"annotations": {EXIT_CODE: str(code)}}}, pod.namespace)
 
 
-def pod_claim_names(pod: Any, container: str) -> list[str]:
-    """The ResourceClaims that give `container` of `pod` (a V1Pod) its devices: those of the pod's
-    spec.resourceClaims the container lists in resources.claims (by name, or the claim made from a template
-    as status.resourceClaimStatuses names it), and the claim the scheduler made for extended resources the
-    DRA driver serves (status.extendedResourceClaimStatus, KEP-5004)."""
-    spec = next(c for c in pod.spec.containers if c.name == container)
-    wanted = {c.name for c in ((spec.resources.claims if spec.resources else None) or [])}
-    made = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
-    names = [c.resource_claim_name or made.get(c.name) for c in pod.spec.resource_claims or [] if c.name in wanted]
-    extended = pod.status.extended_resource_claim_status
-    if extended is not None and any(r.container_name == container for r in extended.request_mappings or []):
-        names.append(extended.resource_claim_name)
+def pod_claim_names(pod: KubeObject, container: str) -> list[str]:
+    """The ResourceClaims that give `container` of `pod` its devices: those of the pod's spec.resourceClaims
+    the container lists in resources.claims (by name, or the claim made from a template as
+    status.resourceClaimStatuses names it), and the claim the scheduler made for extended resources the DRA
+    driver serves (status.extendedResourceClaimStatus, KEP-5004)."""
+    spec = next(c for c in pod.spec.get("containers") or [] if c.get("name") == container)
+    wanted = {c.get("name") for c in (spec.get("resources") or {}).get("claims") or []}
+    made = {s.get("name"): s.get("resourceClaimName") for s in pod.status.get("resourceClaimStatuses") or []}
+    names = [c.get("resourceClaimName") or made.get(c.get("name"))
+             for c in pod.spec.get("resourceClaims") or [] if c.get("name") in wanted]
+    extended = pod.status.get("extendedResourceClaimStatus")
+    if extended and any(r.get("containerName") == container for r in extended.get("requestMappings") or []):
+        names.append(extended.get("resourceClaimName"))
     return [n for n in names if n]
 
 

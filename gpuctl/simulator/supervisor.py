@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from gpuctl.kube.kube import Kube
 from gpuctl.simulator.procs import is_component, read_argv
 from gpuctl.util.files import write_atomic
 from gpuctl.util.words import plural
@@ -93,24 +94,11 @@ def kwokctl_component(cluster_dir: Path, component: str) -> dict[str, Any] | Non
     return None
 
 
-def release_node_leases(client: Any) -> int:
-    """Delete every node Lease (kube-node-lease) of the cluster `client` (an ApiClient) talks to; the number
+def release_node_leases(kube: Kube) -> int:
+    """Delete every node Lease (kube-node-lease) of the cluster `kube` talks to, in one request; the number
     deleted. Only for a sim cluster whose kwok controller is not running: it is their only holder (kwok runs
     with --manage-all-nodes, and no kubelet runs), and a new one creates each Lease again at once."""
-    from kubernetes.client import CoordinationV1Api
-
-    from gpuctl.kube.errors import KubeNotFound
-
-    api = CoordinationV1Api(client)
-    released = 0
-    for lease in api.list_namespaced_lease(NODE_LEASE_NAMESPACE, _request_timeout=LEASE_REQUEST_TIMEOUT).items:
-        try:
-            api.delete_namespaced_lease(lease.metadata.name, NODE_LEASE_NAMESPACE,
-                                        _request_timeout=LEASE_REQUEST_TIMEOUT)
-            released += 1
-        except KubeNotFound:
-            pass
-    return released
+    return kube.delete_all("coordination.k8s.io/v1", "Lease", NODE_LEASE_NAMESPACE, timeout=LEASE_REQUEST_TIMEOUT)
 
 
 def start_component(cluster_dir: Path, component: str) -> subprocess.Popen[bytes]:
@@ -148,14 +136,14 @@ class Supervisor:
         self.children: list[subprocess.Popen[bytes]] = []
 
     @classmethod
-    def for_kubeconfig(cls, kubeconfig: Path, client: Any) -> Supervisor | None:
+    def for_kubeconfig(cls, kubeconfig: Path, kube: Kube) -> Supervisor | None:
         """The supervisor of the sim cluster whose kubeconfig this is (kwok.py: <dir>/kubeconfig.yaml),
-        `client` an ApiClient of it; None for any other kubeconfig (an operator run by hand elsewhere)."""
+        `kube` a Kube of it; None for any other kubeconfig (an operator run by hand elsewhere)."""
         cluster_dir = kubeconfig.resolve().parent
         if cluster_dir.parent.name != "clusters" or not (cluster_dir / "kwok.yaml").is_file():
             return None
         return cls(cluster_dir, {"kwok-controller": lambda: "released the "
-                                 f"{plural(release_node_leases(client), 'node Lease')} it held"})
+                                 f"{plural(release_node_leases(kube), 'node Lease')} it held"})
 
     def _due(self, component: str, now: float) -> bool:
         backoff = self.backoff.get(component)

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gpuctl.kube.client import api_client, core
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
@@ -187,7 +188,7 @@ def test_chart_plugin_pods_on_the_gpu_nodes_and_one_slice_each(cluster: Cluster)
         assert annotations[dra.PLUGIN_ANNOTATION] == p.metadata.uid
     versions = {n: s["metadata"]["resourceVersion"] for n, s in by_node.items()}
     # one loop of the operator's DRA part, run here: it decides there is nothing to write, and writes nothing
-    assert dra.sync_plugin_slices(cluster.client) == Change.NO_CHANGE
+    assert dra.sync_plugin_slices(Kube(cluster.client)) == Change.NO_CHANGE
     assert {n: s["metadata"]["resourceVersion"] for n, s in slices(cluster).items()} == versions
 
 
@@ -334,4 +335,4 @@ def test_uninstalling_the_driver_takes_its_slices(cluster: Cluster) -> None:
     # once both are gone.
     until("every slice and registration gone", lambda: not slices(cluster) and not any(
         dra.PLUGIN_ANNOTATION in (n.metadata.annotations or {}) for n in cluster.v1.list_node().items))
-    assert dra.sync_plugin_slices(cluster.client) == Change.NO_CHANGE
+    assert dra.sync_plugin_slices(Kube(cluster.client)) == Change.NO_CHANGE

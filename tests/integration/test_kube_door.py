@@ -51,7 +51,7 @@ def test_list_by_selector_and_across_namespaces(kube: Kube) -> None:
     assert [(o.namespace, o.name) for o in everywhere] == [(NS, "b1")]
     nodes = kube.list("v1", "Node")
     assert len(nodes) >= 3 and all(n.kind in ("", "Node") and n.name for n in nodes)
-    kube.delete_all("v1", "ConfigMap", NS, labels="door=yes")
+    assert kube.delete_all("v1", "ConfigMap", NS, labels="door=yes", timeout=(5.0, 10.0)) == 1  # the number gone
     assert [o.name for o in kube.list("v1", "ConfigMap", NS, labels="door=yes")] == []
 
 

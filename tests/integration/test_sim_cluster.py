@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from gpuctl.kube.errors import KubeConflict
+from gpuctl.kube.kube import Kube
 from gpuctl.model.catalog import GPUS
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.operator import SimOperator
@@ -78,8 +79,8 @@ def test_sim_operator_never_writes_from_a_stale_node(sim_cluster: SimCluster, tm
     write (resourceVersion) and the relabel stands. (CI once saw the MIG manager's all-disabled default
     land over the layout apply had just set.)"""
     v1 = sim_cluster.core()
-    stale = v1.list_node(label_selector="gpuctl.dev/nodegroup=gpu").items[0]
-    name = stale.metadata.name
+    stale = Kube.connect(sim_cluster.kubeconfig).list("v1", "Node", labels="gpuctl.dev/nodegroup=gpu")[0]
+    name = stale.name
     v1.patch_node(name, {"metadata": {"labels": {"test.gpuctl.dev/relabelled": "yes"}}})
     operator = SimOperator(sim_cluster.kubeconfig, tmp_path)
     with pytest.raises(KubeConflict):

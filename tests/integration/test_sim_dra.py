@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from gpuctl.kube.client import api_client, core
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
@@ -83,7 +84,7 @@ def cluster(sim_env: dict[str, str]) -> Iterator[DraCluster]:
         v1.patch_node(MIG_NODE, {"metadata": {"labels": {L.MIG_CONFIG: config_name(layout), L.MIG_STATE: "success"}}},
                       _content_type=MERGE_PATCH)
         v1.create_namespace({"metadata": {"name": NS}})
-        first = dra.publish_slices(client)
+        first = dra.publish_slices(Kube(client))
         from kubernetes.client import ResourceV1Api
 
         classes = render_device_classes()
@@ -195,7 +196,7 @@ def test_one_slice_per_gpu_node(cluster: DraCluster) -> None:
         [owner] = s["metadata"]["ownerReferences"]
         assert owner["kind"] == "Node" and owner["name"] == s["spec"]["nodeName"]
         assert owner["uid"] == core(cluster.client).read_node(owner["name"]).metadata.uid
-    assert dra.publish_slices(cluster.client) == Change.NO_CHANGE  # converged: nothing written
+    assert dra.publish_slices(Kube(cluster.client)) == Change.NO_CHANGE  # converged: nothing written
 
 
 def test_mig_state_changes_the_slice(cluster: DraCluster) -> None:
@@ -203,11 +204,11 @@ def test_mig_state_changes_the_slice(cluster: DraCluster) -> None:
     before = slices(cluster)[MIG_NODE]["metadata"]["resourceVersion"]
     v1.patch_node(MIG_NODE, {"metadata": {"labels": {L.MIG_STATE: "pending"}}}, _content_type=MERGE_PATCH)
     try:
-        assert dra.publish_slices(cluster.client) == Change.UPDATED
+        assert dra.publish_slices(Kube(cluster.client)) == Change.UPDATED
         assert [d["name"] for d in slices(cluster)[MIG_NODE]["spec"]["devices"]] == [f"gpu-{i}" for i in range(8)]
     finally:
         v1.patch_node(MIG_NODE, {"metadata": {"labels": {L.MIG_STATE: "success"}}}, _content_type=MERGE_PATCH)
-    assert dra.publish_slices(cluster.client) == Change.UPDATED
+    assert dra.publish_slices(Kube(cluster.client)) == Change.UPDATED
     after = slices(cluster)[MIG_NODE]
     assert after["metadata"]["resourceVersion"] != before
     assert [d["name"] for d in after["spec"]["devices"][:3]] == [
@@ -217,14 +218,14 @@ def test_mig_state_changes_the_slice(cluster: DraCluster) -> None:
 def test_slice_leaves_with_the_gpus(cluster: DraCluster) -> None:
     provider, v1 = SimProvider(), core(cluster.client)
     provider.ensure_node_group(NAME, NodeGroupSpec("spare", get_gpu("t4"), 2, 1))
-    assert dra.publish_slices(cluster.client) == Change.CREATED
+    assert dra.publish_slices(Kube(cluster.client)) == Change.CREATED
     assert {"spare-0", "spare-1"} <= set(slices(cluster))
     # a node that is no GPU node any more: its slice is deleted
     v1.patch_node("spare-1", {"metadata": {"labels": {L.GPU_MODEL: None, L.GPU_PRODUCT: None}}},
                   _content_type=MERGE_PATCH)
     from gpuctl.kube.nodes import list_nodes_json
 
-    assert dra.publish_slices(cluster.client, list_nodes_json(v1, f"{L.NODEGROUP}=spare")) == Change.DELETED
+    assert dra.publish_slices(Kube(cluster.client), list_nodes_json(v1, f"{L.NODEGROUP}=spare")) == Change.DELETED
     assert "spare-1" not in slices(cluster) and "spare-0" in slices(cluster)
     # a deleted node takes its slice along (the garbage collector follows the owner reference)
     provider.delete_node_group(NAME, "spare")
@@ -232,7 +233,7 @@ def test_slice_leaves_with_the_gpus(cluster: DraCluster) -> None:
     while "spare-0" in slices(cluster):
         assert time.monotonic() < deadline, "the slice of a deleted node stayed"
         time.sleep(0.2)
-    assert dra.publish_slices(cluster.client) == Change.NO_CHANGE
+    assert dra.publish_slices(Kube(cluster.client)) == Change.NO_CHANGE
 
 
 def test_device_classes_from_the_chart(cluster: DraCluster) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from gpuctl.kube.client import api_client, core
 from gpuctl.kube.errors import KubeApiError, KubeNotFound
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
@@ -74,7 +75,7 @@ def cluster(sim_env: dict[str, str]) -> Iterator[Cluster]:
         core(client).patch_node("a100-1", {"metadata": {"labels": {L.MIG_CONFIG: config_name(layout),
                                                                    L.MIG_STATE: "success"}}},
                                 _content_type=MERGE_PATCH)
-        dra.publish_slices(client)
+        dra.publish_slices(Kube(client))
         for dc in render_device_classes():
             ResourceV1Api(client).patch_device_class(dc["metadata"]["name"], dc, field_manager="gpuctl", force=True,
                                                      _content_type=APPLY_PATCH)

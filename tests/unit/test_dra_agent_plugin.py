@@ -4,26 +4,9 @@ and no device-plugin resources on a node when the ClusterPolicy turns the device
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
-from kubernetes.client import (
-    CoreV1ResourceClaim,
-    V1Container,
-    V1ContainerExtendedResourceRequest,
-    V1Node,
-    V1NodeSpec,
-    V1NodeStatus,
-    V1ObjectMeta,
-    V1Pod,
-    V1PodExtendedResourceClaimStatus,
-    V1PodResourceClaim,
-    V1PodResourceClaimStatus,
-    V1PodSpec,
-    V1PodStatus,
-    V1ResourceRequirements,
-)
-
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.simulator.dra import running_plugins
@@ -32,10 +15,12 @@ from gpuctl.simulator.operands import Policy
 from gpuctl.simulator.operator import SimOperator, pod_claim_names
 
 
-def plugin_pod(node: str | None, uid: str, phase: str = "Running", deleting: bool = False) -> V1Pod:
-    meta = V1ObjectMeta(name=f"p-{uid}", uid=uid,
-                        deletion_timestamp=datetime.now(timezone.utc) if deleting else None)
-    return V1Pod(metadata=meta, spec=V1PodSpec(node_name=node, containers=[]), status=V1PodStatus(phase=phase))
+def plugin_pod(node: str | None, uid: str, phase: str = "Running", deleting: bool = False) -> KubeObject:
+    meta: dict[str, Any] = {"name": f"p-{uid}", "uid": uid}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return KubeObject({"metadata": meta, "spec": {"containers": [], **({"nodeName": node} if node else {})},
+                       "status": {"phase": phase}})
 
 
 def test_running_plugins_per_node() -> None:
@@ -44,61 +29,64 @@ def test_running_plugins_per_node() -> None:
     assert running_plugins(pods) == {"a": "1", "e": "6"}
 
 
-def sample(claims: list[V1PodResourceClaim], used: list[str], statuses: list[V1PodResourceClaimStatus] | None = None,
-           extended: V1PodExtendedResourceClaimStatus | None = None) -> V1Pod:
-    container = V1Container(name="cuda", image="x",
-                            resources=V1ResourceRequirements(claims=[CoreV1ResourceClaim(name=n) for n in used]))
-    return V1Pod(metadata=V1ObjectMeta(name="s", namespace="ns"),
-                 spec=V1PodSpec(containers=[container], resource_claims=claims),
-                 status=V1PodStatus(phase="Running", resource_claim_statuses=statuses,
-                                    extended_resource_claim_status=extended))
+def sample(claims: list[dict[str, Any]], used: list[str], statuses: list[dict[str, Any]] | None = None,
+           extended: dict[str, Any] | None = None) -> KubeObject:
+    """A CUDA sample pod as the API server sends it (JSON): its container uses the claims named `used`."""
+    container = {"name": "cuda", "image": "x", "resources": {"claims": [{"name": n} for n in used]}}
+    status: dict[str, Any] = {"phase": "Running"}
+    if statuses is not None:
+        status["resourceClaimStatuses"] = statuses
+    if extended is not None:
+        status["extendedResourceClaimStatus"] = extended
+    return KubeObject({"metadata": {"name": "s", "namespace": "ns"},
+                       "spec": {"containers": [container], "resourceClaims": claims}, "status": status})
 
 
 def test_claims_of_a_cuda_sample() -> None:
-    named = V1PodResourceClaim(name="gpu", resource_claim_name="my-claim")
-    templated = V1PodResourceClaim(name="tpl", resource_claim_template_name="one-gpu")
-    other = V1PodResourceClaim(name="nic", resource_claim_name="a-nic")  # the container does not use it
-    made = [V1PodResourceClaimStatus(name="tpl", resource_claim_name="s-tpl-x7k2p")]
+    named = {"name": "gpu", "resourceClaimName": "my-claim"}
+    templated = {"name": "tpl", "resourceClaimTemplateName": "one-gpu"}
+    other = {"name": "nic", "resourceClaimName": "a-nic"}  # the container does not use it
+    made = [{"name": "tpl", "resourceClaimName": "s-tpl-x7k2p"}]
     assert pod_claim_names(sample([named, templated, other], ["gpu", "tpl"], made), "cuda") == ["my-claim",
                                                                                                  "s-tpl-x7k2p"]
     # the claim of a template that the resourceclaim controller has not made yet
     assert pod_claim_names(sample([templated], ["tpl"]), "cuda") == []
     # nvidia.com/gpu limits that the scheduler served from DRA (KEP-5004) through a claim of its own
-    extended = V1PodExtendedResourceClaimStatus(resource_claim_name="s-extended-resources-abcde", request_mappings=[
-        V1ContainerExtendedResourceRequest(container_name="cuda", request_name="container-0-request-0",
-                                           resource_name="nvidia.com/gpu")])
+    extended = {"resourceClaimName": "s-extended-resources-abcde", "requestMappings": [
+        {"containerName": "cuda", "requestName": "container-0-request-0", "resourceName": "nvidia.com/gpu"}]}
     assert pod_claim_names(sample([], [], extended=extended), "cuda") == ["s-extended-resources-abcde"]
     assert pod_claim_names(sample([other], []), "cuda") == []
 
 
-class RecordingCoreV1:
+class RecordingKube:
+    """The writes the operator sends through the door, answered with the node at a new resourceVersion."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
 
-    def patch_node(self, name: str, body: dict[str, Any], **_: Any) -> V1Node:
-        self.calls.append(("patch_node", name, body))
-        return V1Node(metadata=V1ObjectMeta(name=name, resource_version="2"))
-
-    def patch_node_status(self, name: str, body: dict[str, Any], **_: Any) -> V1Node:
-        self.calls.append(("patch_node_status", name, body))
-        return V1Node(metadata=V1ObjectMeta(name=name, resource_version="3"))
+    def patch(self, api_version: str, kind: str, name: str, body: dict[str, Any], namespace: str | None = None,
+              *, subresource: str | None = None, **_: Any) -> KubeObject:
+        assert (api_version, kind, namespace) == ("v1", "Node", None)
+        self.calls.append(("patch_node_status" if subresource == "status" else "patch_node", name, body))
+        return KubeObject({"metadata": {"name": name, "resourceVersion": str(len(self.calls) + 1)}})
 
 
-def operator_node(capacity: dict[str, str]) -> V1Node:
+def operator_node(capacity: dict[str, str]) -> KubeObject:
     body = render_node(NodeGroupSpec("gpu", get_gpu("t4"), 1, 1), 0)
     status = {**body["status"]["capacity"], **capacity}
-    return V1Node(metadata=V1ObjectMeta(name=body["metadata"]["name"], labels=body["metadata"]["labels"],
-                                        annotations={}), spec=V1NodeSpec(taints=[]),
-                  status=V1NodeStatus(capacity=dict(status), allocatable=dict(status)))
+    return KubeObject({"metadata": {"name": body["metadata"]["name"], "labels": body["metadata"]["labels"],
+                                    "annotations": {}, "resourceVersion": "1"},
+                       "spec": {"taints": []}, "status": {"capacity": dict(status), "allocatable": dict(status)}})
 
 
-def reconcile(policy_spec: dict[str, Any], node: V1Node) -> list[tuple[str, str, dict[str, Any]]]:
+def reconcile(policy_spec: dict[str, Any], node: KubeObject) -> list[tuple[str, str, dict[str, Any]]]:
     operator = SimOperator.__new__(SimOperator)  # no cluster: only the node's patch is looked at
-    operator.v1 = RecordingCoreV1()
+    kube = RecordingKube()
+    operator.kube = kube  # type: ignore[assignment]
     operator.mig_seen = set()
     operator.mig_answers = {}
     operator._reconcile_node(node, Policy("cluster-policy", "uid", policy_spec), "", None, "", None)
-    return operator.v1.calls
+    return kube.calls
 
 
 def status_patches(calls: list[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
