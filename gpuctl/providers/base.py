@@ -11,7 +11,7 @@ from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+    from gpuctl.kube.kube import Kube
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Provider(Protocol):
         """Raise CredentialsError (exit 3) with the fix when credentials are missing or wrong."""
         ...
 
-    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+    def cluster_steps(self, spec: PlatformSpec, client: Kube) -> list[Step]:
         """Provider-specific steps run once the kubeconfig works, for the node groups of this run (with
         --karpenter: NodePools, and on the sim Karpenter itself). Built without a request: plan lists them
         before the cluster exists (with no client: none of them is observed or run then)."""

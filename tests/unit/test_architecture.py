@@ -54,6 +54,19 @@ def test_a_benchmark_reaching_below_the_api_breaks_the_build(tmp_path: Path) -> 
     assert "bench.create -> gpuctl.kube.client" in proc.stdout, proc.stdout
 
 
+def test_the_simulator_outside_the_sim_provider_breaks_the_build(tmp_path: Path) -> None:
+    """Another provider reaching gpuctl.simulator (which the layers allow: providers sit above it) fails the sim
+    contract, naming the import; the sim provider's own imports of it are what the contract lets through."""
+    _copy_tree(tmp_path)
+    eks = tmp_path / "gpuctl" / "providers" / "eks" / "provider.py"
+    eks.write_text(eks.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.simulator import kwok  # noqa\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    assert "only the sim provider uses gpuctl.simulator BROKEN" in proc.stdout, proc.stdout
+    assert "gpuctl.providers.eks.provider -> gpuctl.simulator.kwok" in proc.stdout, proc.stdout
+    assert "gpuctl.providers.sim" not in proc.stdout.split("Broken contracts")[-1], proc.stdout
+
+
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.kube import Kube
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
@@ -34,7 +35,6 @@ from gpuctl.util.words import plural
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
-    from kubernetes.client import ApiClient
 
 CLUSTER_TIMEOUT_S = 25 * 60.0  # EKS control planes take 10-15 minutes
 NODEGROUP_TIMEOUT_S = 20 * 60.0
@@ -199,7 +199,6 @@ class EksProvider:
         """gpuctl's NodePools and NodeOverlays go first, and Karpenter terminates the instances they launched, while
         it still runs (it may run on the node groups deleted next): instances would outlive the cluster. A cluster
         that cannot be reached is said and left to the rest of the delete."""
-        from gpuctl.kube.kube import Kube
         from gpuctl.stack.karpenter import remove_capacity
         from gpuctl.util.errors import GpuctlError
 
@@ -256,7 +255,7 @@ class EksProvider:
         return {"apiVersion": EXEC_API_VERSION, "command": command, "args": args + profile,
                 "interactiveMode": "Never"}
 
-    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+    def cluster_steps(self, spec: PlatformSpec, client: Kube) -> list[Step]:
         """With --karpenter: a GPU NodePool (and NodeOverlay where the group shares its GPUs) per node group of
         this run, and their EC2NodeClass. gpuctl does not run Karpenter on EKS: a NodeOverlay is in force only
         where its NodeOverlay feature gate is on (alpha, off by default), which the step says."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Step
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.site import openstack_flavor
@@ -35,9 +36,6 @@ from gpuctl.providers.openstack.pending import PendingCreates
 from gpuctl.providers.openstack.waits import wait_for_status, wait_until_visible
 from gpuctl.util.errors import CloudError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.output import info
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 CLUSTER_TIMEOUT_S = 3600.0  # Magnum's default create_timeout is 60 minutes
 NODEGROUP_TIMEOUT_S = 1800.0
@@ -74,7 +72,7 @@ class MagnumProvider:
     def check_credentials(self) -> None:
         self.api.authenticate()
 
-    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+    def cluster_steps(self, spec: PlatformSpec, client: Kube) -> list[Step]:
         return []
 
     def context_name(self, cluster: str) -> str:
@@ -345,18 +343,13 @@ class MagnumProvider:
         complete before its kubelets have registered, and the flow configures nodes next."""
         if count == 0:
             return
-        from gpuctl.kube.client import core
-        from gpuctl.kube.errors import requesting
-        from gpuctl.kube.kube import Kube
-
-        v1 = core(Kube.connect(config_dict=self.kubeconfig(cluster)))
+        kube = Kube.connect(config_dict=self.kubeconfig(cluster))
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S
         said = -1
         while True:
-            with requesting(f"listing the nodes of node group {nodegroup!r}"):
-                nodes = v1.list_node(label_selector=self.node_selector(nodegroup)).items
-            ready = sum(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-                        for n in nodes)
+            nodes = kube.list("v1", "Node", labels=self.node_selector(nodegroup),
+                              what=f"listing the nodes of node group {nodegroup!r}")
+            ready = sum((n.condition("Ready") or {}).get("status") == "True" for n in nodes)
             if ready >= count:
                 return
             if ready != said:

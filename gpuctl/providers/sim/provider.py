@@ -10,16 +10,17 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpuctl.kube.client import core, get_or_none, wait_for_api
 from gpuctl.kube.errors import KubeTimeout, requesting
-from gpuctl.kube.kube import Kube
-from gpuctl.kube.objects import MERGE_PATCH
+from gpuctl.kube.kube import Kube, wait_for_api
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.nodes import WORKERS
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.change import Change, Observed, Step
@@ -33,8 +34,6 @@ from gpuctl.util.output import info
 from gpuctl.util.words import plural
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient, CoreV1Api, V1Node
-
     from gpuctl.simulator.kwok import KwokCluster
 
 log = logging.getLogger(__name__)
@@ -55,8 +54,8 @@ def _kwok():  # noqa: ANN202 - the module gpuctl.simulator.kwok
     return kwok
 
 
-def _ready(node: V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+def _ready(node: KubeObject) -> bool:
+    return (node.condition("Ready") or {}).get("status") == "True"
 
 
 def _embed(section: dict[str, Any], key: str) -> None:
@@ -68,10 +67,8 @@ def _embed(section: dict[str, Any], key: str) -> None:
 def _probe_api(kwok: KwokCluster) -> None:
     """One request to a running kube-apiserver: a frozen one ends the command here at the request
     deadline (exit 7, naming the server), not inside `kwokctl start`, which would wait for it without end."""
-    from kubernetes.client import VersionApi
-
     try:
-        VersionApi(Kube.connect(kwok.kubeconfig_path)).get_code()
+        Kube.connect(kwok.kubeconfig_path).request("GET", "/version")
     except KubeTimeout:
         raise
     except GpuctlError:  # it answered (or is gone, or its kubeconfig is): kwokctl start deals with the rest
@@ -110,7 +107,7 @@ class SimProvider:
     def check_credentials(self) -> None:
         """A local simulation needs none."""
 
-    def cluster_steps(self, spec: PlatformSpec, client: ApiClient) -> list[Step]:
+    def cluster_steps(self, spec: PlatformSpec, client: Kube) -> list[Step]:
         """With --karpenter: Karpenter itself (its kwok provider, run beside the cluster), then the NodePools
         (and NodeOverlays) of the run's node groups with their KWOKNodeClass."""
         if not self.options.karpenter:
@@ -196,12 +193,10 @@ class SimProvider:
     def _ensure_system_node(self, kwok: KwokCluster) -> bool:
         """An untainted CPU node for cluster services (operator, NFD master), as real clusters have;
         True if it had to be created."""
-        v1 = core(Kube.connect(kwok.kubeconfig_path))
-        with requesting("reading the system node"):
-            if get_or_none(v1.read_node, SYSTEM_NODE) is not None:
-                return False
-        with requesting("creating the system node"):
-            v1.create_node(render_system_node(), field_manager=L.MANAGER)
+        kube = Kube.connect(kwok.kubeconfig_path)
+        if kube.get_or_none("v1", "Node", SYSTEM_NODE) is not None:
+            return False
+        kube.create(render_system_node())
         return True
 
     def context_name(self, cluster: str) -> str:
@@ -270,7 +265,7 @@ class SimProvider:
             raise NotFound(f"sim cluster {name!r} not found", "see 'gpuctl cluster list --cloud sim'")
         return kwok
 
-    def _core(self, cluster: str) -> CoreV1Api:
+    def _kube(self, cluster: str) -> Kube:
         kwok = self._existing(cluster)
         if not kwok.complete:
             raise ClusterError(f"sim cluster {cluster!r} is incomplete (its create was interrupted)",
@@ -278,7 +273,7 @@ class SimProvider:
         ok, reason = self.check_control_plane(cluster)
         if not ok:
             raise ClusterError(reason, f"start it with 'gpuctl cluster create --cloud sim --name {cluster}'")
-        return core(Kube.connect(kwok.kubeconfig_path))
+        return Kube.connect(kwok.kubeconfig_path)
 
     def check_control_plane(self, cluster: str) -> tuple[bool, str]:
         """(ok, reason): every control-plane process of the cluster runs; else which do not, with the last
@@ -295,15 +290,15 @@ class SimProvider:
 
     # -- node groups ----------------------------------------------------------------------
 
-    def _group_nodes(self, v1: CoreV1Api, group: str) -> dict[str, V1Node]:
+    def _group_nodes(self, kube: Kube, group: str) -> dict[str, KubeObject]:
         """The node group's own nodes: not those Karpenter launched for it, which are Karpenter's to remove."""
-        with requesting(f"listing nodes of node group {group!r}"):
-            items = v1.list_node(label_selector=f"{L.NODEGROUP}={group},!{L.KARPENTER_NODEPOOL}").items
-        return {n.metadata.name: n for n in items}
+        items = kube.list("v1", "Node", labels=f"{L.NODEGROUP}={group},!{L.KARPENTER_NODEPOOL}",
+                          what=f"listing nodes of node group {group!r}")
+        return {n.name: n for n in items}
 
     def ensure_node_group(self, cluster: str, spec: NodeGroupSpec) -> Change:
-        v1 = self._core(cluster)
-        existing = self._group_nodes(v1, spec.name)
+        kube = self._kube(cluster)
+        existing = self._group_nodes(kube, spec.name)
         if existing:
             current = self._describe(cluster, spec.name, list(existing.values()))
             if current.gpu != spec.gpu.name:
@@ -313,7 +308,7 @@ class SimProvider:
             if current.gpus_per_node != spec.gpus_per_node:
                 raise UsageError("--gpus-per-node", f"node group {spec.name!r} has {current.gpus_per_node} "
                                  f"GPUs per node, not {spec.gpus_per_node}", "add a node group with another name")
-        change = self._converge(cluster, v1, spec, existing)
+        change = self._converge(cluster, kube, spec, existing)
         low, high = spec.bounds()
         self._store(cluster, spec.name, {"gpu": spec.gpu.name, "gpusPerNode": spec.gpus_per_node,
                                          "minNodes": low, "maxNodes": high})
@@ -323,8 +318,8 @@ class SimProvider:
                          max_nodes: int | None = None) -> Change:
         """To `nodes` nodes, 0 included (the group stays, as a cloud's does); the sim has no autoscaler, its
         bounds are kept for `nodegroup list` only."""
-        v1 = self._core(cluster)
-        existing = self._group_nodes(v1, name)
+        kube = self._kube(cluster)
+        existing = self._group_nodes(kube, name)
         current = self._describe(cluster, name, list(existing.values())) if existing else self._stored_info(cluster,
                                                                                                            name)
         if current is None:
@@ -332,7 +327,7 @@ class SimProvider:
                            f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
         low, high = scaled_bounds((current.min_nodes or 0, current.max_nodes), nodes, min_nodes, max_nodes)
         spec = NodeGroupSpec(name, get_gpu(current.gpu), nodes, current.gpus_per_node)
-        change = self._converge(cluster, v1, spec, existing)
+        change = self._converge(cluster, kube, spec, existing)
         if not existing:  # a group of 0 nodes scaled: not a new group
             change = Change.UPDATED if nodes else Change.NO_CHANGE
         self._store(cluster, name, {"gpu": current.gpu, "gpusPerNode": current.gpus_per_node, "minNodes": low,
@@ -378,7 +373,7 @@ class SimProvider:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def _converge(self, cluster: str, v1: CoreV1Api, spec: NodeGroupSpec, existing: dict[str, V1Node]) -> Change:
+    def _converge(self, cluster: str, kube: Kube, spec: NodeGroupSpec, existing: dict[str, KubeObject]) -> Change:
         """Create missing nodes and delete surplus ones; write only differences.
 
         After creation a node's GPU labels and capacity belong to the GPU stack (GFD, the device
@@ -389,31 +384,26 @@ class SimProvider:
         for name, body in desired.items():
             node = existing.get(name)
             if node is None:
-                writes.append(partial(v1.create_node, body, field_manager=L.MANAGER))
+                writes.append(partial(kube.create, body))
                 continue
             identity = {k: body["metadata"]["labels"][k] for k in IDENTITY_LABELS}
-            if any((node.metadata.labels or {}).get(k) != v for k, v in identity.items()):
-                writes.append(partial(v1.patch_node, name, {"metadata": {"labels": identity}},
-                                      field_manager=L.MANAGER, _content_type=MERGE_PATCH))
-        writes += [partial(v1.delete_node, name) for name in sorted(set(existing) - set(desired))]
-        from concurrent.futures import ThreadPoolExecutor
-
-        from gpuctl.kube.nodes import WORKERS
-
+            if any(node.labels.get(k) != v for k, v in identity.items()):
+                writes.append(partial(kube.patch, "v1", "Node", name, {"metadata": {"labels": identity}}))
+        writes += [partial(kube.delete, "v1", "Node", name) for name in sorted(set(existing) - set(desired))]
         with requesting(f"converging node group {spec.name!r}"), ThreadPoolExecutor(max_workers=WORKERS) as pool:
             list(pool.map(lambda write: write(), writes))
-        self._wait_ready(cluster, v1, spec.name, set(desired))
+        self._wait_ready(cluster, kube, spec.name, set(desired))
         if not existing:
             return Change.CREATED
         return Change.UPDATED if writes else Change.NO_CHANGE
 
-    def _wait_ready(self, cluster: str, v1: CoreV1Api, group: str, names: set[str]) -> None:
+    def _wait_ready(self, cluster: str, kube: Kube, group: str, names: set[str]) -> None:
         """Until the nodes are Ready (the kwok controller makes them so); a control plane with a process
         stopped for SUPERVISOR_GRACE_S ends the wait at once, naming it, not at the deadline."""
         deadline = time.monotonic() + NODES_READY_TIMEOUT_S
         stopped_since: float | None = None
         while True:
-            nodes = self._group_nodes(v1, group)
+            nodes = self._group_nodes(kube, group)
             not_ready = sorted(n for n in names if n not in nodes or not _ready(nodes[n]))
             if not not_ready:
                 return
@@ -429,8 +419,8 @@ class SimProvider:
                                   "check the kwok-controller log of the sim cluster")
             time.sleep(0.25)
 
-    def _describe(self, cluster: str, group: str, nodes: list[V1Node]) -> NodeGroupInfo:
-        labels = nodes[0].metadata.labels or {}
+    def _describe(self, cluster: str, group: str, nodes: list[KubeObject]) -> NodeGroupInfo:
+        labels = nodes[0].labels
         stored = self._stored(cluster).get(group) or {}
         low, high = stored.get("minNodes", len(nodes)), stored.get("maxNodes", len(nodes))
         return NodeGroupInfo(
@@ -445,16 +435,15 @@ class SimProvider:
         )
 
     def get_node_group(self, cluster: str, name: str) -> NodeGroupInfo | None:
-        nodes = self._group_nodes(self._core(cluster), name)
+        nodes = self._group_nodes(self._kube(cluster), name)
         return self._describe(cluster, name, list(nodes.values())) if nodes else self._stored_info(cluster, name)
 
     def list_node_groups(self, cluster: str) -> list[NodeGroupInfo]:
-        v1 = self._core(cluster)
-        with requesting("listing nodes"):
-            items = v1.list_node(label_selector=f"{L.NODEGROUP},!{L.KARPENTER_NODEPOOL}").items
-        groups: dict[str, list[V1Node]] = {}
+        items = self._kube(cluster).list("v1", "Node", labels=f"{L.NODEGROUP},!{L.KARPENTER_NODEPOOL}",
+                                         what="listing nodes")
+        groups: dict[str, list[KubeObject]] = {}
         for node in items:
-            groups.setdefault(node.metadata.labels[L.NODEGROUP], []).append(node)
+            groups.setdefault(node.labels[L.NODEGROUP], []).append(node)
         found = {g: self._describe(cluster, g, nodes) for g, nodes in groups.items()}
         for name in self._stored(cluster):
             if name not in found and (empty := self._stored_info(cluster, name)) is not None:
@@ -462,13 +451,13 @@ class SimProvider:
         return [found[g] for g in sorted(found)]
 
     def delete_node_group(self, cluster: str, name: str) -> Change:
-        v1 = self._core(cluster)
-        nodes = self._group_nodes(v1, name)
+        kube = self._kube(cluster)
+        nodes = self._group_nodes(kube, name)
         if not nodes and name not in self._stored(cluster):
             raise NotFound(f"node group {name!r} not found in sim cluster {cluster!r}",
                            f"see 'gpuctl nodegroup list --cloud sim --cluster {cluster}'")
-        with requesting(f"deleting node group {name!r}"):
-            for node in nodes.values():
-                v1.delete_node(node.metadata.name)
+        if nodes:
+            with requesting(f"deleting node group {name!r}"):  # its own nodes, in one request
+                kube.delete_all("v1", "Node", labels=f"{L.NODEGROUP}={name},!{L.KARPENTER_NODEPOOL}")
         self._store(cluster, name, None)
         return Change.DELETED
