@@ -111,9 +111,7 @@ def render_helps(width: int) -> dict[str, str]:
     import io
     from contextlib import redirect_stdout
 
-    import typer
-
-    from gpuctl.cli.main import app, run
+    from gpuctl.cli.main import command, run
 
     def paths(command: object, path: list[str]) -> list[list[str]]:
         found = [path]
@@ -126,7 +124,7 @@ def render_helps(width: int) -> dict[str, str]:
     columns = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = str(width + 2)  # what click measures, whatever this terminal says
     try:
-        for path in paths(typer.main.get_command(app), []):
+        for path in paths(command(), []):
             buffer = io.StringIO()
             try:
                 with redirect_stdout(buffer):

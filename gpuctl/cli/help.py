@@ -1,6 +1,7 @@
 """gpuctl's help pages, written as kubectl and eksctl write theirs.
 
-Every command typer builds is rendered by `Command` or `Group` (gpuctl.cli.main.adopt makes it one of them):
+Every command typer builds is rendered by `Command` or `Group` (`adopt` makes it one of them: typer's documented
+hook is `Typer(cls=...)`, a subclass of typer.core.TyperGroup or TyperCommand, given to the root in gpuctl.cli.main):
 - a usage line and metavars in the user's words (`NAME`, `N`, `SECONDS`, `PATH`, `KEY=VALUE`), never typer's
   `<str>` or `{name}`; a value from a fixed set shows the set (`--sharing none|time-slicing|mps`, from the
   Choice that checks it: `one_of`);
@@ -18,8 +19,10 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
+import typer
 from typer.core import TyperCommand, TyperGroup
 
+from gpuctl.cli.lazy import declared, speed_up
 from gpuctl.cli.types import count, path, seconds
 
 EXAMPLES = "Examples:"
@@ -67,9 +70,8 @@ def metavar(param: Any) -> str:
     """The value's name in the user's words: the parameter's own, else by its parser, else VALUE."""
     if param.metavar:
         return str(param.metavar)
-    descriptor = getattr(param, "type_descriptor", None)
-    parser = descriptor.parameter_info.parser if descriptor is not None else None
-    return _BY_PARSER.get(parser, "VALUE")
+    info = declared(param)[1]
+    return _BY_PARSER.get(getattr(info, "parser", None), "VALUE")
 
 
 def shown_default(param: Any) -> str | None:
@@ -183,16 +185,25 @@ def _write_global_options(ctx: Any, formatter: Any) -> None:
                          f"'{root.command_path} --help').")
 
 
-def _parse_args(parse: Any, ctx: Any, args: list[str]) -> list[str]:
+class NoArgs(Exception):
+    """A command that needs arguments named alone (`gpuctl cluster`): its help, which gpuctl prints on stderr."""
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx.command_path)
+        self.help = ctx.get_help()
+
+
+def _parse_args(command: Any, parse: Any, ctx: Any, args: list[str]) -> list[str]:
     """click's parser raises some usage errors without the context (`Option '--nodes' requires an argument`):
     the command being parsed is theirs, so the error can name it and its help page."""
-    from typer._click.exceptions import UsageError
-
+    if not args and command.no_args_is_help and not ctx.resilient_parsing:
+        raise NoArgs(ctx)
+    speed_up(command, command.get_params(ctx))
     try:
         return parse(ctx, args)
-    except UsageError as exc:
-        if exc.ctx is None:
-            exc.ctx = ctx
+    except typer.TyperException as exc:  # click's usage errors, under typer's public base
+        if getattr(exc, "ctx", ctx) is None:
+            exc.ctx = ctx  # type: ignore[attr-defined]
         raise
 
 
@@ -215,7 +226,7 @@ class Command(TyperCommand):
     """A gpuctl command's help."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return _parse_args(super().parse_args, ctx, args)
+        return _parse_args(self, super().parse_args, ctx, args)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
@@ -234,7 +245,7 @@ class Group(TyperGroup):
     """A gpuctl command group's help: its options, then each subcommand with its whole summary."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return _parse_args(super().parse_args, ctx, args)
+        return _parse_args(self, super().parse_args, ctx, args)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
@@ -256,11 +267,12 @@ class Group(TyperGroup):
 
 def adopt(command: Any) -> Any:
     """`command` and its subcommands as typer built them, rendered by gpuctl's help: typer's own two classes become
-    these subclasses of them, which add methods only."""
+    these subclasses of them, which add methods only; their parameters take plain values fast (lazy.speed_up)."""
     if type(command) is TyperGroup:
         command.__class__ = Group
     elif type(command) is TyperCommand:
         command.__class__ = Command
+    speed_up(command, command.params)
     for name in list(getattr(command, "commands", None) or ()):
         adopt(command.commands[name])
     return command

@@ -1,76 +1,26 @@
-"""What keeps a command cheap once typer is loaded: subcommands built on first use, and plain
-values coerced without pydantic.
+"""What keeps a command cheap once typer is loaded: plain values coerced without pydantic.
 
-`gpuctl gpus` needs one command, not all of them: `LazyGroup` imports a command's module and
-builds its click command when the command line names it (help and typo suggestions still list
-every name). typer 0.29 coerces every value through a pydantic TypeAdapter, and the first one
-costs ~80 ms of imports, even for `--kubeconfig` left unset. `install_fast_coercion` serves the
-value kinds gpuctl uses (str, int, float, bool, Path, list[str], a `parser=`) directly when the input
-is one typer would take unchanged, and hands anything else to typer's own adapter, so errors and
-edge cases stay typer's. It replaces typer's private `typer.core.build_runtime_param`: pyproject.toml
-admits only the typer releases whose private names tests/unit/test_lazy_imports.py checks.
+typer (0.29 on) coerces every value through a pydantic TypeAdapter, and the first one costs ~80 ms of
+imports, even for `--kubeconfig` left unset; typer offers no public way around it. `speed_up` gives each
+parameter of a command typer built a `process_value` (click's Parameter method, which typer's parameters
+override to coerce) that serves an unset value and the value kinds gpuctl declares (str, int, float, bool,
+list[str], a `parser=`) directly when the input is one typer would take unchanged, and hands anything else to
+typer's own, so errors and edge cases stay typer's. What a parameter declares is read where typer reads it:
+the `Annotated[..., typer.Option(...)]` of the command's function (`declared`).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable, Iterator, MutableMapping
-from dataclasses import dataclass, field
-from pathlib import Path
+import types
+import typing
+from collections.abc import Callable
 from typing import Any
-
-from typer.core import TyperGroup
 
 _MISS = object()
 _INT = re.compile(r"0|-?[1-9][0-9]{0,17}")
 _FLOAT = re.compile(r"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,15})?")
-
-
-class LazyCommands(MutableMapping[str, Any]):
-    """A group's subcommands by name, in listing order, each loaded on first lookup."""
-
-    def __init__(self, names: tuple[str, ...], load: Callable[[str], Any]) -> None:
-        self._names = list(names)
-        self._load = load
-        self._loaded: dict[str, Any] = {}
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._loaded:
-            if name not in self._names:
-                raise KeyError(name)
-            self._loaded[name] = self._load(name)
-        return self._loaded[name]
-
-    def __setitem__(self, name: str, command: Any) -> None:
-        if name not in self._names:
-            self._names.append(name)
-        self._loaded[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        self._names.remove(name)
-        self._loaded.pop(name, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._names))
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
-
-
-class LazyGroup(TyperGroup):
-    """A TyperGroup whose subcommands `names` are built by `load(name)` when first looked up."""
-
-    names: tuple[str, ...] = ()
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.commands = LazyCommands(self.names, self.load)
-
-    def load(self, name: str) -> Any:  # pragma: no cover - subclasses say how
-        raise NotImplementedError
 
 
 def _fast_str(value: Any) -> Any:
@@ -118,71 +68,65 @@ _PLAIN: dict[Any, Callable[[Any], Any]] = {str: _fast_str, int: _fast_int, float
                                            list[str]: _fast_str_list}
 
 
-def install_fast_coercion() -> None:
-    """Route typer's coercion of plain values around pydantic (a no-op on a typer without it)."""
-    try:
-        from typer import core
-        from typer._coercion import RuntimeParam
-        from typer._param_types import coerce_cli_path
-    except ImportError:  # a typer whose private names moved: its own coercion, slower (a unit test fails)
-        return
-    build_original = core.build_runtime_param
-    if getattr(build_original, "gpuctl_fast", False):
-        return
+def declared(param: Any) -> tuple[Any, Any]:
+    """(annotation without Optional, the typer.Option/typer.Argument info) of a parameter `speed_up` has seen."""
+    return getattr(param, "gpuctl_declared", (None, None))
 
-    @dataclass(frozen=True)
-    class FastParam(RuntimeParam):
-        """Plain values directly; anything else through the adapter typer would have built."""
 
-        descriptor: Any = None
-        fast: Callable[[Any, Any, Any], Any] | None = None
-        slow: list[Any] = field(default_factory=list)  # holds the typer RuntimeParam, built on first need
+def _declarations(command: Any) -> dict[str, tuple[Any, Any]]:
+    try:  # typer keeps the function it wraps (functools.update_wrapper)
+        hints = typing.get_type_hints(inspect.unwrap(command.callback), include_extras=True)
+    except Exception:  # noqa: BLE001 - no callback, or a name that does not resolve: typer's own coercion
+        return {}
+    found = {}
+    for name, hint in hints.items():
+        if typing.get_origin(hint) is not typing.Annotated:
+            continue
+        annotation, *extras = typing.get_args(hint)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            kept = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = kept[0] if len(kept) == 1 else annotation
+        info = next((e for e in extras if hasattr(e, "parser")), None)
+        if info is not None:
+            found[name] = (annotation, info)
+    return found
 
-        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            result = self.fast(value, param, ctx) if self.fast else _MISS
-            if result is not _MISS:
-                return result
-            if not self.slow:
-                self.slow.append(build_original(self.descriptor))
-            return self.slow[0]._coerce_value(value, param=param, ctx=ctx)
 
-    def fast_for(descriptor: Any) -> Callable[[Any, Any, Any], Any] | None:
-        info = descriptor.parameter_info
-        annotation = descriptor.annotation
-        if descriptor.file_annotation is not None:
-            return None
-        if info.parser is not None:
-            parser = info.parser
+def _fast_for(annotation: Any, info: Any) -> Callable[[Any], Any] | None:
+    if info is None:
+        return None
+    if info.parser is not None:
+        parser = info.parser
 
-            def parsed(value: Any, param: Any, ctx: Any) -> Any:
-                try:
-                    return parser(value)
-                except Exception:  # noqa: BLE001 - typer's adapter runs it again and words the error
-                    return _MISS
-            return parsed
-        if annotation in (int, float) and (info.min is not None or info.max is not None or info.clamp):
-            return None
-        if isinstance(annotation, type) and issubclass(annotation, Path):
-            path_type = info.path_type or annotation
+        def parsed(value: Any) -> Any:
+            try:
+                return parser(value)
+            except Exception:  # noqa: BLE001 - typer's adapter runs it again and words the error
+                return _MISS
+        return parsed
+    if annotation in (int, float) and (info.min is not None or info.max is not None or info.clamp):
+        return None
+    return _PLAIN.get(annotation)
 
-            def path(value: Any, param: Any, ctx: Any) -> Any:
-                if not (isinstance(value, str) and value and "\0" not in value and _fast_str(value) is not _MISS):
-                    return _MISS
-                return coerce_cli_path(path_type(value), info, path_type=path_type, param=param, ctx=ctx)
-            return path
-        plain = _PLAIN.get(annotation)
-        return None if plain is None else (lambda value, param, ctx: plain(value))
 
-    def build(descriptor: Any) -> Any:
-        fast = fast_for(descriptor)
-        if fast is None:
-            return build_original(descriptor)
-        try:
-            return FastParam(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
-                             descriptor=descriptor, fast=fast, slow=[])
-        except TypeError:  # a typer whose RuntimeParam changed shape: its own way, only slower
-            return build_original(descriptor)
+def speed_up(command: Any, params: list[Any]) -> None:
+    """Give each of `params` (of `command`: its own, or with the help option click makes per context) the fast
+    `process_value`, once."""
+    params = [p for p in params if not hasattr(p, "gpuctl_declared")]
+    found = _declarations(command) if params else {}
+    for param in params:
+        param.gpuctl_declared = found.get(param.name, (None, None))
+        param.process_value = _process_value(param, _fast_for(*param.gpuctl_declared), param.process_value)
 
-    build.gpuctl_fast = True  # type: ignore[attr-defined]
-    build.original = build_original  # type: ignore[attr-defined]  # tests hold the two against each other
-    core.build_runtime_param = build
+
+def _process_value(param: Any, fast: Callable[[Any], Any] | None,
+                   typers: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def process_value(ctx: Any, value: Any) -> Any:
+        if value is None:  # unset: what typer makes of it, without building its adapter
+            result: Any = () if param.multiple or param.nargs == -1 else None
+        else:
+            result = fast(value) if fast else _MISS
+        if result is _MISS or (param.required and param.value_is_missing(result)):
+            return typers(ctx, value)
+        return result if param.callback is None else param.callback(ctx, param, result)
+    return process_value

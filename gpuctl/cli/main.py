@@ -5,18 +5,17 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable
+from importlib import import_module
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-# typer vendors click (0.26 on) and exports UsageError and ClickException nowhere public: typer._click is
-# private, like the coercion gpuctl.cli.lazy patches. pyproject.toml admits only the typer releases on which
-# tests/unit/test_lazy_imports.py::test_typers_private_interface_is_the_one_gpuctl_uses passes.
+# Only typer's public names: its app, the `cls=` hook (a TyperGroup subclass: help.Group), and its exceptions
+# (click's, vendored since typer 0.26, are typer.TyperException and typer.BadParameter to the outside).
 import typer
-from typer._click import exceptions as click_exceptions
 
 from gpuctl import __version__
-from gpuctl.cli.help import Group, adopt, one_of
-from gpuctl.cli.lazy import LazyGroup, install_fast_coercion
+from gpuctl.cli.help import Group, NoArgs, adopt, one_of
 from gpuctl.cli.settings import make_settings
 from gpuctl.cli.types import path
 from gpuctl.util.errors import ExitCode, GpuctlError
@@ -24,7 +23,7 @@ from gpuctl.util.output import FORMAT
 
 # Each subcommand: the module under gpuctl.cli and its typer app (a group) or function (a command),
 # in the order `gpuctl --help` lists them (typer lists commands before groups). A module is imported
-# only when its command runs or help lists it, so `gpuctl gpus` never loads the others.
+# only when its command runs or help lists it, so `gpuctl gpus` never loads the others (`make_app`).
 COMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("apply", "apply"),
     "plan": ("apply", "plan"),
@@ -69,30 +68,36 @@ def _new_app(**kwargs: object) -> typer.Typer:
     )
 
 
-def load_command(name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
-    """Subcommand `name`, built exactly as under a root app that registered it alone."""
-    from importlib import import_module
+class _Root(Group):
+    """The root command typer builds (`Typer(cls=...)`): every command in it gets gpuctl's help (`adopt`)."""
 
-    module, attr = COMMANDS[name]
-    target = getattr(import_module(f"gpuctl.cli.{module}"), attr)
-    holder = _new_app()
-    holder.callback()(lambda: None)  # a callback makes the holder a group, as the root is
-    if isinstance(target, typer.Typer):
-        holder.add_typer(target, name=name)
-    else:
-        holder.command(name)(target)
-    return adopt(typer.main.get_command(holder).commands[name])  # type: ignore[attr-defined]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        adopt(self)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # `app(built=True)`: typer's app, called as the click command it builds, hands that command back.
+        return self if kwargs.pop("built", False) else super().main(*args, **kwargs)
 
 
-class _RootGroup(Group, LazyGroup):
-    names = tuple(COMMANDS)
+def make_app(names: Iterable[str] = tuple(COMMANDS)) -> typer.Typer:
+    """gpuctl's typer app with the subcommands `names` only: typer builds every command it holds, so a command
+    line that names one command gets an app that holds just that one (`asked_for`)."""
+    app = _new_app(cls=_Root)
+    app.callback()(root)
+    for name in names:
+        module, attr = COMMANDS[name]
+        target = getattr(import_module(f"gpuctl.cli.{module}"), attr)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    return app
 
-    def load(self, name: str) -> typer.core.TyperGroup | typer.core.TyperCommand:
-        return load_command(name)
 
-
-install_fast_coercion()
-app = _new_app(cls=_RootGroup)
+def command(names: Iterable[str] = tuple(COMMANDS)) -> Any:
+    """The click command typer builds for `make_app(names)`: the whole CLI by default."""
+    return make_app(names)(built=True)
 
 
 def _version(value: bool) -> None:
@@ -101,7 +106,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     ctx: typer.Context,
     kubeconfig: Annotated[Optional[Path], typer.Option("--kubeconfig", parser=path, metavar="PATH", help="Kubeconfig to write or read (default: $KUBECONFIG or ~/.kube/config).")] = None,
@@ -124,6 +128,11 @@ _GLOBAL_FLAGS = ("-v", "-vv", "-vvv", "--verbose", "--debug")
 
 def hoist_global_options(args: list[str]) -> list[str]:
     """Move global options to the front, so `gpuctl gpus -o json` works as in kubectl."""
+    return sum(split_global_options(args), [])
+
+
+def split_global_options(args: list[str]) -> tuple[list[str], list[str]]:
+    """(global options with their values, the rest in order)."""
     hoisted: list[str] = []
     rest: list[str] = []
     i = 0
@@ -141,7 +150,13 @@ def hoist_global_options(args: list[str]) -> list[str]:
         else:
             rest.append(arg)
         i += 1
-    return hoisted + rest
+    return hoisted, rest
+
+
+def asked_for(rest: list[str]) -> tuple[str, ...]:
+    """The subcommands a command line needs once its global options are hoisted: the one it names first, else
+    all (root help, a typo that suggestions need every name for, an option typer will refuse)."""
+    return (rest[0],) if rest and rest[0] in COMMANDS else tuple(COMMANDS)
 
 
 MAX_ERROR_LINE = 1000
@@ -167,12 +182,13 @@ def run(argv: list[str] | None = None) -> int:
     """
     from gpuctl.util.redact import RedactingStream
 
-    args = hoist_global_options(sys.argv[1:] if argv is None else argv)
+    hoisted, rest = split_global_options(sys.argv[1:] if argv is None else argv)
+    args = hoisted + rest
     debug = "--debug" in args or os.environ.get("GPUCTL_DEBUG", "") not in ("", "0")
     stderr = sys.stderr
     sys.stderr = RedactingStream(stderr)
     try:
-        return _run(args, debug)
+        return _run(args, asked_for(rest), debug)
     finally:
         try:
             sys.stderr.flush()
@@ -208,24 +224,26 @@ def _either(words: list[str]) -> str:
     return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def usage_error_line(exc: click_exceptions.UsageError) -> str:
+def usage_error_line(exc: Any) -> str:
     """click's and typer's usage errors in gpuctl's one style, `<field>: <problem>; <fix>`, the field being
-    what the user typed (a flag, an argument's NAME, a command word)."""
+    what the user typed (a flag, an argument's NAME, a command word). typer names none of click's error classes
+    but BadParameter: the others are told by the fields click documents for them (`possibilities` of
+    NoSuchOption, `param_type` of MissingParameter, `option_name` of BadOptionUsage)."""
     from gpuctl.cli.help import metavar
 
     ctx, message = exc.ctx, exc.message.replace("Value error, ", "").strip().rstrip(".")
     see = _see(ctx)
-    if isinstance(exc, click_exceptions.NoSuchOption):
+    if hasattr(exc, "possibilities"):
         close = _either([repr(p) for p in exc.possibilities or ()])
         return f"{exc.option_name}: no such option; " + (f"did you mean {close}? ({see})" if close else see)
-    if isinstance(exc, click_exceptions.MissingParameter) and exc.param is not None:
+    if isinstance(exc, typer.BadParameter) and hasattr(exc, "param_type") and exc.param is not None:
         field = _field(exc.param)
         if exc.param.param_type_name == "argument":
             return f"{field}: required; {_usage(ctx)}"
         return f"{field}: required; pass {exc.param.opts[-1]} {metavar(exc.param)} ({see})"
-    if isinstance(exc, click_exceptions.BadParameter) and exc.param is not None:
+    if isinstance(exc, typer.BadParameter) and exc.param is not None:
         return f"{_field(exc.param)}: {message}" + ("" if "; " in message else f"; {see}")
-    if isinstance(exc, click_exceptions.BadOptionUsage):
+    if hasattr(exc, "option_name"):
         flag = exc.option_name
         if "requires" in message:
             params = [p for p in (ctx.command.params if ctx else ()) if flag in getattr(p, "opts", ())]
@@ -255,20 +273,19 @@ def _traceback(debug: bool) -> None:
         traceback.print_exc(file=sys.stderr)
 
 
-def _run(args: list[str], debug: bool) -> int:
-    command = typer.main.get_command(app)
+def _run(args: list[str], names: tuple[str, ...], debug: bool) -> int:
     try:
-        result = command.main(args=args, prog_name="gpuctl", standalone_mode=False)
+        result = command(names).main(args=args, prog_name="gpuctl", standalone_mode=False)
         return result if isinstance(result, int) else ExitCode.OK
     except GpuctlError as exc:
         _traceback(debug)
         return _fail(exc.one_line(), exc.exit_code)
-    except click_exceptions.NoArgsIsHelpError as exc:  # a group without its command: the group's help
-        print(exc.format_message(), file=sys.stderr)
+    except NoArgs as exc:  # a group without its command: the group's help
+        print(exc.help, file=sys.stderr)
         return ExitCode.USAGE
-    except click_exceptions.UsageError as exc:
-        return _fail(usage_error_line(exc), ExitCode.USAGE)
-    except click_exceptions.ClickException as exc:
+    except typer.TyperException as exc:  # click's errors: a usage error (exit 2, with its context) or another
+        if exc.exit_code == ExitCode.USAGE and hasattr(exc, "ctx"):
+            return _fail(usage_error_line(exc), ExitCode.USAGE)
         message = " ".join(exc.format_message().split()).rstrip(".")
         return _fail(f"gpuctl: {message[:1].lower()}{message[1:]}", exc.exit_code)
     except typer.Exit as exc:

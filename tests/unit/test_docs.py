@@ -267,16 +267,17 @@ def argv(text: str) -> list[str]:
 def parse_error(args: list[str]) -> str | None:
     """None when gpuctl's own parser takes `args` (gpuctl left out), else click's message."""
     import typer
-    from typer._click import exceptions as click_exceptions
+    from typer.core import TyperGroup
 
-    from gpuctl.cli.main import app, hoist_global_options
+    from gpuctl.cli import main
+    from gpuctl.cli.help import NoArgs
 
-    command: Any = typer.main.get_command(app)
-    words = hoist_global_options(args)
+    command: Any = main.command()
+    words = main.hoist_global_options(args)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             ctx = command.make_context("gpuctl", words)
-            while isinstance(command, typer.core.TyperGroup):
+            while isinstance(command, TyperGroup):
                 rest = [*ctx._protected_args, *ctx.args]
                 if not rest:
                     return None  # a group alone, e.g. `gpuctl cluster`: its help
@@ -284,9 +285,9 @@ def parse_error(args: list[str]) -> str | None:
                 ctx = command.make_context(name, rest, parent=ctx)
     except typer.Exit as exc:  # --help, --version
         return None if exc.exit_code == 0 else f"exit {exc.exit_code}"
-    except click_exceptions.NoArgsIsHelpError:  # a group named alone: its help
+    except NoArgs:  # a group named alone: its help
         return None
-    except click_exceptions.ClickException as exc:
+    except typer.TyperException as exc:  # click's errors, under typer's public base
         return " ".join(exc.format_message().split())
     return None
 

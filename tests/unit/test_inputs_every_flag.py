@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpuctl.cli import types
-from gpuctl.cli.main import COMMANDS, app, load_command
+from gpuctl.cli import main, types
+from gpuctl.cli.lazy import declared
+from gpuctl.cli.main import COMMANDS
 
 GOOD = Path(__file__).resolve().parents[1] / "specs" / "good.yaml"
 HUGE = "9" * 5000
@@ -55,9 +56,9 @@ PATHY_NAMES = {"--kubeconfig", "-f", "--filename", "--out", "--file", "--dir", "
 
 def _descriptor(param: Any) -> tuple[Any, Any]:
     """(annotation, parser) of a typer parameter; click's type where typer does not say."""
-    descriptor = getattr(param, "type_descriptor", None)
-    if descriptor is not None:
-        return descriptor.annotation, descriptor.parameter_info.parser
+    annotation, info = declared(param)
+    if info is not None:
+        return annotation, info.parser
     click_type = getattr(param, "type", None)
     return getattr(click_type, "name", None), getattr(click_type, "func", None)
 
@@ -91,13 +92,11 @@ def walk(command: Any, path: list[str]) -> list[tuple[str, Any]]:
 
 
 def leaf_commands() -> list[tuple[str, Any]]:
-    return [leaf for name in COMMANDS for leaf in walk(load_command(name), [name])]
+    return [leaf for name in COMMANDS for leaf in walk(main.command([name]).commands[name], [name])]
 
 
 def root_params() -> list[Any]:
-    import typer
-
-    return [p for p in typer.main.get_command(app).params if takes_value(p)]
+    return [p for p in main.command([]).params if takes_value(p)]
 
 
 def hostile_values(param: Any) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,16 +76,28 @@ def test_a_command_loads_only_its_own_module() -> None:
 
 
 def test_root_lists_every_command_and_each_loads() -> None:
-    import typer
+    from gpuctl.cli.main import COMMANDS, command, run
 
-    from gpuctl.cli.main import COMMANDS, app, run
-
-    root = typer.main.get_command(app)
-    assert list(root.commands) == list(COMMANDS)  # type: ignore[attr-defined]
+    root = command()
+    assert list(root.commands) == list(COMMANDS)
     for name in COMMANDS:
-        assert root.commands[name].name == name  # type: ignore[attr-defined]
-    assert "nosuch" not in root.commands  # type: ignore[attr-defined]
+        assert root.commands[name].name == name
+        alone = command([name])  # what a command line naming it runs on: that command only
+        assert list(alone.commands) == [name]
+    assert "nosuch" not in root.commands
     assert run(["nosuch"]) == 2
+
+
+def test_a_command_line_gets_the_command_it_names_else_all() -> None:
+    from gpuctl.cli.main import COMMANDS, asked_for, split_global_options
+
+    def asked(args: list[str]) -> tuple[str, ...]:
+        return asked_for(split_global_options(args)[1])
+
+    assert asked(["gpus"]) == asked(["-o", "json", "gpus"]) == asked(["gpus", "--context", "x"]) == ("gpus",)
+    assert asked(["--kubeconfig", "/k", "-v", "cluster", "create"]) == ("cluster",)
+    for args in ([], ["--help"], ["gpu"], ["--bogus", "gpus"], ["--", "gpus"], ["-o"], ["-vo", "json", "gpus"]):
+        assert asked(args) == tuple(COMMANDS), args
 
 
 # --- typer's pydantic coercion is skipped for plain values, with typer's own results --------------
@@ -99,47 +112,82 @@ SAMPLES: dict[str, list[object]] = {
 }
 
 
-def _outcome(runtime: object, value: object, param: object, ctx: object) -> tuple[object, ...]:
+def _outcome(process: Any, ctx: object, value: object) -> tuple[object, ...]:
     try:
-        result = runtime.coerce(value, param=param, ctx=ctx)  # type: ignore[attr-defined]
+        result = process(ctx, value)
     except Exception as exc:  # noqa: BLE001 - compared, whatever it is
         return ("error", type(exc).__name__, str(exc))
     return ("ok", type(result).__name__, result)
 
 
 def test_fast_coercion_agrees_with_typer_for_every_parameter() -> None:
-    import typer
-    from typer import core
+    """Each parameter's process_value (gpuctl.cli.lazy) against typer's own, on values from the command line,
+    defaults and unset ones; the commands' callbacks are left out (--version would print and exit)."""
+    from gpuctl.cli.lazy import declared
+    from gpuctl.cli.main import command
 
-    from gpuctl.cli.main import app
-
-    build = core.build_runtime_param
-    assert getattr(build, "gpuctl_fast", False), "see test_typers_private_interface_is_the_one_gpuctl_uses"
-    commands = [typer.main.get_command(app)]
+    commands = [command()]
     checked = fast = 0
     while commands:
-        command = commands.pop()
-        commands += [command.commands[n] for n in list(getattr(command, "commands", {}))]  # type: ignore[attr-defined]
-        ctx = command.context_class(command)
-        for param in command.params:
-            descriptor = param.type_descriptor  # type: ignore[attr-defined]
-            kind = getattr(descriptor.annotation, "__name__", str(descriptor.annotation))
+        cmd = commands.pop()
+        commands += [cmd.commands[n] for n in list(getattr(cmd, "commands", {}))]
+        ctx = cmd.context_class(cmd)
+        for param in cmd.params:
+            param.callback = None
+            annotation, info = declared(param)
+            assert info is not None, (cmd.name, param.name)  # every parameter's declaration is found
+            kind = getattr(annotation, "__name__", str(annotation))
             kind = "Path" if kind.endswith("Path") else ("list[str]" if "list" in kind else kind)
-            ours, typers = build(descriptor), build.original(descriptor)
-            fast += type(ours).__name__ == "FastParam"
+            typers = type(param).process_value.__get__(param)
+            assert param.process_value != typers
+            fast += 1
             for value in SAMPLES[kind] + [None, param.default]:
-                assert _outcome(ours, value, param, ctx) == _outcome(typers, value, param, ctx), \
-                    (command.name, param.name, value)
+                assert _outcome(param.process_value, ctx, value) == _outcome(typers, ctx, value), \
+                    (cmd.name, param.name, value)
                 checked += 1
     assert fast > 50 and checked > 500
 
 
-# --- typer's private names that gpuctl.cli uses: pyproject.toml admits only the releases that pass ---------
+def test_an_unset_or_plain_value_builds_no_pydantic_adapter() -> None:
+    probe = ("import sys; from gpuctl.cli.main import run\n"
+             "code = run(['-o', 'json', 'mig', 'validate', '3g.20gb-2x2g.10gb', '--gpu', 'a100-40gb'])\n"
+             "print(code, 'pydantic' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.strip().splitlines()[-1] == "0 False", proc.stdout + proc.stderr
+
+
+# --- typer's public names only: pyproject.toml admits typer up to its next major release -----------------
+
+PUBLIC_CORE = {"TyperGroup", "TyperCommand"}  # named by typer's documented `cls=` parameter
+
+
+def test_no_module_uses_a_private_typer_name() -> None:
+    """No import of typer._*, typer.main or typer.core (other than the two classes `Typer(cls=...)` names), and no
+    attribute path through them, in gpuctl, its tests or its benchmarks."""
+    import ast
+
+    found = []
+    for path in [*ROOT.glob("gpuctl/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "typer":
+                names = [f"typer.{node.value.attr}.{node.attr}"]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "typer" and len(parts) > 1 and (parts[1].startswith("_") or (
+                        parts[1] in ("main", "core") and not (len(parts) == 3 and parts[2] in PUBLIC_CORE))):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert found == []
 
 
 def test_installed_typer_is_one_that_pyproject_admits() -> None:
-    """A typer outside the range (a venv upgraded by hand) fails here first: check the test below on it,
-    adapt gpuctl/cli/lazy.py and main.py if needed, then move the bound in pyproject.toml."""
+    """A typer outside the range (a venv upgraded by hand) fails here first: run this file and tests/unit's help and
+    error tests on it, then move the bound in pyproject.toml."""
     import re
     from importlib.metadata import version
 
@@ -148,41 +196,6 @@ def test_installed_typer_is_one_that_pyproject_admits() -> None:
     [typer] = [Requirement(r) for r in re.findall(r'^\s*"(typer\b[^"]*)"', (ROOT / "pyproject.toml").read_text(), re.M)]
     assert typer.specifier.contains(version("typer")), (version("typer"), str(typer))
     assert [s.operator for s in typer.specifier if s.operator == "<"], "no upper bound: the next typer is unchecked"
-
-
-def test_typers_private_interface_is_the_one_gpuctl_uses() -> None:
-    """gpuctl/cli/main.py catches click's exceptions from typer._click; gpuctl/cli/lazy.py subclasses
-    typer._coercion.RuntimeParam, calls typer._param_types.coerce_cli_path, reads a TypeDescriptor's and a
-    ParameterInfo's fields and replaces typer.core.build_runtime_param, which typer's parameters call.
-    lazy.py falls back to typer's own (slower) coercion when an import fails; this test fails instead."""
-    import dataclasses
-    import inspect
-
-    import typer
-    from typer import core
-    from typer._click import exceptions
-    from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
-    from typer._param_types import coerce_cli_path
-
-    from gpuctl.cli import main
-
-    assert main.click_exceptions is exceptions
-    assert issubclass(typer.BadParameter, exceptions.UsageError)
-    assert issubclass(exceptions.UsageError, exceptions.ClickException)
-    assert issubclass(typer.Exit, Exception) and issubclass(typer.Abort, Exception)
-    assert [f.name for f in dataclasses.fields(RuntimeParam)] == ["parameter_info", "annotation"]
-    assert RuntimeParam.__abstractmethods__ == frozenset({"_coerce_value"})
-    assert list(inspect.signature(RuntimeParam._coerce_value).parameters) == ["self", "value", "param", "ctx"]
-    assert {"annotation", "parameter_info", "file_annotation"} <= {f.name for f in dataclasses.fields(TypeDescriptor)}
-    assert list(inspect.signature(coerce_cli_path).parameters) == ["value", "parameter_info", "path_type", "param",
-                                                                  "ctx"]
-    assert all(hasattr(typer.Option(), name) for name in ("parser", "min", "max", "clamp", "path_type"))
-    # installed, over typer's own, and what typer's parameters actually call
-    assert getattr(core.build_runtime_param, "gpuctl_fast", False)
-    assert core.build_runtime_param.original is build_runtime_param  # type: ignore[attr-defined]
-    params = {p.name: p for p in typer.main.get_command(main.app).params}
-    assert type(params["context"].get_runtime_param()).__name__ == "FastParam"  # type: ignore[attr-defined]
-    assert type(params["verbose"].get_runtime_param()).__name__ == "FastParam"  # type: ignore[attr-defined]
 
 
 # --- help served from the cache --------------------------------------------------------------------
