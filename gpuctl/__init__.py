@@ -4,8 +4,9 @@ The Python API the CLI is built on:
 
     import gpuctl
     spec = gpuctl.to_platform(*gpuctl.load_spec(Path("gpu-platform.yaml")))
-    print([p.as_dict() for p in gpuctl.plan_platform(spec, kubeconfig=None)])
-    result = gpuctl.apply_platform(spec, kubeconfig=None, report=print)
+    target = gpuctl.ClusterTarget(kubeconfig=None, context=None)  # kubectl's --kubeconfig and --context
+    print([p.as_dict() for p in gpuctl.plan_platform(spec, target)])
+    result = gpuctl.apply_platform(spec, target, report=print)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ _API = frozenset({
     "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
     "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
     "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-    "top_table", "advise", "advice_text", "add_tenant",
+    "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget",
 })
 
 

@@ -12,6 +12,7 @@ from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec
+from gpuctl.model.target import DEFAULT_TARGET, ClusterTarget
 from gpuctl.model.tenant import Tenant, TenantUpdate
 from gpuctl.util.output import reporting
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from gpuctl.ops.smoke import Check
     from gpuctl.ops.steps import Reporter, StepResult
     from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
-    from gpuctl.stack.helm import HelmTarget
     from gpuctl.tools.installer import InstalledTool
 
 # The result types of the API, loaded with the operations that make them.
@@ -45,7 +45,7 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
            "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-           "top_table", "advise", "advice_text", "add_tenant"]
+           "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget"]
 
 
 def load_spec(path: Path) -> tuple[GpuClusterDoc, list[ValidGroup]]:
@@ -70,20 +70,28 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
     return specfile.to_platform(doc, groups, capabilities_of(doc.cloud).ships_driver)
 
 
-def plan_platform(spec: PlatformSpec, kubeconfig: Path | None, context: str | None = None) -> list[PlannedStep]:
-    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.plan). `context`: as
-    apply_platform's, the context apply would write, through which the cluster is read (None: the provider's
-    name)."""
+def plan_platform(spec: PlatformSpec, target: ClusterTarget | None = None,
+                  write_context: str | None = None) -> list[PlannedStep]:
+    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.plan). The cluster is read as
+    apply reads it: through `target`'s context, else the one apply would write (`write_context`, else the
+    provider's name) in `target`'s kubeconfig."""
+    from gpuctl.model.target import check_context
     from gpuctl.ops.plan import plan_platform as plan
 
-    return plan(spec, kubeconfig, context)
+    if write_context is not None:
+        check_context(write_context)
+    return plan(spec, target or DEFAULT_TARGET, write_context)
 
 
-def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter, lock_timeout: float | None = None,
-                   context: str | None = None, timeout: float | None = None) -> PlatformResult:
-    """Converge the cluster to `spec` (gpuctl.ops.platform.apply_platform). `timeout`: the most seconds any
-    one wait for a state (capacity, MIG) may take; without it a wait ends only when its progress stalls
-    (gpuctl.util.waiting)."""
+def apply_platform(spec: PlatformSpec, target: ClusterTarget | None = None, report: Reporter | None = None,
+                   lock_timeout: float | None = None, write_context: str | None = None,
+                   timeout: float | None = None) -> PlatformResult:
+    """Converge the cluster to `spec` (gpuctl.ops.platform.apply_platform), each step told to `report`.
+    write-kubeconfig merges the cluster's context, named `write_context` (else the provider's name), into
+    `target`'s kubeconfig; the cluster is then read through `target`'s context, else the one written. On an
+    existing cluster every write runs under its apply lock, waited for up to `lock_timeout` seconds. `timeout`:
+    the most seconds any one wait for a state (capacity, MIG) may take; without it a wait ends only when its
+    progress stalls (gpuctl.util.waiting)."""
     from gpuctl.model.naming import check_duration
     from gpuctl.ops.platform import LOCK_TIMEOUT_S
     from gpuctl.ops.platform import apply_platform as apply
@@ -92,8 +100,9 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     if timeout is not None:
         check_duration(timeout, "--timeout")
     with wait_limit(timeout):
-        return apply(spec, kubeconfig, report, lock_timeout=LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout,
-                     context=context)
+        return apply(spec, target or DEFAULT_TARGET, report or (lambda _: None),
+                     lock_timeout=LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout,
+                     write_context=write_context)
 
 
 def _provider(cloud: str, options: CloudOptions | None) -> Provider:
@@ -104,17 +113,24 @@ def _provider(cloud: str, options: CloudOptions | None) -> Provider:
     return provider
 
 
-def delete_cluster(cloud: str, name: str, kubeconfig: Path | None = None,
-                   options: CloudOptions | None = None) -> Change:
-    """Delete the cluster and remove from `kubeconfig` (else the default file) what create merged in: every
-    context pointing at the cluster entry gpuctl wrote, whatever its name (the provider's, or the --context
-    of the create), that entry and its user; no current-context is left naming a removed context (it is
-    unset, as eksctl does). Contexts pointing at other clusters are left alone."""
+def delete_cluster(cloud: str, name: str, target: ClusterTarget | None = None, options: CloudOptions | None = None,
+                   confirm: Callable[[], None] | None = None) -> Change:
+    """Delete the cluster and remove from `target`'s kubeconfig (else the default file) what create merged in:
+    every context pointing at the cluster entry gpuctl wrote, whatever its name (the provider's, or the
+    write_context of the create), that entry and its user; no current-context is left naming a removed context
+    (it is unset, as eksctl does). Contexts pointing at other clusters are left alone. `confirm` is called
+    once every input is judged, before anything is read or changed (it raises to stop)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig, remove_cluster
+    from gpuctl.model.naming import check_name
     from gpuctl.ops.unfinished import forget_unfinished
     from gpuctl.util.output import info
 
+    kubeconfig = (target or DEFAULT_TARGET).kubeconfig
+    cloud = check_cloud(cloud)
+    check_name(name, "--name")
     check_kubeconfig(kubeconfig)
+    if confirm is not None:
+        confirm()
     provider = _provider(cloud, options)
     change = provider.delete_cluster(name)
     forget_unfinished(cloud, name)
@@ -138,169 +154,102 @@ def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[Clust
 
 
 def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec | GroupPlan, options: CloudOptions | None = None,
-                   kubeconfig: Path | None = None, context: str | None = None, unstated: frozenset[str] = frozenset(),
+                   target: ClusterTarget | None = None, unstated: frozenset[str] = frozenset(),
                    report: Reporter | None = None) -> Change:
     """Make or converge the node group, then configure it as `apply` would where gpuctl set up the cluster's GPU
     stack (its record, labels, sharing or MIG layout, the stack's settings, the tenants' tolerations), each
     step told to `report`; `unstated`: what the command left unsaid of it (gpuctl.model.spec.UNSTATED), kept as
-    recorded for an existing group. Reached through `kubeconfig` and `context` (else the provider's name)."""
+    recorded for an existing group. Reached through `target` (its context, else the provider's name), else the
+    provider's kubeconfig (gpuctl.ops.nodegroups.add_node_group)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.ops.nodegroups import cluster_side, configure_group, recorded_stack, resolved
+    from gpuctl.model.naming import check_name
+    from gpuctl.ops.nodegroups import add_node_group as add
     from gpuctl.providers import get_provider
-    from gpuctl.util.errors import GpuctlError
-    from gpuctl.util.output import info
 
-    check_kubeconfig(kubeconfig)
+    target = target or DEFAULT_TARGET
+    check_name(cluster, "--cluster")
+    check_kubeconfig(target.kubeconfig)
     plan = spec if isinstance(spec, GroupPlan) else GroupPlan(spec)
     provider = get_provider(cloud, options)
     provider.check_node_group(plan.spec)
     provider.check_credentials()
-    try:
-        client = _cluster_client(provider, cluster, kubeconfig, context)
-    except GpuctlError as exc:  # a cluster not readable yet (no CA): the cloud's node group, unless asked more
-        if cluster_side(plan, unstated):
-            raise
-        info(f"warning: cluster {cluster!r} was not read ({exc.message}); node group {plan.spec.name!r} is made "
-             "in the cloud only: rerun 'gpuctl nodegroup add' once the cluster answers, to configure it")
-        return provider.ensure_node_group(cluster, plan.spec)
-    stack = recorded_stack(client, plan, unstated)  # refused before any write where it cannot be configured
-    if stack is None:  # no GPU stack of gpuctl's: the cloud's node group, and the tenants' tolerations
-        change = provider.ensure_node_group(cluster, plan.spec)
-        _refresh_tolerations(client, plan.spec.name, plan)
-        return change
-    platform = resolved(client, plan, unstated, stack, cloud, cluster, options or CloudOptions())
-    change = provider.ensure_node_group(cluster, platform.groups[0].spec)
-    steps = configure_group(provider, platform, client, _helm_target(kubeconfig, context, provider, cluster),
-                            report or (lambda _: None))
-    configured = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in steps)
-    return Change.UPDATED if change is Change.NO_CHANGE and configured else change
-
-
-def _helm_target(kubeconfig: Path | None, context: str | None, provider: Provider, cluster: str) -> HelmTarget:
-    """Helm's way to the cluster, as _cluster_client's: the user's kubeconfig and context (else the provider's
-    context name); where that file has no such context, the provider's kubeconfig in a private file removed
-    when gpuctl exits."""
-    import atexit
-    import os
-    import tempfile
-
-    import yaml
-
-    from gpuctl.kube.client import api_client
-    from gpuctl.stack.helm import HelmTarget as Target
-    from gpuctl.util.errors import GpuctlError
-
-    name = context or provider.context_name(cluster)
-    try:
-        api_client(kubeconfig, name)
-        return Target(kubeconfig, name)
-    except GpuctlError:
-        doc = provider.kubeconfig(cluster)
-    handle, path = tempfile.mkstemp(prefix="gpuctl-kubeconfig-", suffix=".yaml")  # mode 0600
-    atexit.register(lambda: Path(path).unlink(missing_ok=True))
-    with os.fdopen(handle, "w") as out:
-        yaml.safe_dump(doc, out)
-    return Target(Path(path), doc["current-context"])
+    return add(provider, cloud, cluster, plan, target, unstated, report or (lambda _: None),
+               options or CloudOptions())
 
 
 def scale_node_group(cloud: str, cluster: str, name: str, nodes: int | None, options: CloudOptions | None = None,
-                     kubeconfig: Path | None = None, context: str | None = None, min_nodes: int | None = None,
+                     target: ClusterTarget | None = None, min_nodes: int | None = None,
                      max_nodes: int | None = None) -> Change:
     """Scale the node group (0 nodes included, where the cloud takes it), or set its bounds; a Karpenter group's
     NodePool limit (gpuctl.ops.nodegroups.scale_group). Then give its nodes the group's recorded
     configuration (new nodes join without the sharing or MIG layout gpuctl set on their siblings), through
-    `kubeconfig` and `context` (else the provider's context name)."""
-    from functools import cache
-
+    `target` (its context, else the provider's context name)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.ops.nodegroups import scale_group
-    from gpuctl.ops.platform import configure_recorded_group
+    from gpuctl.model.naming import MAX_NODES, check_count, check_name
+    from gpuctl.ops.nodegroups import scale_node_group as scale
+    from gpuctl.util.errors import UsageError
 
-    check_kubeconfig(kubeconfig)
-    provider = _provider(cloud, options)
-    client = cache(lambda: _cluster_client(provider, cluster, kubeconfig, context))
-    change = scale_group(provider, cluster, name, nodes, min_nodes, max_nodes, client)
-    configured = configure_recorded_group(client(), provider.node_selector(name), name)
-    return Change.UPDATED if change is Change.NO_CHANGE and configured is not Change.NO_CHANGE else change
+    target = target or DEFAULT_TARGET
+    check_name(cluster, "--cluster")
+    check_name(name, "--name")
+    for value, flag in ((nodes, "--nodes"), (min_nodes, "--min-nodes"), (max_nodes, "--max-nodes")):
+        if value is not None:
+            check_count(value, flag, minimum=0, maximum=MAX_NODES)
+    if nodes is None and min_nodes is None and max_nodes is None:
+        raise UsageError("--nodes", "nothing to change", "pass --nodes N (or --min-nodes / --max-nodes)")
+    check_kubeconfig(target.kubeconfig)
+    return scale(_provider(cloud, options), cluster, name, nodes, min_nodes, max_nodes, target)
 
 
 def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None,
-                      kubeconfig: Path | None = None, context: str | None = None) -> Change:
+                      target: ClusterTarget | None = None, confirm: Callable[[], None] | None = None) -> Change:
     """Delete the node group and its record on the cluster (its taints and sharing no longer shape the GPU
-    stack's settings), reached through `kubeconfig` and `context` where it can be."""
-    from functools import cache
-
+    stack's settings), reached through `target` where it can be (gpuctl.ops.nodegroups.delete_node_group).
+    `confirm` is called once every input is judged, before anything is changed (it raises to stop)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.ops.nodegroups import delete_group
-    from gpuctl.ops.platform import forget_recorded_group
-    from gpuctl.util.errors import GpuctlError
-    from gpuctl.util.output import info
+    from gpuctl.model.naming import check_name
+    from gpuctl.ops.nodegroups import delete_node_group as delete
 
-    check_kubeconfig(kubeconfig)
-    provider = _provider(cloud, options)
-    client = cache(lambda: _cluster_client(provider, cluster, kubeconfig, context))  # made once, where needed
-    change = delete_group(provider, cluster, name, client)
-    try:
-        forget_recorded_group(client(), name)
-    except GpuctlError as e:  # the group is gone either way; a record left behind only widens tolerations
-        info(f"warning: node group {name!r} deleted, but its record on the cluster was not removed ({e}); "
-             f"rerun 'gpuctl nodegroup delete' once the cluster answers")
-        return change
-    _refresh_tolerations(client(), name)
-    return change
-
-
-def _refresh_tolerations(client: ApiClient, group: str, added: GroupPlan | None = None) -> None:
-    """The tenants' GPU tolerations after node group `group` came (`added`) or went; a warning where that
-    failed."""
-    from gpuctl.ops.platform import refresh_tolerations
-    from gpuctl.util.errors import GpuctlError
-    from gpuctl.util.output import info
-
-    try:
-        refresh_tolerations(client, added)
-    except GpuctlError as e:  # the node group is done either way
-        info(f"warning: the tenants' GPU tolerations were not updated for node group {group!r} ({e}); "
-             "rerun the command once the cluster answers")
-
-
-def _cluster_client(provider: Provider, cluster: str, kubeconfig: Path | None, context: str | None) -> ApiClient:
-    """The cluster through the user's kubeconfig and context (else the provider's context name); where that
-    file holds no such context, through the kubeconfig the provider gives for the cluster."""
-    from gpuctl.kube.client import api_client
-    from gpuctl.util.errors import GpuctlError
-
-    try:
-        return api_client(kubeconfig, context or provider.context_name(cluster))
-    except GpuctlError:
-        return api_client(config_dict=provider.kubeconfig(cluster))
+    target = target or DEFAULT_TARGET
+    check_name(cluster, "--cluster")
+    check_name(name, "--name")
+    check_kubeconfig(target.kubeconfig)
+    if confirm is not None:
+        confirm()
+    return delete(_provider(cloud, options), cluster, name, target)
 
 
 def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None,
-                   kubeconfig: Path | None = None, context: str | None = None) -> NodeGroupInfo | None:
+                   target: ClusterTarget | None = None) -> NodeGroupInfo | None:
     """The node group: its cloud node group, its Karpenter NodePool, or both (gpuctl.ops.nodegroups)."""
-    from gpuctl.ops.nodegroups import get_group
+    from gpuctl.model.naming import check_name
+    from gpuctl.ops.nodegroups import cluster_client, get_group
 
+    check_name(cluster, "--cluster")
+    check_name(name, "--name")
     provider = _provider(cloud, options)
-    return get_group(provider, cluster, name, lambda: _cluster_client(provider, cluster, kubeconfig, context))
+    return get_group(provider, cluster, name, lambda: cluster_client(provider, cluster, target or DEFAULT_TARGET))
 
 
-def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None, kubeconfig: Path | None = None,
-                     context: str | None = None) -> list[NodeGroupInfo]:
+def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None,
+                     target: ClusterTarget | None = None) -> list[NodeGroupInfo]:
     """Every node group of the cluster, Karpenter's included (`scaling` says which: cloud, karpenter or both)."""
-    from gpuctl.ops.nodegroups import list_groups
+    from gpuctl.model.naming import check_name
+    from gpuctl.ops.nodegroups import cluster_client, list_groups
 
+    check_name(cluster, "--cluster")
     provider = _provider(cloud, options)
-    return list_groups(provider, cluster, lambda: _cluster_client(provider, cluster, kubeconfig, context))
+    return list_groups(provider, cluster, lambda: cluster_client(provider, cluster, target or DEFAULT_TARGET))
 
 
-# -- what the CLI's cluster-side commands call: each reaches the cluster through `kubeconfig` and `context`
-# (the current context when None), as kubectl does.
+# -- what the CLI's cluster-side commands call: each reaches the cluster through `target` (None: the current
+# context of the default kubeconfig), as kubectl does.
 
-def _client(kubeconfig: Path | None, context: str | None) -> ApiClient:
-    from gpuctl.kube.client import api_client
+def _client(target: ClusterTarget | None) -> ApiClient:
+    from gpuctl.kube.kube import Kube
 
-    return api_client(kubeconfig, context)
+    target = target or DEFAULT_TARGET
+    return Kube.connect(target.kubeconfig, target.context)
 
 
 def check_cloud(cloud: str, field: str = "--cloud") -> str:
@@ -321,12 +270,14 @@ def render(spec: PlatformSpec, out: Path | None, field: str = "--out",
     return render_spec(spec, out, field, helm_values)
 
 
-def gpu_status(nodegroup: str | None = None, kubeconfig: Path | None = None,
-               context: str | None = None) -> list[dict[str, Any]]:
+def gpu_status(nodegroup: str | None = None, target: ClusterTarget | None = None) -> list[dict[str, Any]]:
     """One row per GPU node (of `nodegroup`): what it offers, its sharing, MIG state and device plugin."""
+    from gpuctl.model.naming import check_name
     from gpuctl.ops.status import gpu_status as status
 
-    return status(_client(kubeconfig, context), nodegroup)
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    return status(_client(target), nodegroup)
 
 
 def status_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -348,7 +299,7 @@ def _metrics_inputs(since: str, prometheus: str | None) -> str:
 
 
 def top(prometheus: str | None = None, since: str = "1h", nodegroup: str | None = None, tenant: str | None = None,
-        kubeconfig: Path | None = None, context: str | None = None) -> dict[str, Any]:
+        target: ClusterTarget | None = None) -> dict[str, Any]:
     """The GPUs at work, from Prometheus (`prometheus`, else $GPUCTL_PROMETHEUS_URL, else a sim cluster's
     own): per node and GPU (and MIG instance) SM activity, utilisation, memory and pods; per tenant the GPUs
     held against its quota and how busy they were over `since` (gpuctl.ops.top)."""
@@ -362,7 +313,7 @@ def top(prometheus: str | None = None, since: str = "1h", nodegroup: str | None 
         check_name(nodegroup, "--nodegroup")
     if tenant is not None:
         check_tenant_name(tenant, "--tenant")
-    client = _client(kubeconfig, context)
+    client = _client(target)
     return read_top(client, prometheus_for(client, prometheus), window, nodegroup, tenant)
 
 
@@ -373,17 +324,18 @@ def top_table(view: dict[str, Any], width: int = 80) -> str:
     return render_table(view, width)
 
 
-def advise(prometheus: str | None = None, since: str = "1h", kubeconfig: Path | None = None,
-           context: str | None = None) -> dict[str, Any]:
+def advise(prometheus: str | None = None, since: str = "1h", target: ClusterTarget | None = None) -> dict[str, Any]:
     """Concrete changes the window's metrics call for, each with its figures and the command that applies it
     (gpuctl.ops.advise); changes nothing."""
     from gpuctl.kube.kubeconfig import current_context
     from gpuctl.ops.advise import advise as read_advice
     from gpuctl.ops.gpu_metrics import prometheus_for
 
+    target = target or DEFAULT_TARGET
     window = _metrics_inputs(since, prometheus)
-    client = _client(kubeconfig, context)
-    return read_advice(client, prometheus_for(client, prometheus), window, context or current_context(kubeconfig))
+    client = _client(target)
+    return read_advice(client, prometheus_for(client, prometheus), window,
+                       target.context or current_context(target.kubeconfig))
 
 
 def advice_text(result: dict[str, Any]) -> str:
@@ -394,16 +346,21 @@ def advice_text(result: dict[str, Any]) -> str:
 
 
 def validate_cluster(nodegroup: str | None = None, image: str = SMOKE_IMAGE, timeout: float = 120.0,
-                     kubeconfig: Path | None = None, context: str | None = None) -> list[Check]:
+                     target: ClusterTarget | None = None) -> list[Check]:
     """The platform's checks (capacity, node config, one device plugin, the CUDA smoke test)."""
+    from gpuctl.model.naming import check_duration, check_name, check_text
     from gpuctl.ops.validate import validate_cluster as validate
 
-    return validate(_client(kubeconfig, context), nodegroup, image, timeout)
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    check_text(image, "--image")
+    check_duration(timeout, "--timeout")
+    return validate(_client(target), nodegroup, image, timeout)
 
 
 def apply_mig(layout: str, nodegroup: str | None = None, selector: str | None = None, strategy: str | None = None,
-              timeout: float = 300.0, report: Reporter | None = None, kubeconfig: Path | None = None,
-              context: str | None = None) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
+              timeout: float = 300.0, report: Reporter | None = None,
+              target: ClusterTarget | None = None) -> tuple[list[StepResult], dict[str, dict[str, int]]]:
     """Apply a MIG layout to the selected GPU nodes (every input judged before the kubeconfig is read), or,
     with neither `nodegroup` nor `selector`, to the one node group whose GPUs take it; the steps run and each
     node's expected allocatable."""
@@ -411,12 +368,13 @@ def apply_mig(layout: str, nodegroup: str | None = None, selector: str | None = 
     from gpuctl.ops.mig_apply import check_mig_inputs
     from gpuctl.stack.helm import HelmTarget
 
+    target = target or DEFAULT_TARGET
     check_mig_inputs(layout, nodegroup, selector, strategy, timeout)
-    return apply(_client(kubeconfig, context), HelmTarget(kubeconfig, context), layout, nodegroup, selector,
+    return apply(_client(target), HelmTarget(target.kubeconfig, target.context), layout, nodegroup, selector,
                  strategy, timeout, report or (lambda _: None))
 
 
-def ensure_tenant(tenant: Tenant, kubeconfig: Path | None = None, context: str | None = None,
+def ensure_tenant(tenant: Tenant, target: ClusterTarget | None = None,
                   warn: Callable[[str], None] | None = None) -> tuple[Change, dict[str, int]]:
     """Create or update the tenant to exactly `tenant`; `warn` hears first of quotas above what the cluster's
     GPU nodes offer (allowed). Returns the change and the quota the cluster now holds."""
@@ -424,16 +382,15 @@ def ensure_tenant(tenant: Tenant, kubeconfig: Path | None = None, context: str |
     from gpuctl.ops.tenancy.tenants import ensure_tenant as ensure
     from gpuctl.ops.tenancy.tenants import over_allocatable, read_quota
 
-    client = _client(kubeconfig, context)
+    client = _client(target)
     for warning in over_allocatable(client, tenant, dra_mode(client)):
         if warn is not None:
             warn(warning)
     return ensure(client, tenant), read_quota(client, tenant.name)
 
 
-def add_tenant(given: Mapping[str, Any], flags: Mapping[str, str], kubeconfig: Path | None = None,
-               context: str | None = None, warn: Callable[[str], None] | None = None,
-               shrink: bool = False) -> TenantUpdate:
+def add_tenant(given: Mapping[str, Any], flags: Mapping[str, str], target: ClusterTarget | None = None,
+               warn: Callable[[str], None] | None = None, shrink: bool = False) -> TenantUpdate:
     """`gpuctl tenant add`: create tenant `given["name"]`, or update it keeping every field `given` does not
     name (model.tenant.merged_entry, the one place of that rule; a spec's tenants go through ensure_tenant,
     exactly). `given` is a `spec.tenants[]` entry of the fields named (None: back to the default), `flags`
@@ -444,26 +401,27 @@ def add_tenant(given: Mapping[str, Any], flags: Mapping[str, str], kubeconfig: P
     from gpuctl.ops.tenancy.tenants import check_shrink, read_tenant
 
     specfile.load_tenant(merged_entry(None, given), flags)  # the flags alone, before any request
-    client = _client(kubeconfig, context)
+    client = _client(target)
     before = read_tenant(client, given["name"])
     tenant = specfile.load_tenant(merged_entry(before, given), flags)
     if before is not None and not shrink:
         check_shrink(client, before, tenant, dra_mode(client))
-    change, quota = ensure_tenant(tenant, kubeconfig, context, warn)
+    change, quota = ensure_tenant(tenant, target, warn)
     return TenantUpdate(change, before, tenant, tuple(tenant_changes(before, tenant)), quota)
 
 
-def list_tenants(kubeconfig: Path | None = None, context: str | None = None) -> list[dict[str, Any]]:
+def list_tenants(target: ClusterTarget | None = None) -> list[dict[str, Any]]:
     from gpuctl.ops.tenancy.tenants import list_tenants as tenants
 
-    return tenants(_client(kubeconfig, context))
+    return tenants(_client(target))
 
 
-def remove_tenant(name: str, kubeconfig: Path | None = None, context: str | None = None,
-                  timeout: float | None = 300.0) -> Change:
+def remove_tenant(name: str, target: ClusterTarget | None = None, timeout: float | None = 300.0,
+                  confirm: Callable[[], None] | None = None) -> Change:
     """Delete what gpuctl made for tenant `name` (its namespace, or in an adopted one only gpuctl's objects),
     then wait up to `timeout` seconds until its namespace is gone (None: do not wait; exit 7 when it is still
-    terminating then). NO_CHANGE where there is no such tenant: nothing to remove."""
+    terminating then). NO_CHANGE where there is no such tenant: nothing to remove. `confirm` is called once
+    every input is judged, before the cluster is read (it raises to stop)."""
     from gpuctl.model.naming import check_duration
     from gpuctl.model.tenant import check_tenant_name
     from gpuctl.ops.tenancy.tenants import remove_tenant as remove
@@ -472,7 +430,9 @@ def remove_tenant(name: str, kubeconfig: Path | None = None, context: str | None
     check_tenant_name(name, "NAME")
     if timeout is not None:
         check_duration(timeout, "--timeout")
-    client = _client(kubeconfig, context)
+    if confirm is not None:
+        confirm()
+    client = _client(target)
     change = remove(client, name)
     if change is Change.DELETED and timeout is not None:
         wait_namespace_gone(client, name, timeout)

@@ -22,7 +22,7 @@ def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h
     from gpuctl import api
 
     opts = settings(ctx)
-    result = api.advise(prometheus, since, opts.kubeconfig, opts.context)
+    result = api.advise(prometheus, since, opts.target)
     if is_table(opts.output):
         out(api.advice_text(result) + "\n")
     else:

@@ -34,8 +34,8 @@ def apply(
     doc, groups = api.load_spec(filename)  # every value checked before any cloud or cluster call
     spec = api.to_platform(doc, groups)
     opts = settings(ctx)
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, lock_timeout=lock_timeout,
-                                context=opts.context, timeout=timeout)
+    result = api.apply_platform(spec, opts.target, report=print_step, lock_timeout=lock_timeout,
+                                write_context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
     show_result(spec, result, changed, opts.output, opts.context)
@@ -80,7 +80,7 @@ def plan(ctx: typer.Context, filename: SpecFile) -> None:
     from gpuctl import api
 
     opts = settings(ctx)
-    planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.kubeconfig, opts.context)
+    planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.target, write_context=opts.context)
     if not is_table(opts.output):
         emit([p.as_dict() for p in planned], opts.output)
         return

@@ -42,10 +42,10 @@ from gpuctl.model.stack_spec import MIG_STRATEGY, NFD_OWNER
 from gpuctl.util.output import emit, emit_manifests, info, is_table
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from gpuctl.api import PlatformResult, StepResult
     from gpuctl.model.spec import PlatformSpec
+    from gpuctl.model.target import ClusterTarget
 
 app = typer.Typer(help="""Create, list and delete GPU clusters.
 
@@ -145,11 +145,11 @@ def create(
         emit_manifests(render_spec(spec), opts.output)
         return
 
-    result = api.apply_platform(spec, opts.kubeconfig, report=print_step, context=opts.context, timeout=timeout)
+    result = api.apply_platform(spec, opts.target, report=print_step, write_context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
     show_result(spec, result, changed, opts.output, opts.context)
-    if is_table(opts.output) and not _has_tenants(opts.kubeconfig, opts.context):
+    if is_table(opts.output) and not _has_tenants(opts.target):
         info(NEXT_STEP)
 
 
@@ -158,7 +158,8 @@ def show_result(spec: PlatformSpec, result: PlatformResult, changed: bool, fmt: 
     on stderr as they ran), or in json and yaml the whole result, steps and checks included."""
     from gpuctl import api
 
-    groups = group_rows(api.list_node_groups(spec.cloud, spec.name, spec.options, result.kubeconfig, context),
+    target = api.ClusterTarget(result.kubeconfig, context)  # the kubeconfig apply wrote
+    groups = group_rows(api.list_node_groups(spec.cloud, spec.name, spec.options, target),
                         spec.every_group, spec.stack.mig_strategy)
     emit({"cluster": spec.name, "cloud": spec.cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
           "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],
@@ -173,13 +174,13 @@ NEXT_STEP = """next: give a team GPUs and run a GPU job in its namespace:
   kubectl -n team-a wait --for=condition=complete job/cuda-vectoradd --timeout=60s"""
 
 
-def _has_tenants(kubeconfig: Path | None, context: str | None) -> bool:
+def _has_tenants(target: ClusterTarget) -> bool:
     """True when the cluster has a tenant (or cannot be asked: then the hint would only guess)."""
     from gpuctl import api
     from gpuctl.util.errors import GpuctlError
 
     try:
-        return bool(api.list_tenants(kubeconfig, context))
+        return bool(api.list_tenants(target))
     except GpuctlError:
         return True
 
@@ -210,14 +211,12 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
       gpuctl cluster delete --cloud openstack --os-cloud mycloud --name demo
     """
     from gpuctl import api
-    from gpuctl.model.naming import check_name
 
-    cloud = api.check_cloud(cloud)
-    check_name(name, "--name")
+    cloud = api.check_cloud(cloud)  # its one spelling, as printed
     options = cloud_options(region, os_cloud, profile)
-    confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?")
     opts = settings(ctx)
-    change = api.delete_cluster(cloud, name, opts.kubeconfig, options)
+    change = api.delete_cluster(cloud, name, opts.target, options,
+                                confirm=lambda: confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?"))
     info(f"cluster {name!r} {change.value}")
     if not is_table(opts.output):
         emit({"cluster": name, "cloud": cloud, "change": change.value}, opts.output)

@@ -88,8 +88,7 @@ def apply(
     from gpuctl.cli.cluster import print_step
 
     opts = settings(ctx)
-    steps, expected = api.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.kubeconfig,
-                                    opts.context)
+    steps, expected = api.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.target)
     rows = [{"node": n, "allocatable": r} for n, r in sorted(expected.items())]
     emit(rows if is_table(opts.output) else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
          opts.output, ("node", "allocatable"))

@@ -35,7 +35,6 @@ from gpuctl.cli.options import (
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count
 from gpuctl.model.labels import GPU_RESOURCE
-from gpuctl.util.errors import UsageError
 from gpuctl.util.output import emit, info, is_table
 
 if TYPE_CHECKING:
@@ -102,13 +101,10 @@ def _step(result: StepResult) -> None:
 
 
 def _checked(cloud: str, cluster: str) -> str:
-    """The cloud in its one spelling (--cloud SIM is sim), once it and the cluster's name are judged."""
+    """The cloud in its one spelling (--cloud SIM is sim); the cluster's name is judged by gpuctl.api."""
     from gpuctl import api
-    from gpuctl.model.naming import check_name
 
-    cloud = api.check_cloud(cloud)
-    check_name(cluster, "--cluster")
-    return cloud
+    return api.check_cloud(cloud)
 
 
 @app.command()
@@ -148,7 +144,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
     options, cloud = platform.options, platform.cloud
     opts = settings(ctx)
     left = unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout)})
-    change = api.add_node_group(cloud, cluster, platform.groups[0], options, opts.kubeconfig, opts.context,
+    change = api.add_node_group(cloud, cluster, platform.groups[0], options, opts.target,
                                 unstated=left - {"migStrategy"}, report=_step)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options, platform.groups)
@@ -169,19 +165,12 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: ScaleNode
       gpuctl nodegroup scale --cluster demo --name gpu --cloud eks --min-nodes 0 --max-nodes 4
     """
     from gpuctl import api
-    from gpuctl.model.naming import MAX_NODES, check_count, check_name
 
     cloud = _checked(cloud, cluster)
-    check_name(name, "--name")
-    for value, flag in ((nodes, "--nodes"), (min_nodes, "--min-nodes"), (max_nodes, "--max-nodes")):
-        if value is not None:
-            check_count(value, flag, minimum=0, maximum=MAX_NODES)
-    if nodes is None and min_nodes is None and max_nodes is None:
-        raise UsageError("--nodes", "nothing to change", "pass --nodes N (or --min-nodes / --max-nodes)")
     options = cloud_options(region, os_cloud, profile)
     opts = settings(ctx)
-    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.kubeconfig, opts.context,
-                                  min_nodes=min_nodes, max_nodes=max_nodes)
+    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.target, min_nodes=min_nodes,
+                                  max_nodes=max_nodes)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 
@@ -196,14 +185,12 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
       gpuctl nodegroup delete --cluster demo --name gpu --cloud eks --region us-west-2
     """
     from gpuctl import api
-    from gpuctl.model.naming import check_name
 
     cloud = _checked(cloud, cluster)
-    check_name(name, "--name")
-    confirm_or_refuse(yes, f"Delete node group {name!r} of cluster {cluster!r}?")
     opts = settings(ctx)
-    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.kubeconfig,
-                                   opts.context)
+    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.target,
+                                   confirm=lambda: confirm_or_refuse(
+                                       yes, f"Delete node group {name!r} of cluster {cluster!r}?"))
     info(f"node group {name!r}: {change.value}")
     if not is_table(opts.output):
         emit({"nodegroup": name, "cluster": cluster, "change": change.value}, opts.output)
@@ -222,8 +209,7 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
 
     cloud = _checked(cloud, cluster)
     opts = settings(ctx)
-    rows = group_rows(api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile),
-                                           opts.kubeconfig, opts.context))
+    rows = group_rows(api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile), opts.target))
     emit(rows, opts.output, COLUMNS, WIDE, rows=table_rows(rows))
 
 
@@ -232,6 +218,6 @@ def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: Clou
     from gpuctl import api
 
     opts = settings(ctx)
-    group = api.get_node_group(cloud, cluster, name, options, opts.kubeconfig, opts.context)
+    group = api.get_node_group(cloud, cluster, name, options, opts.target)
     rows = group_rows([group] if group else [], plans)
     emit(rows, opts.output, COLUMNS, WIDE, rows=table_rows(rows))

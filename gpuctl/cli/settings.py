@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from gpuctl.model.naming import check_text
+from gpuctl.model.target import ClusterTarget
 from gpuctl.util.errors import UsageError
 from gpuctl.util.output import FORMAT
 
@@ -19,6 +19,7 @@ class Settings:
     output: str
     verbose: int
     debug: bool
+    target: ClusterTarget  # the cluster the global --kubeconfig and --context name, judged once
 
 
 def make_settings(kubeconfig: Path | None, context: str | None, output: str, verbose: int,
@@ -26,16 +27,11 @@ def make_settings(kubeconfig: Path | None, context: str | None, output: str, ver
     """The global options, judged before any command runs (what a command adds, e.g. that the kubeconfig
     it merges into can be written, it judges before its own first write)."""
     output = FORMAT.check(output, "-o/--output")
-    if context is not None:
-        check_text(context, "--context", maximum=253)
-    if kubeconfig is not None:
-        from gpuctl.util.paths import check_file_path
-
-        check_file_path(kubeconfig, "--kubeconfig")
+    target = ClusterTarget(kubeconfig, context)
     from gpuctl.util.output import set_verbosity
 
     set_verbosity(verbose)
-    return Settings(kubeconfig, context, output, verbose, debug)
+    return Settings(kubeconfig, context, output, verbose, debug, target)
 
 
 def settings(ctx: typer.Context) -> Settings:

@@ -31,12 +31,9 @@ def status(
       gpuctl --context demo status
     """
     from gpuctl import api
-    from gpuctl.model.naming import check_name
 
-    if nodegroup is not None:
-        check_name(nodegroup, "--nodegroup")
     opts = settings(ctx)
-    rows = api.gpu_status(nodegroup, opts.kubeconfig, opts.context)
+    rows = api.gpu_status(nodegroup, opts.target)
     operator = next((r["gpu_operator"] for r in rows if r.get("gpu_operator")), None)
     nodes = [{k: v for k, v in r.items() if k != "gpu_operator"} for r in rows]  # the operator once, not per node
     dra = any("devices" in r for r in rows)

@@ -57,8 +57,7 @@ def add(
 
     given, flags = tenant_document(name, gpus, mig, group, adopt, borrow, lend, cohort)
     opts = settings(ctx)
-    update = api.add_tenant(given, flags, opts.kubeconfig, opts.context, warn=lambda w: info(f"warning: {w}"),
-                            shrink=yes)
+    update = api.add_tenant(given, flags, opts.target, warn=lambda w: info(f"warning: {w}"), shrink=yes)
     for line in update.changes:
         info(f"  {line}")
     info(f"tenant {name!r}: {update.change.value}")
@@ -81,7 +80,7 @@ def list_(ctx: typer.Context) -> None:
     from gpuctl import api
 
     opts = settings(ctx)
-    rows = api.list_tenants(opts.kubeconfig, opts.context)
+    rows = api.list_tenants(opts.target)
     if is_table(opts.output):  # one cell per team: flavor/resource=used/nominal(+borrowed)
         rows = [{**r, "queue": {f"{flavor}/{res}": f"{u['used']}/{u['nominal']}(+{u['borrowed']})"
                                 for flavor, resources in (r.get("queue") or {}).items()
@@ -109,12 +108,10 @@ def remove(
     """
     from gpuctl import api
     from gpuctl.model.change import Change
-    from gpuctl.model.tenant import check_tenant_name
 
-    check_tenant_name(name, "NAME")
-    confirm_or_refuse(yes, f"Delete tenant {name!r}?")
     opts = settings(ctx)
-    change = api.remove_tenant(name, opts.kubeconfig, opts.context, timeout if wait else None)
+    change = api.remove_tenant(name, opts.target, timeout if wait else None,
+                               confirm=lambda: confirm_or_refuse(yes, f"Delete tenant {name!r}?"))
     if change is Change.NO_CHANGE:
         info(f"tenant {name!r}: nothing to remove (no gpuctl tenant of that name; see 'gpuctl tenant list')")
     else:

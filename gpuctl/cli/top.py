@@ -31,7 +31,7 @@ def top(
     from gpuctl import api
 
     opts = settings(ctx)
-    view = api.top(prometheus, since, nodegroup, tenant, opts.kubeconfig, opts.context)
+    view = api.top(prometheus, since, nodegroup, tenant, opts.target)
     if is_table(opts.output):
         out(api.top_table(view) + "\n")
     else:

@@ -29,16 +29,11 @@ def validate(
       gpuctl validate --nodegroup gpu --timeout 300
     """
     from gpuctl import api
-    from gpuctl.model.naming import check_name, check_text
     from gpuctl.model.spec import SMOKE_IMAGE
     from gpuctl.util.errors import ValidationFailed
 
-    if nodegroup is not None:
-        check_name(nodegroup, "--nodegroup")
-    if image is not None:
-        check_text(image, "--image")
     opts = settings(ctx)
-    checks = api.validate_cluster(nodegroup, image or SMOKE_IMAGE, timeout, opts.kubeconfig, opts.context)
+    checks = api.validate_cluster(nodegroup, SMOKE_IMAGE if image is None else image, timeout, opts.target)
     emit([c.as_dict() for c in checks], opts.output, COLUMNS, fit="detail")  # -o wide: each detail whole
     failed = [c for c in checks if not c.ok]
     if failed:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.kube.client import get_or_none
 from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound, requesting
 from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.output import info
 from gpuctl.util.progress import waiting
 
 if TYPE_CHECKING:
@@ -135,14 +136,19 @@ def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[No
 
     api = CoordinationV1Api(client)
     holder = holder_identity()
-    with waiting("the apply lock", timeout, every=REPORT_EVERY_S) as wait:
-        while (other := _try_acquire(api, holder)) is not None:
-            if wait.elapsed > timeout:
-                raise WaitTimeout(f"another gpuctl apply holds the lock on cluster {cluster!r} "
-                                  f"(lease {LEASE_NAMESPACE}/{LEASE}, holder {other.spec.holder_identity})",
-                                  "wait for it to finish, or raise --lock-timeout")
-            wait.update(what=f"the apply lock held by {other.spec.holder_identity}")
-            time.sleep(1)
+    if (other := _try_acquire(api, holder)) is not None:  # said at once: a short wait is a wait too
+        info(f"  waiting for the apply lock on cluster {cluster!r}: another gpuctl apply holds it "
+             f"({other.spec.holder_identity})")
+        with waiting("the apply lock", timeout, every=REPORT_EVERY_S) as wait:
+            while other is not None:
+                if wait.elapsed > timeout:
+                    raise WaitTimeout(f"another gpuctl apply holds the lock on cluster {cluster!r} "
+                                      f"(lease {LEASE_NAMESPACE}/{LEASE}, holder {other.spec.holder_identity})",
+                                      "wait for it to finish, or raise --lock-timeout")
+                wait.update(what=f"the apply lock held by {other.spec.holder_identity}")
+                time.sleep(1)
+                other = _try_acquire(api, holder)
+        info(f"  took the apply lock on cluster {cluster!r} after waiting {wait.elapsed:.0f}s")
     stop = threading.Event()
 
     def renew() -> None:

@@ -1,17 +1,23 @@
 """`gpuctl nodegroup`: a node group is whatever makes a GPU model's nodes under one name: a cloud's node group
 (the sim's, EKS's, Magnum's), a Karpenter NodePool gpuctl rendered for it, or both. Listing, scaling and deleting
 read and change both halves; adding one configures it as `apply` would (its record, sharing or MIG layout,
-labels, the GPU stack's settings that every group shapes)."""
+labels, the GPU stack's settings that every group shapes). The workflows gpuctl.api calls (add_node_group,
+scale_node_group, delete_node_group) run here, each reaching the cluster through a ClusterTarget, else through
+the kubeconfig the provider gives for it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuctl.kube.client import core
 from gpuctl.model.change import Change
+from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import GroupPlan, PlatformSpec, all_taints
+from gpuctl.model.target import ClusterTarget
 from gpuctl.ops.converge import read_recorded_groups, read_recorded_stack
 from gpuctl.ops.group_records import with_recorded
 from gpuctl.ops.steps import Reporter, StepResult, run_step
@@ -24,7 +30,6 @@ from gpuctl.util.words import plural
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from gpuctl.model.cloud_options import CloudOptions
     from gpuctl.model.stack_spec import StackSpec
     from gpuctl.providers.base import Provider
     from gpuctl.stack.helm import HelmTarget
@@ -183,3 +188,109 @@ def configure_group(provider: Provider, spec: PlatformSpec, client: ApiClient, h
             results.append(run_step(step.name, step.act, report))
             run.note(results[-1].outcome)
     return results
+
+
+# -- the workflows of `gpuctl nodegroup add|scale|delete` (gpuctl.api's) ---------------------------------------
+
+
+def cluster_client(provider: Provider, cluster: str, target: ClusterTarget) -> ApiClient:
+    """The cluster through the target's kubeconfig and context (else the provider's context name); where that
+    file holds no such context, through the kubeconfig the provider gives for the cluster."""
+    from gpuctl.kube.kube import Kube
+
+    try:
+        return Kube.connect(target.kubeconfig, target.context or provider.context_name(cluster))
+    except GpuctlError:
+        return Kube.connect(config_dict=provider.kubeconfig(cluster))
+
+
+def helm_target(provider: Provider, cluster: str, target: ClusterTarget) -> HelmTarget:
+    """Helm's way to the cluster, as cluster_client's: the target's kubeconfig and context (else the provider's
+    context name); where that file has no such context, the provider's kubeconfig in a private file removed
+    when gpuctl exits."""
+    import atexit
+    import os
+    import tempfile
+
+    import yaml
+
+    from gpuctl.kube.kube import Kube
+    from gpuctl.stack.helm import HelmTarget as Target
+
+    name = target.context or provider.context_name(cluster)
+    try:
+        Kube.connect(target.kubeconfig, name)
+        return Target(target.kubeconfig, name)
+    except GpuctlError:
+        doc = provider.kubeconfig(cluster)
+    handle, path = tempfile.mkstemp(prefix="gpuctl-kubeconfig-", suffix=".yaml")  # mode 0600
+    atexit.register(lambda: Path(path).unlink(missing_ok=True))
+    with os.fdopen(handle, "w") as out:
+        yaml.safe_dump(doc, out)
+    return Target(Path(path), doc["current-context"])
+
+
+def refresh_group_tolerations(client: ApiClient, group: str, added: GroupPlan | None = None) -> None:
+    """The tenants' GPU tolerations after node group `group` came (`added`) or went; a warning where that
+    failed."""
+    from gpuctl.ops.platform import refresh_tolerations
+
+    try:
+        refresh_tolerations(client, added)
+    except GpuctlError as e:  # the node group is done either way
+        info(f"warning: the tenants' GPU tolerations were not updated for node group {group!r} ({e}); "
+             "rerun the command once the cluster answers")
+
+
+def add_node_group(provider: Provider, cloud: str, cluster: str, plan: GroupPlan, target: ClusterTarget,
+                   unstated: frozenset[str], report: Reporter, options: CloudOptions) -> Change:
+    """Make or converge the node group, then configure it as `apply` would where gpuctl set up the cluster's GPU
+    stack (configure_group); on a cluster gpuctl cannot read yet, the cloud's node group alone (with a
+    warning) unless the command asks what only the cluster holds (cluster_side)."""
+    try:
+        client = cluster_client(provider, cluster, target)
+    except GpuctlError as exc:  # a cluster not readable yet (no CA): the cloud's node group, unless asked more
+        if cluster_side(plan, unstated):
+            raise
+        info(f"warning: cluster {cluster!r} was not read ({exc.message}); node group {plan.spec.name!r} is made "
+             "in the cloud only: rerun 'gpuctl nodegroup add' once the cluster answers, to configure it")
+        return provider.ensure_node_group(cluster, plan.spec)
+    stack = recorded_stack(client, plan, unstated)  # refused before any write where it cannot be configured
+    if stack is None:  # no GPU stack of gpuctl's: the cloud's node group, and the tenants' tolerations
+        change = provider.ensure_node_group(cluster, plan.spec)
+        refresh_group_tolerations(client, plan.spec.name, plan)
+        return change
+    platform = resolved(client, plan, unstated, stack, cloud, cluster, options)
+    change = provider.ensure_node_group(cluster, platform.groups[0].spec)
+    steps = configure_group(provider, platform, client, helm_target(provider, cluster, target), report)
+    configured = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in steps)
+    return Change.UPDATED if change is Change.NO_CHANGE and configured else change
+
+
+def scale_node_group(provider: Provider, cluster: str, name: str, nodes: int | None, min_nodes: int | None,
+                     max_nodes: int | None, target: ClusterTarget) -> Change:
+    """scale_group, then the group's recorded configuration given to its nodes (new nodes join without the
+    sharing or MIG layout gpuctl set on their siblings)."""
+    from gpuctl.ops.platform import configure_recorded_group
+
+    client = cache(lambda: cluster_client(provider, cluster, target))  # made once, where needed
+    change = scale_group(provider, cluster, name, nodes, min_nodes, max_nodes, client)
+    configured = configure_recorded_group(client(), provider.node_selector(name), name)
+    return Change.UPDATED if change is Change.NO_CHANGE and configured is not Change.NO_CHANGE else change
+
+
+def delete_node_group(provider: Provider, cluster: str, name: str, target: ClusterTarget) -> Change:
+    """delete_group, then the group's record on the cluster (its taints and sharing no longer shape the GPU
+    stack's settings) and the tenants' tolerations; the cluster's half a warning where it does not answer."""
+    from gpuctl.ops.platform import forget_recorded_group
+
+    client = cache(lambda: cluster_client(provider, cluster, target))  # made once, where needed
+    change = delete_group(provider, cluster, name, client)
+    try:
+        forget_recorded_group(client(), name)
+    except GpuctlError as e:  # the group is gone either way; a record left behind only widens tolerations
+        info(f"warning: node group {name!r} deleted, but its record on the cluster was not removed ({e}); "
+             f"rerun 'gpuctl nodegroup delete' once the cluster answers")
+        return change
+    refresh_group_tolerations(client(), name)
+    return change

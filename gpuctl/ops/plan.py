@@ -9,11 +9,11 @@ reach it, every step is still listed, from the spec alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuctl.model.change import Change
 from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.target import ClusterTarget
 from gpuctl.providers import get_provider
 
 if TYPE_CHECKING:
@@ -31,10 +31,11 @@ class PlannedStep:
         return {"step": self.step, "action": self.action.value, "detail": self.detail, "diff": self.diff}
 
 
-def plan_platform(spec: PlatformSpec, kubeconfig: Path | None, context: str | None = None) -> list[PlannedStep]:
-    """Every step `apply -f` would run for `spec`, in its order, each with what it would change. `context`: the
-    context apply would write (apply_platform's), through which the cluster is read; None: the provider's name."""
-    from gpuctl.kube.client import api_client
+def plan_platform(spec: PlatformSpec, target: ClusterTarget, write_context: str | None = None) -> list[PlannedStep]:
+    """Every step `apply -f` would run for `spec`, in its order, each with what it would change. The cluster is
+    read as apply reads it: through `target` (its kubeconfig, its context), else, with no context there, through
+    the one apply would write (`write_context`, else the provider's name)."""
+    from gpuctl.kube.kube import Kube
     from gpuctl.ops.observe import unknown
     from gpuctl.ops.platform_steps import Run, platform_steps, reach, unreached
     from gpuctl.stack.helm import HelmTarget
@@ -48,14 +49,14 @@ def plan_platform(spec: PlatformSpec, kubeconfig: Path | None, context: str | No
     def reach_existing(spec: PlatformSpec) -> Cluster:
         if not run.exists:
             return unreached(spec, provider)
-        through = run.context or provider.context_name(spec.name)
+        through = target.context or run.context or provider.context_name(spec.name)
         try:
-            client = api_client(kubeconfig, through)
+            client = Kube.connect(target.kubeconfig, through)
         except GpuctlError as exc:  # no such context (apply would write it), or one that cannot be loaded
             return unreached(spec, provider, unknown(exc))
-        return reach(spec, provider, client, HelmTarget(kubeconfig, through))
+        return reach(spec, provider, client, HelmTarget(target.kubeconfig, through))
 
-    run = Run(reach_existing, kubeconfig=kubeconfig, context=context)
+    run = Run(reach_existing, kubeconfig=target.kubeconfig, context=write_context)
     planned = []
     for step in platform_steps(spec, provider, run):
         observed = step.observe()

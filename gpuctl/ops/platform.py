@@ -3,6 +3,7 @@ list). Each step observes first and acts only on a difference, so a second run r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING
 
 from gpuctl.kube.client import core
 from gpuctl.model.change import Change
-from gpuctl.model.naming import check_duration, check_text
+from gpuctl.model.naming import check_duration
 from gpuctl.model.spec import GroupPlan, PlatformSpec
+from gpuctl.model.target import ClusterTarget, check_context
 from gpuctl.ops.converge import configure_nodes, read_recorded_groups
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.steps import Reporter, StepResult, run_step
@@ -35,16 +37,24 @@ class PlatformResult:
     kubeconfig: Path | None = None
 
 
-def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter,
-                   lock_timeout: float = LOCK_TIMEOUT_S, context: str | None = None) -> PlatformResult:
-    """Converge the cluster to `spec`. `context`: the name of the context write-kubeconfig merges into
-    `kubeconfig` (else the default file), and so the one the cluster is then reached through (the global
-    --context of `create` and `apply`); None: the provider's name.
+def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, lock_timeout: float = LOCK_TIMEOUT_S,
+                   write_context: str | None = None) -> PlatformResult:
+    """Converge the cluster to `spec`. write-kubeconfig merges the cluster's context, named `write_context`
+    (else the provider's name), into `target.kubeconfig` (else the default file); the cluster is then read
+    through `target.context`, else through the context it wrote.
+
+    On an existing cluster every step that writes, the cloud's node-group changes included, runs under the
+    cluster's apply lock (a Lease): the steps run unlocked only while each finds nothing to do; at the first
+    that would write, apply takes the lock (waiting for another apply to finish) and runs the steps again from
+    the first, so that what it converges to is its spec entirely, never half another's. A converged re-apply
+    takes no lock and writes nothing. On a first create the cluster is not there to hold a lock: the cloud's
+    own create is the serialisation (one create makes it, the other finds it), and the lock is taken as soon
+    as the cluster exists, before its node groups.
 
     From ensure-cluster until every step is done the cluster is recorded as unfinished (ops.unfinished:
     `cluster list` says `incomplete`); Ctrl-C raises Interrupted (exit 130) naming the step it stopped in."""
     # The lock, kubeconfig and Helm machinery load here: `render` and `--export-spec` never need them.
-    from gpuctl.kube.client import api_client
+    from gpuctl.kube.kube import Kube
     from gpuctl.kube.kubeconfig import check_kubeconfig
     from gpuctl.kube.lock import clear_dead_holder, cluster_lock
     from gpuctl.ops.platform_steps import Run, platform_steps, reach
@@ -53,50 +63,90 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
     from gpuctl.util.output import info
 
     check_duration(lock_timeout, "--lock-timeout")
-    if context is not None:
-        check_text(context, "--context", maximum=253)
-    check_kubeconfig(kubeconfig)
+    if write_context is not None:
+        check_context(write_context)
+    check_kubeconfig(target.kubeconfig)
     provider = get_provider(spec.cloud, spec.options)
-    result = PlatformResult()
     for group in spec.groups:  # every input checked before anything is touched
         provider.check_node_group(group.spec)
     provider.check_credentials()  # exit 3 with the fix
 
     def reach_written(spec: PlatformSpec) -> Cluster:
-        """The cluster through the kubeconfig write-kubeconfig wrote; what apply refuses is refused there,
-        before any write to the cluster."""
-        client = api_client(run.written, run.written_context)
-        cluster = reach(spec, provider, client, HelmTarget(run.written, run.written_context))
+        """The cluster through the target's context, else the one write-kubeconfig wrote; what apply refuses
+        is refused there, before any write to the cluster."""
+        kubeconfig, context = (target.kubeconfig, target.context) if target.context else (run.written,
+                                                                                           run.written_context)
+        client = Kube.connect(kubeconfig, context)
+        cluster = reach(spec, provider, client, HelmTarget(kubeconfig, context))
         cleared = clear_dead_holder(client)  # converged or not: no later apply waits out a killed one's lock
         if cleared:
             info(f"  cleared the apply lock of {cleared}: that gpuctl is no longer running")
         return cluster
 
     def begin(steps: list[Step]) -> None:
-        """Another apply may be writing: lock, unless there is nothing to write (a re-apply stays write-free)."""
+        """Under the lock, before the first cluster-side write: the smoke test's record of this spec goes (the
+        platform changes), unless there is nothing to write after all (another apply wrote this very spec)."""
         cluster = run.cluster
         assert cluster is not None
-        if run.changed or any(s.observe().action is not Change.NO_CHANGE for s in steps if not s.check):
-            held.enter_context(cluster_lock(cluster.client, spec.name, lock_timeout))
+        if locked and (run.changed or any(s.observe().action is not Change.NO_CHANGE for s in steps if not s.check)):
             forget_validated(core(cluster.client), cluster.stack_plan.namespace)
 
-    run = Run(reach_written, begin, kubeconfig=kubeconfig, context=context, checks=result.checks)
+    def guarded(step: Step) -> Callable[[], Change]:
+        """The step's act, run unlocked only where it finds nothing to write (or where no cluster exists yet to
+        hold the lock: ensure-cluster creating it)."""
+        def act() -> Change:
+            if locked or step.check:
+                return step.act()
+            observed = step.observe()  # (ensure-cluster's says whether the cluster exists)
+            if observed.action is Change.NO_CHANGE or (not run.exists and not created):
+                return step.act()
+            raise _Unlocked
+        return act
+
+    result = PlatformResult()
     where = "before ensure-cluster"  # what the run is doing, for the line Ctrl-C prints
+    reported: dict[str, StepResult] = {}  # the unlocked pass's lines: the locked pass says only what differs
 
     def report_done(done: StepResult) -> None:
         nonlocal where
         where = f"after step {done.name}"  # its line may be half-printed when Ctrl-C comes: it is done
+        said = reported.get(done.name)
+        if locked and said is not None and done.outcome is Change.NO_CHANGE:
+            return  # already said, by the unlocked pass
+        if not locked:
+            reported[done.name] = done
         report(done)
 
+    locked = created = False
     try:
         with ExitStack() as held:
-            for step in platform_steps(spec, provider, run):
-                where = f"in step {step.name}"
-                if result.steps:  # ensure-cluster done: the cloud's (the sim's) own record says what comes before
-                    record_step(spec.cloud, spec.name, step.name)
-                done = run_step(step.name, step.act, report_done)
-                result.steps.append(done)
-                run.note(done.outcome)
+            while True:
+                run = Run(reach_written, begin, kubeconfig=target.kubeconfig, context=write_context,
+                          checks=[], changed=created)
+                steps: list[StepResult] = []
+                try:
+                    for step in platform_steps(spec, provider, run):
+                        where = f"in step {step.name}"
+                        if steps:  # ensure-cluster done: the cloud's (the sim's) own record says what comes before
+                            record_step(spec.cloud, spec.name, step.name)
+                        done = run_step(step.name, guarded(step), report_done)
+                        if step.name == "ensure-cluster" and done.outcome is Change.CREATED:
+                            created = True
+                        steps.append(done)
+                        run.note(done.outcome)
+                except _Unlocked:  # the first write: lock, then every step again, under the lock
+                    client = Kube.connect(config_dict=provider.kubeconfig(spec.name))
+                    cleared = clear_dead_holder(client)
+                    if cleared:
+                        info(f"  cleared the apply lock of {cleared}: that gpuctl is no longer running")
+                    held.enter_context(cluster_lock(client, spec.name, lock_timeout))
+                    locked = True
+                    continue
+                break
+            # An unlocked pass's first lines stand where the locked pass found the same (ensure-cluster's created).
+            result.steps = [reported[s.name] if s.outcome is Change.NO_CHANGE and s.name in reported else s
+                            for s in steps]
+            result.checks = run.checks
             result.kubeconfig = run.written
             if run.cluster is not None and any(s.name.startswith("validate/") and s.outcome is Change.PASSED
                                                for s in result.steps):  # (a failed validation raised)
@@ -107,6 +157,10 @@ def apply_platform(spec: PlatformSpec, kubeconfig: Path | None, report: Reporter
                           "re-run the same command to resume (the steps already done find nothing to do)") from None
     forget_unfinished(spec.cloud, spec.name)
     return result
+
+
+class _Unlocked(Exception):
+    """A step found something to write on an existing cluster while apply did not hold its lock."""
 
 
 def configure_recorded_group(client: ApiClient, selector: str, name: str) -> Change:

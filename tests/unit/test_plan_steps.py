@@ -14,6 +14,7 @@ import yaml
 from gpuctl.api import load_document, load_spec, to_platform
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.target import ClusterTarget
 from gpuctl.ops.platform_steps import Cluster, Run, platform_steps, unreached
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
@@ -140,7 +141,7 @@ def test_plan_writes_nothing(exists: bool, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("GPUCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(plan, "get_provider", lambda cloud, options: _CloudOnly(exists))
     spec = to_platform(*load_spec(TESTS / "specs" / "good.yaml"))
-    planned = plan.plan_platform(spec, kubeconfig)
+    planned = plan.plan_platform(spec, ClusterTarget(kubeconfig))
     assert [p.step for p in planned] == _names(spec, unreached)
     assert kubeconfig.read_bytes() == before and sorted(tmp_path.rglob("*")) == [kubeconfig.parent, kubeconfig]
     by_name = {p.step: p for p in planned}
