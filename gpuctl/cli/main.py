@@ -182,13 +182,12 @@ def run(argv: list[str] | None = None) -> int:
     """
     from gpuctl.util.redact import RedactingStream
 
-    hoisted, rest = split_global_options(sys.argv[1:] if argv is None else argv)
-    args = hoisted + rest
+    args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GPUCTL_DEBUG", "") not in ("", "0")
     stderr = sys.stderr
     sys.stderr = RedactingStream(stderr)
     try:
-        return _run(args, asked_for(rest), debug)
+        return _run(args, debug)
     finally:
         try:
             sys.stderr.flush()
@@ -273,7 +272,8 @@ def _traceback(debug: bool) -> None:
         traceback.print_exc(file=sys.stderr)
 
 
-def _run(args: list[str], names: tuple[str, ...], debug: bool) -> int:
+def _run(args: list[str], debug: bool) -> int:
+    names = asked_for(split_global_options(args)[1])  # `args` come hoisted: the command word leads the rest
     try:
         result = command(names).main(args=args, prog_name="gpuctl", standalone_mode=False)
         return result if isinstance(result, int) else ExitCode.OK
