@@ -4,17 +4,20 @@ resource, the typed errors and a watch that sees a change made after its list.""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.kube import Kube
 
+pytestmark = pytest.mark.integration
+
 NS = "door-test"
 
 
 @pytest.fixture(scope="module")
-def kube(sim_cluster) -> Kube:
+def kube(sim_cluster) -> Iterator[Kube]:
     kube = Kube.connect(sim_cluster.kubeconfig)
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     yield kube
