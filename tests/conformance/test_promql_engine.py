@@ -97,9 +97,9 @@ def load() -> str:
                   series(promql.FB_USED, labels, 9216, start), series(promql.FB_FREE, labels, 6144, start)]
     # node group training: an A100 as 3g.20gb + 2 x 2g.10gb; the 3g.20gb busy, the others idle (no pod: the
     # exporter's own pod fills `pod` through the ServiceMonitor); no GPU_UTIL for MIG instances
-    for mig, pod, active, used in ((("3g.20gb", 1), ("team-b", "finetune"), 0.6, 12000), (("2g.10gb", 5), None, 0, 0),
-                                   (("2g.10gb", 6), None, 0, 0)):
-        labels = {**exporter("training-0", 0, a100, mig=mig), **renamed(pod)}
+    for mig, owner, active, used in ((("3g.20gb", 1), ("team-b", "finetune"), 0.6, 12000),
+                                     (("2g.10gb", 5), None, 0, 0), (("2g.10gb", 6), None, 0, 0)):
+        labels = {**exporter("training-0", 0, a100, mig=mig), **renamed(owner)}
         lines += [series(promql.SM_ACTIVE, labels, active), series(promql.FB_USED, labels, used),
                   series(promql.FB_FREE, labels, 20096 - used if mig[0] == "3g.20gb" else 9856)]
     return "\n".join(lines) + "\n"

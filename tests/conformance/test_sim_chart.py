@@ -41,7 +41,7 @@ def cluster_policy(helm: Path, chart: str, values: dict[str, Any], tmp_path: Pat
     return next(d for d in yaml.safe_load_all(out) if d and d.get("kind") == "ClusterPolicy")
 
 
-def field(spec: dict[str, Any], path: str) -> Any:
+def field(spec: Any, path: str) -> Any:
     for key in path.split("."):
         spec = (spec or {}).get(key)
     return spec

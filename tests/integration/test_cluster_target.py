@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.integration
 NAME = "ctxt"
 CONTEXT = "ux-ctx"
 CREATE = ["--context", CONTEXT, "cluster", "create", "--cloud", "sim", "--name", NAME, "--gpu", "t4", "--nodes", "1"]
-OTHER = {"apiVersion": "v1", "kind": "Config", "current-context": "other",
+OTHER: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "current-context": "other",
          "clusters": [{"name": "other", "cluster": {"server": "https://127.0.0.1:1"}}],
          "users": [{"name": "other", "user": {"token": "t"}}],
          "contexts": [{"name": "other", "context": {"cluster": "other", "user": "other"}}]}

@@ -168,6 +168,12 @@ def allocation(c: Cluster, name: str) -> list[tuple[str, str]] | None:
     return [(r["pool"], r["device"]) for r in found["devices"]["results"]] if found else None
 
 
+def allocated(c: Cluster, name: str) -> list[tuple[str, str]]:
+    found = allocation(c, name)
+    assert found is not None, f"claim {name} is not allocated"
+    return found
+
+
 def delete_claim_pods(c: Cluster, *names: str) -> None:
     for n in names:
         c.v1.delete_namespaced_pod(n, NS, grace_period_seconds=0)
@@ -195,7 +201,7 @@ def test_chart_plugin_pods_on_the_gpu_nodes_and_one_slice_each(cluster: Cluster)
 def test_a_claim_is_allocated_by_the_scheduler(cluster: Cluster) -> None:
     claim_pod(cluster, "single", on_node("a100-1"))
     assert scheduled(cluster, ["single"]) == {"single": "a100-1"}
-    [(pool, device)] = allocation(cluster, "single")
+    [(pool, device)] = allocated(cluster, "single")
     assert pool == "a100-1" and device in device_names(slices(cluster)["a100-1"])
 
 
@@ -209,7 +215,7 @@ def test_ninth_gpu_claim_on_an_eight_gpu_node_stays_pending_while_others_fit_els
     assert set(bound.values()) == {"a100-0"}
     [left] = set(names) - set(bound)
     assert allocation(cluster, left) is None
-    assert sorted(d for n in bound for _, d in allocation(cluster, n)) == [f"gpu-{i}" for i in range(8)]
+    assert sorted(d for n in bound for _, d in allocated(cluster, n)) == [f"gpu-{i}" for i in range(8)]
     refused = next(x for x in cluster.v1.read_namespaced_pod(left, NS).status.conditions if x.type == "PodScheduled")
     assert "cannot allocate all claims" in refused.message
 

@@ -19,6 +19,7 @@ import yaml
 
 from tests.conftest import run_gpuctl
 from tests.emulators.eks import ACCESS_KEY_ID, SECRET_ACCESS_KEY, EksEmulator
+from tests.emulators.eks.dataplane import SimDataPlane
 from tests.emulators.eks.emulator import AMBIENT_AWS
 
 pytestmark = pytest.mark.integration
@@ -43,6 +44,12 @@ class Eks:
         proc = run_gpuctl(*args, env=env or self.env)
         self.outputs += [proc.stdout, proc.stderr]
         return proc
+
+    @property
+    def dataplane(self) -> SimDataPlane:
+        """The emulator's data plane: there while the emulator runs."""
+        assert self.emulator.dataplane is not None
+        return self.emulator.dataplane
 
     def api(self):
         from kubernetes import config
@@ -170,7 +177,7 @@ def test_second_run_changes_nothing(eks: Eks) -> None:
 
     api = CustomObjectsApi(eks.api())
     versions = [api.get_cluster_custom_object(*o)["metadata"]["resourceVersion"] for o in (NODEPOOL, NODECLASS)]
-    writes = list(eks.emulator.dataplane.writes)
+    writes = list(eks.dataplane.writes)
     proc = eks.gpuctl("-o", "json", *CREATE)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -178,7 +185,7 @@ def test_second_run_changes_nothing(eks: Eks) -> None:
     outcomes = {s["step"]: s["outcome"] for s in result["steps"]}
     assert set(outcomes.values()) == {"no change"}  # no smoke test either on a converged cluster
     assert [c["check"] for c in result["checks"]] == ["capacity"] and result["checks"][0]["ok"]
-    assert eks.emulator.dataplane.writes == writes  # no EKS write at all
+    assert eks.dataplane.writes == writes  # no EKS write at all
     assert [api.get_cluster_custom_object(*o)["metadata"]["resourceVersion"] for o in (NODEPOOL, NODECLASS)] == versions
 
 
@@ -223,7 +230,7 @@ def test_a_node_group_gpuctl_did_not_create_is_not_deleted(eks: Eks) -> None:
         assert client.describe_cluster(name="eks1")["cluster"]["status"] == "ACTIVE"
     finally:
         client.delete_nodegroup(clusterName="eks1", nodegroupName="theirs")
-        eks.emulator.dataplane.wait_idle()
+        eks.dataplane.wait_idle()
 
 
 def test_cluster_list_shows_the_cluster(eks: Eks) -> None:
@@ -235,7 +242,7 @@ def test_cluster_list_shows_the_cluster(eks: Eks) -> None:
 
 
 def test_bad_inputs_exit_2_without_an_eks_write(eks: Eks) -> None:
-    writes = list(eks.emulator.dataplane.writes)
+    writes = list(eks.dataplane.writes)
     for extra, message in [(("--ami-type", "UBUNTU"), "--ami-type: 'UBUNTU' is not an NVIDIA GPU AMI type"),
                            (("--node-role", "gpu-nodes"), "--node-role: 'gpu-nodes' is not an IAM role ARN"),
                            (("--gpus-per-node", "2"), "--gpus-per-node: no t4 instance type has 2 GPUs"),
@@ -245,11 +252,11 @@ def test_bad_inputs_exit_2_without_an_eks_write(eks: Eks) -> None:
                                                                            "AL2023_x86_64_NVIDIA")]:
         proc = eks.gpuctl(*CREATE, *extra)
         assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
-    assert eks.emulator.dataplane.writes == writes
+    assert eks.dataplane.writes == writes
 
 
 def test_a_failed_node_group_exits_4_with_the_reason_and_the_cleanup(eks: Eks) -> None:
-    eks.emulator.dataplane.failures["broken"] = ("AsgInstanceLaunchFailures",
+    eks.dataplane.failures["broken"] = ("AsgInstanceLaunchFailures",
                                                  "Could not launch On-Demand Instances. InsufficientInstanceCapacity")
     where = (*REGION, "--cluster", "eks1", "--name", "broken")
     proc = eks.gpuctl("nodegroup", "add", *where, "--gpu", "t4")
@@ -303,7 +310,7 @@ def test_cluster_delete_removes_what_was_made(eks: Eks) -> None:
     assert client.list_clusters()["clusters"] == []
     roles = [r["RoleName"] for r in eks.emulator.client("iam").list_roles()["Roles"]]
     assert not [r for r in roles if r.startswith("gpuctl-")]
-    eks.emulator.dataplane.wait_idle()
+    eks.dataplane.wait_idle()
     assert not KwokCluster("eks1").exists
     doc = yaml.safe_load(Path(eks.env["KUBECONFIG"]).read_text())
     assert "gpuctl-eks-eks1" not in [c["name"] for c in doc["contexts"]]

@@ -123,8 +123,8 @@ def test_frozen_apiserver_ends_each_command_with_exit_7(frozen_target: tuple[str
         assert _helm_processes() == []
     finally:
         os.kill(apiserver, signal.SIGCONT)
-    proc = run_gpuctl("--kubeconfig", str(kubeconfig), "status", env=env)  # thawed, it answers again
-    assert proc.returncode == 0, proc.stderr
+    thawed = run_gpuctl("--kubeconfig", str(kubeconfig), "status", env=env)  # thawed, it answers again
+    assert thawed.returncode == 0, thawed.stderr
 
 
 def test_unreachable_apiserver_exits_5_at_once(frozen_target: tuple[str, Path], sim_env: dict[str, str],

@@ -234,7 +234,7 @@ def test_a_launched_node_whose_plugin_lost_the_config_race_is_named_and_restarte
 
     env = from_zero
     pool = ("karpenter.sh", "v1", "nodepools", "gpuctl-slices")
-    patch = {"spec": {"template": {"metadata": {"annotations": {CONFIG_RACE: "true"}}}}}
+    patch: dict[str, Any] = {"spec": {"template": {"metadata": {"annotations": {CONFIG_RACE: "true"}}}}}
     custom(env).patch_cluster_custom_object(*pool, patch)
     try:
         create_pods(env, "slices", "nvidia.com/gpu", 1)

@@ -218,8 +218,10 @@ def test_jobs_are_admitted_against_cluster_queue_quota_and_borrow_from_the_cohor
         kueue.create("localqueues", {"kind": "LocalQueue", "metadata": {"name": "gpus"},
                                      "spec": {"clusterQueue": team}}, namespace=team)
     for team in ("team-a", "team-b"):
-        wait_for(f"ClusterQueue {team} active", lambda team=team: (
-            (condition(kueue.get("clusterqueues", team), "Active") or {}).get("status") == "True" or None))
+        def active(team: str = team) -> bool | None:
+            return (condition(kueue.get("clusterqueues", team), "Active") or {}).get("status") == "True" or None
+
+        wait_for(f"ClusterQueue {team} active", active)
     started = time.monotonic()
 
     def job_state(namespace: str, name: str) -> tuple[bool, dict[str, str]]:

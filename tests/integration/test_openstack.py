@@ -5,6 +5,7 @@ quota reason, throttles, and delays a new record long enough to kill gpuctl whil
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -75,7 +76,7 @@ def test_throttling_is_retried_then_exits_4(os_env: dict[str, str], emulator: Op
 
 
 def test_emulator_speaks_magnum_microversions(emulator: OpenStackEmulator) -> None:
-    auth = {"auth": {"identity": {"methods": ["password"], "password": {"user": {
+    auth: dict[str, Any] = {"auth": {"identity": {"methods": ["password"], "password": {"user": {
         "name": "demo", "domain": {"name": "Default"}, "password": PASSWORD}}}}}
     resp = requests.post(f"{emulator.url}/identity/v3/auth/tokens", json=auth, timeout=10)
     assert resp.status_code == 201

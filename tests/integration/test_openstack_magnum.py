@@ -145,13 +145,16 @@ def test_nodegroup_add_scale_delete(os_env: dict[str, str], openstack_bed: OpenS
     assert [g["name"] for g in openstack_bed.nodegroups(uuid)].count("extra") == 1
     proc = run_gpuctl("-o", "json", "nodegroup", "list", *CLOUD, "--cluster", "os1", env=os_env)
     assert [g["name"] for g in json.loads(proc.stdout)] == ["extra", "gpu"]  # Magnum's defaults are not listed
-    updated = openstack_bed.cluster(uuid)["updated_at"]
+    before = openstack_bed.cluster(uuid)
+    assert before is not None
+    updated = before["updated_at"]
     proc = run_gpuctl("nodegroup", "delete", *CLOUD, "--cluster", "os1", "--name", "default-worker", "--yes",
                       env=os_env)
     assert proc.returncode == 2 and "default node group" in proc.stderr
     proc = run_gpuctl("nodegroup", "add", *ng, "--gpu", "l4", env=os_env)
     assert proc.returncode == 2 and "flavor cannot change" in proc.stderr
-    assert openstack_bed.cluster(uuid)["updated_at"] == updated  # nothing was asked of Magnum
+    after = openstack_bed.cluster(uuid)
+    assert after is not None and after["updated_at"] == updated  # nothing was asked of Magnum
     proc = run_gpuctl("nodegroup", "delete", *ng, "--yes", env=os_env)
     assert proc.returncode == 0, proc.stderr
     assert group_nodes(os_env, "extra") == {}

@@ -152,6 +152,7 @@ def refused(create: Any) -> str:
     with pytest.raises(KubeApiError) as error:
         create()
     assert error.value.status == 403, error.value.body
+    assert error.value.body is not None  # a refusal's Status object
     return str(json.loads(error.value.body)["message"])
 
 

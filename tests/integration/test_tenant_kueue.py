@@ -230,7 +230,9 @@ def serving(port: int, ca_bundle: bytes) -> str:
     context = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
             context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
-        return str(tls.getpeercert()["subject"])
+        cert = tls.getpeercert()
+        assert cert is not None  # verified: the handshake required one
+        return str(cert["subject"])
 
 
 def manager_port() -> int:

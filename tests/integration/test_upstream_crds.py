@@ -160,6 +160,7 @@ def test_nodepool_and_ec2nodeclass_apply(gpu: str, kubectl: Kubectl, tmp_path: P
         GroupPlan(group, mig=parse_layout("3g.20gb-2x2g.10gb", model))
     pool = render_nodepool(plan, 4, NODEGROUP_LABEL, EC2_NODE_CLASS, "mixed")
     overlay = render_nodeoverlay(plan, "mixed")
+    assert overlay is not None  # a sharing group and a MIG group each have one
     node_class = render_ec2nodeclass("itest", "gpuctl-itest-node", "AL2023_x86_64_NVIDIA")
     proc = kubectl.dry_run(write(tmp_path / "karpenter.yaml", node_class, pool, overlay), "gpuctl")
     assert proc.returncode == 0, proc.stderr
@@ -169,6 +170,7 @@ def test_real_nodeoverlay_crd_refuses_cpu_capacity(kubectl: Kubectl, tmp_path: P
     """The negative control for the NodeOverlay CRD: an overlay may not touch cpu/memory/pods."""
     overlay = render_nodeoverlay(GroupPlan(NodeGroupSpec("t4", get_gpu("t4"), 1, 1), Sharing("time-slicing", 4)),
                                  "mixed")
+    assert overlay is not None
     overlay["spec"]["capacity"]["cpu"] = "8"
     proc = kubectl.dry_run(write(tmp_path / "overlay.yaml", overlay), "gpuctl")
     assert proc.returncode != 0

@@ -174,7 +174,7 @@ def test_the_pods_own_tolerations_and_node_selector_win(cluster: dict[str, str])
     assert gpu_tolerations(dry_run(cluster, pod("other", gpu, nodeSelector={"gpuctl.dev/nodegroup": "training",
                                                                              "topology.kubernetes.io/zone": "a"}))) \
         == [TRAINING_TAINT, GPU_TAINT]
-    claim = pod("claim", **{"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-t4"}]})
+    claim = pod("claim", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gpu-t4"}])
     claim["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     assert gpu_tolerations(dry_run(cluster, claim)) == [TRAINING_TAINT, GPU_TAINT]
     init = pod("init", initContainers=[{"name": "warm", "image": "busybox:1.37",

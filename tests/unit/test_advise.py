@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 import shlex
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.prometheus import Prometheus
 from gpuctl.model import promql
 from gpuctl.model.catalog import GPUS
@@ -233,7 +234,7 @@ def _advise(canned: Canned, view: ClusterView, monkeypatch: Any) -> dict[str, An
     monkeypatch.setattr(ops_advise, "read_queues", lambda client, v: None)
     monkeypatch.setattr(ops_advise, "recorded_groups", lambda client: {})
     monkeypatch.setattr(ops_advise, "cluster_identity", lambda server, context: IDENTITY)
-    client = SimpleNamespace(server="https://127.0.0.1:1")  # Kube.server
+    client = cast(Kube, SimpleNamespace(server="https://127.0.0.1:1"))  # Kube.server
     with fake_prometheus(canned) as url:
         return ops_advise.advise(client, Prometheus(url), "1h", now=NOW)
 

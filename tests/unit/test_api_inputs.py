@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-import gpuctl
 from gpuctl.util.errors import UsageError
+
+if TYPE_CHECKING:  # the names gpuctl's __getattr__ hands out, with their signatures for mypy
+    from gpuctl import api as gpuctl
+else:
+    import gpuctl
 
 
 def _never() -> None:

@@ -128,7 +128,7 @@ def anchors(page: Path) -> set[str]:
         def walk(tokens: list[dict[str, Any]]) -> set[str]:
             return {t["id"] for t in tokens} | {i for t in tokens for i in walk(t["children"])}
 
-        _ANCHORS[page] = walk(md.toc_tokens)  # type: ignore[attr-defined]
+        _ANCHORS[page] = walk(md.toc_tokens)
     return _ANCHORS[page]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gpuctl.kube import dra as kube_dra
+from gpuctl.kube.kube import Kube
 from gpuctl.model import dra as model_dra
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import parse_layout
@@ -59,7 +60,7 @@ def test_the_quota_warning_counts_the_devices_status_counts(monkeypatch: pytest.
               a_slice("b", ["gpu-0", "gpu-1"], generation=1, count=2)]  # its second slice is not published yet
     monkeypatch.setattr(kube_dra, "list_slices", lambda client: slices)
     assert {n: len(ds) for n, ds in model_dra.slice_devices(slices).items()} == {"a": 2}
-    assert tenant_claims.published_devices(None) == {
+    assert tenant_claims.published_devices(Kube(None)) == {
         "nvidia.com/gpu": 2, model_dra.quota_key(model_dra.GPU_CLASS): 2}
 
 

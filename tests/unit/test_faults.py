@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuctl.kube.errors import KubeTimeout
 from gpuctl.util import redact
 from gpuctl.util.errors import CloudError, ClusterError, ExitCode, RequestTimeout, UsageError
 from gpuctl.util.timeouts import Deadlines, request_deadlines
@@ -131,6 +132,7 @@ def test_kube_request_to_a_silent_server_raises_request_timeout(silent_server: s
         v1.list_node()
     assert time.monotonic() - started < 3  # one attempt of 1 s: a request that timed out is not repeated
     assert caught.value.exit_code == ExitCode.TIMEOUT and silent_server in caught.value.message
+    assert isinstance(caught.value, KubeTimeout)  # the client's: a Kubernetes request error too
     wrapped = caught.value.in_context("listing nodes")  # as `requesting("listing nodes")` words it
     assert isinstance(wrapped, RequestTimeout) and wrapped.message.startswith("listing nodes failed: ")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuctl.api import load_document, to_platform
+from gpuctl.model.spec import GroupPlan
 from gpuctl.ops.converge import with_cluster_groups
 from gpuctl.ops.group_records import intended_labels, node_drift, plan_of, record_of
 from gpuctl.ops.validation_record import spec_digest
@@ -74,7 +75,11 @@ def test_a_rerun_keeps_what_its_command_line_left_unsaid_and_a_spec_file_stays_e
 
     made = platform({**SHARED, "sharing": {"mps": {"replicas": 4}},
                      "taints": ["nvidia.com/gpu=true:NoSchedule", "pool=shared:NoSchedule"]})
-    recorded = {g.spec.name: plan_of(g.spec.name, record_of(g)) for g in made.groups}
+    recorded: dict[str, GroupPlan] = {}
+    for g in made.groups:
+        plan = plan_of(g.spec.name, record_of(g))
+        assert plan is not None, g.spec.name
+        recorded[g.spec.name] = plan
     rerun = platform({"name": "shared", "gpu": "t4", "nodes": 2})  # the quick start's flags: no label, no sharing
     kept = with_recorded(replace(rerun, unstated=frozenset(UNSTATED)), recorded, made.stack.mig_strategy)
     [group] = kept.groups

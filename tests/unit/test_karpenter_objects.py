@@ -107,10 +107,14 @@ def test_overlay_declares_what_a_shared_node_advertises() -> None:
                                                 "values": ["gpuctl-infer"]}]
     assert overlay["spec"]["capacity"] == {"nvidia.com/gpu": "8"}
     mig = GroupPlan(NodeGroupSpec("mig", a100, 0, 8), mig=parse_layout("3g.20gb-2x2g.10gb", a100))
-    assert render_nodeoverlay(mig, "mixed")["spec"]["capacity"] == {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.20gb": "8",
-                                                                     "nvidia.com/mig-2g.10gb": "16"}
+    overlay = render_nodeoverlay(mig, "mixed")
+    assert overlay is not None
+    assert overlay["spec"]["capacity"] == {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.20gb": "8",
+                                           "nvidia.com/mig-2g.10gb": "16"}
     single = GroupPlan(NodeGroupSpec("one", a100, 0, 8), mig=parse_layout("all-1g.5gb", a100))
-    assert render_nodeoverlay(single, "single")["spec"]["capacity"] == {"nvidia.com/gpu": "56"}
+    overlay = render_nodeoverlay(single, "single")
+    assert overlay is not None
+    assert overlay["spec"]["capacity"] == {"nvidia.com/gpu": "56"}
 
 
 def test_taint_without_value_is_rendered_without_one() -> None:

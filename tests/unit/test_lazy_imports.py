@@ -178,6 +178,7 @@ def test_no_module_uses_a_private_typer_name() -> None:
                     and isinstance(node.value.value, ast.Name) and node.value.value.id == "typer":
                 names = [f"typer.{node.value.attr}.{node.attr}"]
             for name in names:
+                assert isinstance(node, (ast.stmt, ast.expr))  # an import or an attribute: it has a line
                 parts = name.split(".")
                 if parts[0] == "typer" and len(parts) > 1 and (parts[1].startswith("_") or (
                         parts[1] in ("main", "core") and not (len(parts) == 3 and parts[2] in PUBLIC_CORE))):

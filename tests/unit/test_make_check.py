@@ -33,4 +33,4 @@ def test_the_markers_check_deselects_are_registered_and_test_runs_everything() -
     markers = {m.split(":")[0] for m in config["tool"]["pytest"]["ini_options"]["markers"]}
     assert {"integration", "conformance", "slow"} <= markers
     assert recipe("test") == ["$(BIN)/pytest -q"]
-    assert set(config["tool"]["mypy"]["files"]) >= {"gpuctl", "bench"}
+    assert set(config["tool"]["mypy"]["files"]) >= {"gpuctl", "bench", "tests"}  # make check and make test: all three

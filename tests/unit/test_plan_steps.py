@@ -53,7 +53,7 @@ def _fresh(spec: PlatformSpec, provider: Any) -> Cluster:
     from gpuctl.ops.platform_steps import selectors
     from gpuctl.stack.owners import StackPlan
 
-    return Cluster(spec, selectors(spec, provider), StackPlan(), None, False, client=object())  # type: ignore[arg-type]
+    return Cluster(spec, selectors(spec, provider), StackPlan(), None, False, client=object())
 
 
 SPECS = _spec_files()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuctl.kube.kube import Kube
 from gpuctl.model.spec import PlatformSpec
 from tests.conftest import run_gpuctl
 
@@ -201,6 +202,6 @@ def test_apply_and_render_take_the_karpenter_objects_from_one_renderer(monkeypat
     spec = _platform(_eks_karpenter_spec(tmp_path, isolated_env))
     captured: list[Any] = []
     monkeypatch.setattr(karpenter, "nodepool_step", lambda client, objects, note="": captured.append(objects))
-    providers.get_provider("eks", spec.options).cluster_steps(spec, None)  # what apply's step writes
+    providers.get_provider("eks", spec.options).cluster_steps(spec, Kube(None))  # what apply's step writes
     rendered = [d for d in manifests(spec).values() if d["apiVersion"].startswith("karpenter.")]
     assert captured[0]() == rendered and len(rendered) == 3

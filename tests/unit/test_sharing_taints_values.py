@@ -101,7 +101,9 @@ def test_node_patch_writes_only_differences_and_keeps_other_taints() -> None:
     assert node_patch(converged, {"a": "1", "b": "2", "c": None}, DEFAULT_GPU_TAINTS) is None
     # Same key and effect, another value: replaced, not duplicated.
     stale = node({}, [Taint("nvidia.com/gpu", "false", "NoSchedule")])
-    assert node_patch(stale, {}, DEFAULT_GPU_TAINTS)["spec"]["taints"] == [
+    patch = node_patch(stale, {}, DEFAULT_GPU_TAINTS)
+    assert patch is not None
+    assert patch["spec"]["taints"] == [
         {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
 

@@ -143,7 +143,7 @@ def test_the_capacity_wait_lasts_while_nodes_converge_and_then_checks_the_rollou
     looks = states(*[(False, False, n) for n in range(0, 1000, 2)], (True, False, 1000), (True, True, 1000))
     monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra: next(looks))
     checks: list[Check] = []
-    capacity.wait_capacity(object(), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
+    capacity.wait_capacity(Kube(None), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
     assert [c.ok for c in checks] == [True]
     assert clock.now - 1000.0 > STALL_S  # 250 s of steady progress
 
@@ -155,7 +155,7 @@ def test_a_stalled_rollout_ends_the_capacity_wait_with_exit_7(clock: FakeTime, m
     monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra: next(looks))
     checks: list[Check] = []
     with pytest.raises(WaitTimeout) as caught:
-        capacity.wait_capacity(object(), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
+        capacity.wait_capacity(Kube(None), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
     assert caught.value.message == (
         "allocatable GPUs on nodes gpuctl.dev/nodegroup=gpu: no progress for 120s (after 120s): 1000/1000 nodes "
         "advertise their GPUs; gpu-operator/nvidia-device-plugin-daemonset: rollout: 4 of 5 pods updated")
@@ -167,7 +167,7 @@ def test_the_capacity_wait_takes_the_commands_timeout(clock: FakeTime, monkeypat
     looks = states(*[(False, False, n) for n in range(1000)])
     monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra: next(looks))
     with wait_limit(30), pytest.raises(WaitTimeout, match="not done after 30s: 60/1000 nodes"):
-        capacity.wait_capacity(object(), "g", [], dra=False)
+        capacity.wait_capacity(Kube(None), "g", [], dra=False)
 
 
 # -- the MIG-state wait ---------------------------------------------------------------------------------
@@ -251,12 +251,12 @@ def test_check_device_plugins_fails_on_a_half_rolled_daemon_set() -> None:
     from gpuctl.ops.validate import check_device_plugins
 
     names = ["gpu-operator/nvidia-device-plugin-daemonset"]
-    check = check_device_plugins(object(), (names, rollout(updated=4)))
+    check = check_device_plugins(Kube(None), (names, rollout(updated=4)))
     assert not check.ok and check.detail.startswith(
         "gpu-operator/nvidia-device-plugin-daemonset: rollout: 4 of 5 pods updated; see 'kubectl rollout status -n "
         "gpu-operator ds/nvidia-device-plugin-daemonset'")
-    assert check_device_plugins(object(), (names, rollout())).ok
-    two = check_device_plugins(object(), ([*names, "kube-system/nvidia-device-plugin-daemonset"], None))
+    assert check_device_plugins(Kube(None), (names, rollout())).ok
+    two = check_device_plugins(Kube(None), ([*names, "kube-system/nvidia-device-plugin-daemonset"], None))
     assert not two.ok and "found 2" in two.detail
 
 

@@ -224,7 +224,7 @@ class OpenStackBed:
             return cached[0]
         if password is None:
             password = self.admin_password if username == "admin" else self.password
-        body = {"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        body: dict[str, Any] = {"auth": {"identity": {"methods": ["password"], "password": {"user": {
             "name": username, "domain": {"id": "default"}, "password": password}}},
             "scope": {"project": {"name": project, "domain": {"id": "default"}}}}}
         resp = requests.post(f"{self.auth_url}/auth/tokens", json=body, timeout=30)

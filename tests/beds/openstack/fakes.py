@@ -53,6 +53,7 @@ class Fakes:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     def start(self) -> Fakes:

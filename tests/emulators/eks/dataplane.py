@@ -42,7 +42,9 @@ EKS_NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 
 def _failed(resource: Cluster | Nodegroup, status: str, exc: BaseException) -> None:
     resource.status = status
-    resource.health = {"issues": [{"code": "InternalFailure", "message": f"{type(exc).__name__}: {exc}"}]}
+    # moto's Cluster declares no `health`; describe-cluster shows it once set, as EKS does
+    resource.health = {  # type: ignore[union-attr]
+        "issues": [{"code": "InternalFailure", "message": f"{type(exc).__name__}: {exc}"}]}
 
 
 class SimDataPlane:
@@ -104,7 +106,8 @@ class SimDataPlane:
         self.writes.append(f"create_cluster {cluster.name}")
         if kwargs.get("version") is None:
             cluster.version = ".".join(KUBERNETES_VERSION.lstrip("v").split(".")[:2])
-        cluster.status, cluster.endpoint, cluster.certificate_authority = "CREATING", None, {}
+        # no endpoint while CREATING, as EKS answers (moto types it str)
+        cluster.status, cluster.endpoint, cluster.certificate_authority = "CREATING", None, {}  # type: ignore[assignment]
         self._background(lambda: self._bring_up(cluster))
         return cluster
 
@@ -179,8 +182,9 @@ class SimDataPlane:
 
     def _label_nodes(self, group: Nodegroup) -> None:
         v1 = core(api_client(KwokCluster(group.cluster_name).kubeconfig_path))
-        labels = {EKS_NODEGROUP_LABEL: group.nodegroup_name, "node.kubernetes.io/instance-type": group.instance_types[0],
-                  "eks.amazonaws.com/capacityType": group.capacity_type, **group.labels}
+        labels: dict[str, str | None] = {
+            EKS_NODEGROUP_LABEL: group.nodegroup_name, "node.kubernetes.io/instance-type": group.instance_types[0],
+            "eks.amazonaws.com/capacityType": group.capacity_type, **group.labels}
         taints = tuple(Taint(t["key"], t.get("value") or "", K8S_EFFECTS[t["effect"]]) for t in group.taints)
         for node in v1.list_node(label_selector=f"{L.NODEGROUP}={group.nodegroup_name}").items:
             patch = node_patch(v1.api_client.sanitize_for_serialization(node), labels, taints)

@@ -88,6 +88,7 @@ class TokenWebhook:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     def start(self) -> None:

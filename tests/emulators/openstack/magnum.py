@@ -177,7 +177,7 @@ class Magnum:
     # -- transitions -----------------------------------------------------------------------
 
     def _transition(self, objs: list[Cluster | NodeGroup], action: str, work: Callable[[], None],
-                    done: Callable[[], None] | None = None, failure: str | None = None) -> None:
+                    done: Callable[[], object] | None = None, failure: str | None = None) -> None:
         """Set *_IN_PROGRESS now; run `work` in a thread; then *_COMPLETE (or `done`) or *_FAILED."""
         for obj in objs:
             obj.status, obj.status_reason, obj.updated_at = f"{action}_IN_PROGRESS", None, _now()

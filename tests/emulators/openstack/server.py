@@ -68,6 +68,7 @@ class OpenStackEmulator:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     def start(self) -> OpenStackEmulator:
@@ -157,12 +158,21 @@ class OpenStackEmulator:
 
     def route(self, method: str, path: str, body: Any, version: tuple[int, int]) -> tuple[int, Any]:
         m = self.magnum
+
+        def delete_cluster(c: str) -> tuple[int, None]:
+            m.delete_cluster(c)
+            return 204, None
+
+        def delete_nodegroup(c: str, n: str) -> tuple[int, None]:
+            m.delete_nodegroup(c, n)
+            return 204, None
+
         routes: list[tuple[str, str, Callable[..., tuple[int, Any]]]] = [
             ("GET", r"/v1/clusters",
              lambda: (200, {"clusters": [c.summary() for c in m.visible(m.clusters).values()]})),
             ("POST", r"/v1/clusters", lambda: (202, {"uuid": m.create_cluster(body).uuid})),
             ("GET", r"/v1/clusters/([^/]+)", lambda c: (200, m.cluster(c).detail())),
-            ("DELETE", r"/v1/clusters/([^/]+)", lambda c: (204, m.delete_cluster(c))),
+            ("DELETE", r"/v1/clusters/([^/]+)", delete_cluster),
             ("POST", r"/v1/clusters/([^/]+)/actions/resize", lambda c: (202, {"uuid": m.resize(c, body).uuid})),
             ("GET", r"/v1/clusters/([^/]+)/nodegroups",
              lambda c: (200, {"nodegroups": [ng.summary()
@@ -173,7 +183,7 @@ class OpenStackEmulator:
              lambda c, n: (200, m.nodegroup(m.cluster(c), n).detail(m.cluster(c)))),
             ("PATCH", r"/v1/clusters/([^/]+)/nodegroups/([^/]+)",
              lambda c, n: (202, m.update_nodegroup(c, n, body).detail(m.cluster(c)))),
-            ("DELETE", r"/v1/clusters/([^/]+)/nodegroups/([^/]+)", lambda c, n: (204, m.delete_nodegroup(c, n))),
+            ("DELETE", r"/v1/clusters/([^/]+)/nodegroups/([^/]+)", delete_nodegroup),
             ("GET", r"/v1/certificates/([^/]+)", lambda c: (200, m.ca(c))),
             ("POST", r"/v1/certificates", lambda: (201, m.sign(body))),
         ]
