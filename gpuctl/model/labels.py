@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
+APP_NAME = "app.kubernetes.io/name"
 MANAGER = "gpuctl"
 NODEGROUP = "gpuctl.dev/nodegroup"
 GPU_MODEL = "gpuctl.dev/gpu"  # catalog name, e.g. a100-40gb

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,6 @@ def tolerations(taints: Iterable[Taint]) -> list[dict[str, Any]]:
     return [t.toleration() for t in taints]
 
 
-def node_taint(taint: Any) -> Taint:
-    """A node's taint as JSON (`spec.taints[i]` of a Node: its value may be absent) as a Taint. (A typed
-    V1Taint is still taken while callers move to gpuctl.kube's JSON objects, issue 29.)"""
-    if isinstance(taint, dict):
-        return Taint(taint["key"], taint.get("value") or "", taint["effect"])
-    return Taint(taint.key, taint.value or "", taint.effect)
+def node_taint(taint: Mapping[str, Any]) -> Taint:
+    """A node's taint as JSON (`spec.taints[i]` of a Node: its value may be absent) as a Taint."""
+    return Taint(taint["key"], taint.get("value") or "", taint["effect"])

@@ -19,7 +19,7 @@ from gpuctl.util.progress import waiting
 
 SMOKE_NAMESPACE = "gpuctl-system"
 SMOKE_TIMEOUT_S = 120.0
-SMOKE_LABELS = {L.MANAGED_BY: L.MANAGER, "app.kubernetes.io/name": "gpuctl-smoke-test"}
+SMOKE_LABELS = {L.MANAGED_BY: L.MANAGER, L.APP_NAME: "gpuctl-smoke-test"}
 
 
 @dataclass(frozen=True)

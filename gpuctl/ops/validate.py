@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.errors import KubeApiError, KubeNotFound, requesting
-from gpuctl.kube.gpu_nodes import NODEGROUP_LABELS, gpu_nodes, gpu_resources, model_of, nodegroup_of
+from gpuctl.kube.gpu_nodes import GPU_NODE_SELECTOR, NODEGROUP_LABELS, gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import ensure_namespace, read_config_map_data
@@ -232,7 +232,7 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
             return [launched]
         nodes = gpu_nodes(kube, nodegroup)
     if not nodes:
-        return [Check("gpu-nodes", False, "no GPU nodes (label feature.node.kubernetes.io/pci-10de.present=true)")]
+        return [Check("gpu-nodes", False, f"no GPU nodes (label {GPU_NODE_SELECTOR})")]
     plugin, mig = read_configs(kube)
     labels = nodes[0].labels
     node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
