@@ -11,24 +11,20 @@ The Python API the CLI is built on:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+import os
 
-# gpuctl.api.__all__ (a test keeps them equal); listed here so that looking up a submodule
-# such as gpuctl.model.labels never imports the API.
-_API = frozenset({
-    "CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "PlatformSpec", "Tenant", "add_node_group",
-    "apply_mig", "apply_platform", "delete_cluster", "delete_node_group", "ensure_tenant", "export_spec",
-    "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
-    "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
-    "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-    "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget",
-})
+__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # Loaded on first use: `gpuctl --help` imports this package and must stay fast (not even typing).
-    if name not in _API:
-        raise AttributeError(f"module 'gpuctl' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module("gpuctl.api"), name)
+    """gpuctl.api's public names (its __all__, the one list of them), loaded on first use: `gpuctl --help`
+    imports this package and must stay fast (not even typing). A submodule's name is left to the import
+    system, so that `from gpuctl import model` imports gpuctl.model, never the API."""
+    here = os.path.dirname(__file__)
+    if not name.startswith("_") and not os.path.exists(os.path.join(here, name)) \
+            and not os.path.exists(os.path.join(here, f"{name}.py")):
+        api = importlib.import_module("gpuctl.api")
+        if name in api.__all__:
+            return getattr(api, name)
+    raise AttributeError(f"module 'gpuctl' has no attribute {name!r}")

@@ -5,15 +5,19 @@ an install or an edit renders the help of every command with typer and stores it
 later ones read it from there. The file is keyed by what the text depends on: gpuctl's version,
 the help width, Python, the stamps (mtime and size) of typer (or click) and of every gpuctl
 module. Without a writable cache directory each `--help` is rendered by typer, as before.
-This module imports nothing beyond os, sys and zlib on that path.
+This module imports nothing beyond os, sys, zlib and gc (and gpuctl.util.files: os alone) on that path.
 """
 
 from __future__ import annotations
 
+import gc
+import io
 import os
 import sys
+import zlib
 
 from gpuctl import __version__
+from gpuctl.util.files import cache_root, write_atomic
 
 _HELP_FLAGS = ("--help", "-h")
 _KEEP = 8  # help files kept in the cache directory
@@ -42,14 +46,6 @@ def help_path(args: list[str]) -> str | None:
     if any(not word or word.startswith("-") or len(word.split()) != 1 for word in words):
         return None  # options, or a word with spaces: typer decides
     return " ".join(words)
-
-
-def cache_dir() -> str:
-    """gpuctl.util.paths.cache_dir() without pathlib (a test keeps the two equal)."""
-    if custom := os.environ.get("GPUCTL_CACHE_DIR"):
-        return custom
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-                        "gpuctl")
 
 
 def _stamps(top: str) -> list[str]:
@@ -82,9 +78,7 @@ def help_key() -> str:
 
 
 def help_file(key: str, width: int) -> str:
-    import zlib
-
-    return os.path.join(cache_dir(), "help", f"help-{zlib.crc32(key.encode()):08x}-{width}.txt")
+    return os.path.join(cache_root(), "help", f"help-{zlib.crc32(key.encode()):08x}-{width}.txt")
 
 
 def _read_helps(path: str, key: str) -> dict[str, str] | None:
@@ -108,10 +102,9 @@ def _writable(directory: str) -> bool:
 
 def render_helps(width: int) -> dict[str, str]:
     """The help text of every command path, rendered by typer at `width`."""
-    import io
-    from contextlib import redirect_stdout
+    from contextlib import redirect_stdout  # ~5 ms (collections, functools): only on a cache miss
 
-    from gpuctl.cli.main import command, run
+    from gpuctl.cli.main import command, run  # lazy seam: typer and every command, only on a cache miss
 
     def paths(command: object, path: list[str]) -> list[list[str]]:
         found = [path]
@@ -142,8 +135,6 @@ def render_helps(width: int) -> dict[str, str]:
 
 
 def _store(path: str, key: str, helps: dict[str, str]) -> None:
-    from gpuctl.util.files import write_atomic  # os alone; only on a cache miss
-
     directory = os.path.dirname(path)
     try:
         # mode 0666 less the umask, as open() would make it: a cache, nothing private
@@ -189,10 +180,8 @@ def main() -> None:
     path = help_path(args)
     if path is not None and serve_help(path):
         sys.exit(0)
-    from gpuctl.cli.main import run
+    from gpuctl.cli.main import run  # lazy seam: typer and the command, after the help cache and --version
 
     code = run(args)
-    import gc
-
     gc.freeze()  # exit without a last collection over every object the imports made (~5 ms)
     sys.exit(code)

@@ -14,12 +14,16 @@ exit 7 and a refused connection with exit 5, each naming the server's URL.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+from gpuctl import __version__
 from gpuctl.kube.errors import (
     KubeApiError,
     KubeConflict,
@@ -28,14 +32,32 @@ from gpuctl.kube.errors import (
     KubeUnauthorized,
     KubeUnavailable,
 )
+from gpuctl.kube.kubeconfig import check_selected
 from gpuctl.util import redact
 from gpuctl.util.errors import ClusterError, GpuctlError, UsageError, shown
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.timeouts import ENV, Deadlines, request_deadlines
 
+# The kubernetes package (~0.3 s) and urllib3 load at a client's first use: `gpuctl render` imports this module.
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import kubernetes.client as k8s_client
+    import kubernetes.client.exceptions as k8s_exceptions
+    import kubernetes.client.rest as k8s_rest
+    import kubernetes.config as k8s_config
+    import kubernetes.config.config_exception as k8s_config_exception
+    import urllib3.exceptions as urllib3_exceptions
+    import urllib3.util.retry as urllib3_retry
     from kubernetes.client import ApiClient, Configuration, CoreV1Api
+else:
+    k8s_client = LazyImport("kubernetes.client")
+    k8s_exceptions = LazyImport("kubernetes.client.exceptions", "kubernetes")
+    k8s_rest = LazyImport("kubernetes.client.rest", "kubernetes")
+    k8s_config = LazyImport("kubernetes.config", "kubernetes")
+    k8s_config_exception = LazyImport("kubernetes.config.config_exception", "kubernetes")
+    urllib3_exceptions = LazyImport("urllib3.exceptions", "urllib3")
+    urllib3_retry = LazyImport("urllib3.util.retry", "urllib3")
 
 T = TypeVar("T")
 
@@ -57,30 +79,23 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None,
     """An ApiClient for `context` in `kubeconfig` (default: $KUBECONFIG or ~/.kube/config), or in the
     kubeconfig document `config_dict`; its requests have deadlines and its credentials are registered
     for redaction. A kubeconfig that selects no cluster (kubeconfig.check_selected) is refused with exit 2."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    from gpuctl import __version__
-
     files = ""
     if config_dict is None:  # read strictly first: a hostile file is a usage error (exit 2), not a crash
-        from gpuctl.kube.kubeconfig import check_selected
-
         if kubeconfig is not None and not kubeconfig.exists():
             raise UsageError("--kubeconfig", f"{shown(str(kubeconfig))} does not exist",
                              "pass the kubeconfig gpuctl wrote (cluster create), or leave the flag out")
         # No cluster selected, or a --context not there: exit 2 with the fix. The client then loads the very
         # files judged (kubernetes reads $KUBECONFIG once, when it is imported).
         files = os.pathsep.join(str(p) for p in check_selected(kubeconfig, context))
-    configuration = client.Configuration()
+    configuration = k8s_client.Configuration()
     try:
         if config_dict is not None:
-            config.load_kube_config_from_dict(config_dict, context=context, client_configuration=configuration,
+            k8s_config.load_kube_config_from_dict(config_dict, context=context, client_configuration=configuration,
                                               persist_config=False)
         else:
-            config.load_kube_config(config_file=files, context=context, client_configuration=configuration,
+            k8s_config.load_kube_config(config_file=files, context=context, client_configuration=configuration,
                                     persist_config=False)
-    except (ConfigException, OSError) as exc:
+    except (k8s_config_exception.ConfigException, OSError) as exc:
         where = kubeconfig or ("the cluster's kubeconfig" if config_dict is not None else "the default kubeconfig")
         raise ClusterError(f"cannot load {where}: {redact.redact(str(exc))}", "pass --kubeconfig/--context") from None
     configuration.connection_pool_maxsize = POOL_SIZE
@@ -96,30 +111,21 @@ def _retries() -> Any:
     once (GET only, as urllib3 does), a 429/503 with Retry-After after that wait (RETRY_AFTER_RETRIES),
     never a connection or a request that timed out (urllib3's default would try such a GET three more
     times: a frozen server would hold gpuctl four deadlines)."""
-    from urllib3.exceptions import (
-        ConnectTimeoutError,
-        InvalidHeader,
-        MaxRetryError,
-        NewConnectionError,
-        ReadTimeoutError,
-    )
-    from urllib3.util.retry import Retry
-
-    class NoRetryOnTimeout(Retry):
+    class NoRetryOnTimeout(urllib3_retry.Retry):
         def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
             return has_retry_after and status_code in (429, 503) and bool(self.status)
 
         def parse_retry_after(self, retry_after: str) -> float:
             try:
                 return super().parse_retry_after(retry_after)
-            except InvalidHeader:  # neither seconds nor a date: the longest wait
+            except urllib3_exceptions.InvalidHeader:  # neither seconds nor a date: the longest wait
                 return RETRY_AFTER_MAX_S
 
         def increment(self, method: Any = None, url: Any = None, response: Any = None, error: Any = None,
                       _pool: Any = None, _stacktrace: Any = None) -> Any:  # (a Retry: urllib3 types it Self)
-            timed_out = isinstance(error, (ReadTimeoutError, ConnectTimeoutError))
-            if timed_out and not isinstance(error, NewConnectionError):  # (a subclass, for a refusal)
-                raise MaxRetryError(_pool, url, error) from error
+            timed_out = isinstance(error, (urllib3_exceptions.ReadTimeoutError, urllib3_exceptions.ConnectTimeoutError))
+            if timed_out and not isinstance(error, urllib3_exceptions.NewConnectionError):  # (a subclass: a refusal)
+                raise urllib3_exceptions.MaxRetryError(_pool, url, error) from error
             return super().increment(method, url, response, error, _pool, _stacktrace)
 
     return NoRetryOnTimeout(total=None, connect=CONNECT_RETRIES, read=1, redirect=CONNECT_RETRIES, other=0,
@@ -135,9 +141,6 @@ def _register_credentials(configuration: Configuration) -> None:
         scheme, _, value = header.strip().partition(" ")
         redact.register(value or scheme, cfg.password)
         if scheme.lower() == "basic":  # username:password, base64
-            import base64
-            import binascii
-
             try:
                 redact.register(base64.b64decode(value).decode(errors="replace").partition(":")[2])
             except (binascii.Error, ValueError):
@@ -170,13 +173,7 @@ def _timed_client_class() -> Any:
     global _TIMED_CLIENT
     if _TIMED_CLIENT is not None:
         return _TIMED_CLIENT
-    from kubernetes.client import ApiClient as BaseApiClient
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.client.rest import RESTClientObject
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
-    class TimedRESTClient(RESTClientObject):
+    class TimedRESTClient(k8s_rest.RESTClientObject):
         """Adds the deadlines; a request without an answer, or whose answer stops, raises KubeUnavailable or
         KubeTimeout naming the server."""
 
@@ -196,14 +193,14 @@ def _timed_client_class() -> Any:
 
             try:
                 response = super().request(method, url, *args, **kwargs)
-            except (HTTPError, OSError) as exc:
+            except (urllib3_exceptions.HTTPError, OSError) as exc:
                 raise failed(exc) from None
-            except ApiException as exc:  # the REST layer's own: a TLS failure (status 0), a 429 retried out
+            except k8s_exceptions.ApiException as exc:  # the REST layer's: a TLS failure (status 0), a 429 retried out
                 raise http_error(exc.status, exc.reason, exc.body, exc.headers, request) from None
             response.response = _Answer(response.response, failed)
             return response
 
-    class TimedApiClient(BaseApiClient):
+    class TimedApiClient(k8s_client.ApiClient):
         """Every request gets the default deadlines unless its caller passed `_request_timeout`, and an
         error answer raises the typed error in `call_api`, which every request passes (the API classes,
         watches, `_preload_content=False` calls)."""
@@ -223,7 +220,7 @@ def _timed_client_class() -> Any:
         def update_params_for_auth(self, *args: Any, **kwargs: Any) -> None:
             try:  # an exec credential plugin or OIDC refresh runs here, at each request
                 super().update_params_for_auth(*args, **kwargs)
-            except ConfigException as exc:
+            except k8s_config_exception.ConfigException as exc:
                 raise KubeApiError(f"cannot get credentials for the kube-apiserver at {self.configuration.host}: "
                                    f"{redact.redact(str(exc))}",
                                    "check the kubeconfig's credentials (its exec plugin, token or certificate)",
@@ -245,11 +242,9 @@ class _Answer:
         return getattr(self._raw, name)
 
     def _reading(self, read: Callable[[], T]) -> T:
-        from urllib3.exceptions import HTTPError
-
         try:
             return read()
-        except (HTTPError, OSError) as exc:
+        except (urllib3_exceptions.HTTPError, OSError) as exc:
             raise self._failed(exc) from None
 
     @property
@@ -272,11 +267,9 @@ class _Answer:
         return self._chunks(lambda: iter(self._raw))
 
     def _chunks(self, chunks: Callable[[], Any]) -> Any:
-        from urllib3.exceptions import HTTPError
-
         try:
             yield from chunks()
-        except (HTTPError, OSError) as exc:
+        except (urllib3_exceptions.HTTPError, OSError) as exc:
             raise self._failed(exc) from None
 
 
@@ -302,24 +295,21 @@ def transport_error(exc: BaseException, server: str | None, elapsed: float | Non
                     request: str = "") -> KubeApiError:
     """A urllib3 or socket error (no HTTP answer at all, or an answer cut short) as a typed error naming the
     server: a timeout KubeTimeout (exit 7), a refused or dropped connection KubeUnavailable (exit 5)."""
-    from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
-    from urllib3.exceptions import TimeoutError as Urllib3Timeout
-
-    reason = exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
+    reason = exc.reason if isinstance(exc, urllib3_exceptions.MaxRetryError) and exc.reason is not None else exc
     server = server or _server_of(reason) or _server_of(exc) or "the kube-apiserver"
     what = f"the kube-apiserver at {server}"
     # NewConnectionError subclasses ConnectTimeoutError in urllib3: test it first.
-    if isinstance(reason, NewConnectionError):
+    if isinstance(reason, urllib3_exceptions.NewConnectionError):
         cause = str(reason).split(": ", 1)[-1] if ": " in str(reason) else type(reason).__name__
         return KubeUnavailable(f"cannot connect to {what}: {cause}",
                                "check that the cluster is running and that --kubeconfig/--context point at it",
                                request=request)
-    if isinstance(reason, (Urllib3Timeout, TimeoutError)):
+    if isinstance(reason, (urllib3_exceptions.TimeoutError, TimeoutError)):
         took = f"{elapsed:.0f}s" if elapsed is not None else f"{request_deadlines().read:.0f}s"
         return KubeTimeout(f"{what} did not answer{' ' + request if request else ''} within {took}",
                            f"check that the API server is up and reachable (request deadline: {ENV}, "
                            f"default {request_deadlines().read:.0f}s)", server=server, request=request)
-    if isinstance(reason, (ProtocolError, ConnectionError)):
+    if isinstance(reason, (urllib3_exceptions.ProtocolError, ConnectionError)):
         return KubeUnavailable(f"{what} dropped the connection{' on ' + request if request else ''}: "
                                f"{reason.args[0] if reason.args else type(reason).__name__}", request=request)
     return KubeApiError(f"request to {what} failed: {type(reason).__name__}: {reason}", request=request)
@@ -332,8 +322,6 @@ def http_error(status: int | None, reason: str | None, body: Any, headers: Any =
     text = body.decode(errors="replace") if isinstance(body, (bytes, bytearray)) else (body or "")
     detail = reason or f"HTTP {status}"
     if text:
-        import json
-
         try:
             answer = json.loads(text)
         except ValueError:
@@ -360,6 +348,4 @@ def get_or_none(read: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
 
 
 def core(client: ApiClient) -> CoreV1Api:
-    from kubernetes.client import CoreV1Api
-
-    return CoreV1Api(client)
+    return k8s_client.CoreV1Api(client)

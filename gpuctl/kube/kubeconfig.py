@@ -14,6 +14,7 @@ import yaml
 from gpuctl.model.strict_yaml import read_yaml
 from gpuctl.util.errors import ExitCode, GpuctlError, UsageError, shown
 from gpuctl.util.files import write_atomic
+from gpuctl.util.paths import check_target
 
 _SECTIONS = ("clusters", "users", "contexts")
 MAX_BYTES = 8 << 20  # embedded certificates of many clusters fit; a runaway file does not
@@ -70,8 +71,6 @@ def check_kubeconfig(path: Path | None) -> None:
     """Before anything is started: every kubeconfig gpuctl would read is sound, and the one it would
     write can be written (paths.check_target: an existing one a regular file, a new one creatable, its
     directory writable on a file system that holds files); an existing one must be a kubeconfig."""
-    from gpuctl.util.paths import check_target
-
     # Named as the user gave it: the flag, or the variable the default file comes from.
     from_env = path is None and any(os.environ.get("KUBECONFIG", "").split(os.pathsep))
     check_target(path or default_path(), "$KUBECONFIG" if from_env else FIELD)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gpuctl.kube.client import get_or_none
+from gpuctl.kube.client import get_or_none, k8s_client
 from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound, requesting
 from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.output import info
@@ -87,9 +87,7 @@ def holder_is_dead(holder: str) -> bool:
 def clear_dead_holder(client: ApiClient) -> str | None:
     """Delete the apply lease when a dead gpuctl on this host holds it (a killed apply); the holder, if so.
     Converged or not, a rerun calls this, so no later apply waits out a dead holder's lease."""
-    from kubernetes.client import CoordinationV1Api, V1DeleteOptions, V1Preconditions
-
-    api = CoordinationV1Api(client)
+    api = k8s_client.CoordinationV1Api(client)
     with requesting("reading the apply lease"):
         lease = get_or_none(api.read_namespaced_lease, LEASE, LEASE_NAMESPACE)
     if lease is None:
@@ -99,8 +97,8 @@ def clear_dead_holder(client: ApiClient) -> str | None:
         return None
     try:  # only that lease: a live apply that took it over meanwhile keeps its own
         with requesting("clearing the apply lease of a dead gpuctl"):
-            api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE, body=V1DeleteOptions(
-                preconditions=V1Preconditions(resource_version=lease.metadata.resource_version)))
+            api.delete_namespaced_lease(LEASE, LEASE_NAMESPACE, body=k8s_client.V1DeleteOptions(
+                preconditions=k8s_client.V1Preconditions(resource_version=lease.metadata.resource_version)))
     except (KubeNotFound, KubeConflict):
         return None
     return holder
@@ -132,9 +130,7 @@ def _try_acquire(api: Any, holder: str) -> Any | None:
 
 @contextmanager
 def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[None]:
-    from kubernetes.client import CoordinationV1Api
-
-    api = CoordinationV1Api(client)
+    api = k8s_client.CoordinationV1Api(client)
     holder = holder_identity()
     if (other := _try_acquire(api, holder)) is not None:  # said at once: a short wait is a wait too
         info(f"  waiting for the apply lock on cluster {cluster!r}: another gpuctl apply holds it "

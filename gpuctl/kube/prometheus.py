@@ -4,22 +4,34 @@ Like the Kubernetes client (client.py), every request has gpuctl's request deadl
 connect 10 s, answer 30 s, GPUCTL_REQUEST_TIMEOUT), and every failure is one typed error naming the server:
 a refused connection or a name that does not resolve ClusterError (exit 5), no answer within the deadline
 RequestTimeout (exit 7), refused credentials CredentialsError (exit 3), an error answer ClusterError with
-Prometheus's own `errorType: error`. Importing this module imports neither urllib3 nor json.
+Prometheus's own `errorType: error`. Importing this module does not import urllib3 (a LazyImport).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from gpuctl import __version__
 from gpuctl.util import redact
 from gpuctl.util.errors import ClusterError, CredentialsError, RequestTimeout, UsageError, shown
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.timeouts import ENV, request_deadlines
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    import urllib3
+    import urllib3.exceptions as urllib3_exceptions
+    import urllib3.util.retry as urllib3_retry
+else:
+    urllib3 = LazyImport("urllib3")
+    urllib3_exceptions = LazyImport("urllib3.exceptions", "urllib3")
+    urllib3_retry = LazyImport("urllib3.util.retry", "urllib3")
 
 URL_ENV = "GPUCTL_PROMETHEUS_URL"
 MAX_ANSWER = 64 * 1024 * 1024  # bytes of one answer: a cluster's GPU series are far fewer
@@ -113,8 +125,6 @@ class Prometheus:
     def query_all(self, exprs: Mapping[str, str]) -> dict[str, list[Sample]]:
         """Each named instant query, all at once (Prometheus evaluates them in parallel); the first error in the
         order given is raised."""
-        from concurrent.futures import ThreadPoolExecutor
-
         self._manager()  # one connection pool for all, made before the threads share it
         with ThreadPoolExecutor(max_workers=max(1, min(QUERY_THREADS, len(exprs)))) as pool:
             futures = {name: pool.submit(self.query, expr) for name, expr in exprs.items()}
@@ -145,19 +155,14 @@ class Prometheus:
 
     def _manager(self) -> Any:
         if self._pool is None:
-            import urllib3
-            from urllib3.util.retry import Retry
-
             deadlines = request_deadlines()
-            from gpuctl import __version__
-
             headers = {"Accept": "application/json", "User-Agent": f"gpuctl/{__version__}"}
             if self.url.username is not None:
                 headers.update(urllib3.make_headers(basic_auth=f"{self.url.username}:{self.url.password or ''}"))
             # A refused connection is tried again at once; a request that timed out is not (a frozen server
             # would hold gpuctl several deadlines), nor is an error answer (it is Prometheus's verdict).
-            retries = Retry(total=None, connect=CONNECT_RETRIES, read=0, redirect=2, status=0, other=0,
-                            raise_on_status=False)
+            retries = urllib3_retry.Retry(total=None, connect=CONNECT_RETRIES, read=0, redirect=2, status=0, other=0,
+                                          raise_on_status=False)
             self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(connect=deadlines.connect,
                                                                      read=deadlines.read),
                                              retries=retries, headers=headers)
@@ -166,8 +171,6 @@ class Prometheus:
     def _call(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
         """POST the form `params` to `path` (Prometheus takes queries as forms: no URL length limit) and
         return the answer's `data`."""
-        from urllib3.exceptions import HTTPError
-
         started = time.monotonic()
         try:
             answer = self._manager().request("POST", self.url.base + path, fields=dict(params),
@@ -176,7 +179,7 @@ class Prometheus:
                 body = answer.read(MAX_ANSWER + 1)
             finally:
                 answer.release_conn()
-        except (HTTPError, OSError) as exc:
+        except (urllib3_exceptions.HTTPError, OSError) as exc:
             raise self._transport_error(exc, time.monotonic() - started, path) from None
         if len(body) > MAX_ANSWER:
             raise ClusterError(f"Prometheus at {self.url.shown} answered {path} with more than "
@@ -184,8 +187,6 @@ class Prometheus:
         return self._data(answer.status, body, path)
 
     def _data(self, status: int, body: bytes, path: str) -> dict[str, Any]:
-        import json
-
         try:
             doc = json.loads(body)
         except ValueError:
@@ -214,24 +215,21 @@ class Prometheus:
     def _transport_error(self, exc: BaseException, elapsed: float, path: str) -> ClusterError | RequestTimeout:
         """No answer at all: a timeout RequestTimeout (exit 7), anything else ClusterError (exit 5), each
         naming the URL."""
-        from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, SSLError
-        from urllib3.exceptions import TimeoutError as Urllib3Timeout
-
-        reason = exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
+        reason = exc.reason if isinstance(exc, urllib3_exceptions.MaxRetryError) and exc.reason is not None else exc
         where = f"Prometheus at {self.url.shown}"
         fix = (f"check {self.field} (or {URL_ENV}) and that Prometheus is up and reachable from here, e.g. "
                "kubectl port-forward -n monitoring svc/prometheus 9090")
         # NewConnectionError (and NameResolutionError) subclass ConnectTimeoutError in urllib3: test it first.
-        if isinstance(reason, NewConnectionError):
+        if isinstance(reason, urllib3_exceptions.NewConnectionError):
             cause = str(reason).split(": ", 1)[-1] if ": " in str(reason) else type(reason).__name__
             return ClusterError(f"cannot connect to {where}: {cause}", fix)
-        if isinstance(reason, (Urllib3Timeout, TimeoutError)):
+        if isinstance(reason, (urllib3_exceptions.TimeoutError, TimeoutError)):
             return RequestTimeout(f"{where} did not answer POST {path} within {elapsed:.0f}s",
                                   f"{fix} (request deadline: {ENV}, default {request_deadlines().read:.0f}s)",
                                   server=self.url.shown)
-        if isinstance(reason, SSLError):
+        if isinstance(reason, urllib3_exceptions.SSLError):
             return ClusterError(f"TLS with {where} failed: {reason}", fix)
-        if isinstance(reason, (ProtocolError, ConnectionError)):
+        if isinstance(reason, (urllib3_exceptions.ProtocolError, ConnectionError)):
             return ClusterError(f"{where} dropped the connection on POST {path}", fix)
         return ClusterError(f"request to {where} failed: {type(reason).__name__}: {reason}", fix)
 

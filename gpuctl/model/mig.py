@@ -12,12 +12,22 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from gpuctl.model import labels as L
-from gpuctl.model.catalog import GpuModel, MigGeometry, MigProfile
+from gpuctl.model.catalog import GPUS, GpuModel, MigGeometry, MigProfile
 from gpuctl.model.naming import ASCII_COUNT
 from gpuctl.model.stack_spec import MIG_STRATEGIES
 from gpuctl.util.errors import UsageError, shown
+from gpuctl.util.lazy_import import LazyImport
+
+if TYPE_CHECKING:
+    import hashlib
+
+    import yaml
+else:
+    hashlib = LazyImport("hashlib")  # OpenSSL: only for the rare config name over the label limit
+    yaml = LazyImport("yaml")  # `mig validate` and `mig plan` never load it
 
 NAMED = ("all-disabled", "all-enabled", "all-balanced")  # plus all-<profile> for each profile
 _LAYOUT = re.compile(r"[A-Za-z0-9.+-]{1,200}")  # ASCII only: whitespace, control characters and '٣' are refused
@@ -83,8 +93,6 @@ def _entries(text: str, field: str) -> list[tuple[str, int]]:
 def check_layout_text(text: str, field: str = "LAYOUT") -> str:
     """What a layout must be on any GPU: its syntax, and profiles that some MIG GPU of the catalog has.
     For `mig apply`, which learns the GPU models from the cluster: judged before the first request."""
-    from gpuctl.model.catalog import GPUS
-
     if not _LAYOUT.fullmatch(text):
         raise UsageError(field, f"{shown(text)} is not a MIG layout", _SYNTAX_HINT)
     name = text.lower()
@@ -269,8 +277,6 @@ def config_name(layout: MigLayout) -> str:
     name = _label_safe(layout.name if layout.name.startswith("all-") else f"custom-{layout.name}")
     if len(name) <= _LABEL_MAX:
         return name
-    import hashlib  # OpenSSL: only for the rare name over the label limit
-
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
     return f"{name[:_LABEL_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
 
@@ -297,8 +303,6 @@ def _entry(counts: dict[str, int] | None) -> list[dict[str, object]]:
 def mig_parted_config(layouts: Iterable[MigLayout], existing: dict[str, dict[str, int] | None] | None = None) -> str:
     """The `config.yaml` of a mig-parted ConfigMap: all-disabled, the `existing` configs (as read by
     parse_mig_parted_config; other node groups may use them) and every layout given."""
-    import yaml  # `mig validate` and `mig plan` never load it
-
     configs = {name: _entry(counts) for name, counts in (existing or {}).items()}
     configs["all-disabled"] = _entry(None)
     added: set[str] = set()
@@ -320,8 +324,6 @@ def layout_from_counts(name: str, counts: dict[str, int] | None) -> MigLayout:
 
 def parse_mig_parted_config(text: str) -> dict[str, dict[str, int] | None]:
     """Config name -> {profile: count}, or None where MIG is disabled. Raises ValueError."""
-    import yaml
-
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:

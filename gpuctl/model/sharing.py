@@ -10,10 +10,17 @@ plugin's MIG_STRATEGY env (ClusterPolicy mig.strategy) overrides any flag in the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuctl.model.catalog import GpuModel
 from gpuctl.util.choices import Choice
 from gpuctl.util.errors import UsageError
+from gpuctl.util.lazy_import import LazyImport
+
+if TYPE_CHECKING:
+    import yaml
+else:
+    yaml = LazyImport("yaml")  # the node-group model loads this module, `gpuctl --help` loads that
 
 STRATEGIES = ("none", "time-slicing", "mps")
 # The one reading of a sharing strategy's name (--sharing; any case, near misses answered).
@@ -66,8 +73,6 @@ def check_sharing_fits(sharing: Sharing, model: GpuModel, field: str) -> None:
 
 def render_plugin_config(sharing: Sharing) -> str:
     """The device-plugin config document for one ConfigMap key (NO_SHARING: the plain default)."""
-    import yaml  # not at import: the node-group model loads this module, `gpuctl --help` loads that
-
     doc: dict = {"version": "v1"}
     if sharing.config_key:
         section = SECTIONS[sharing.strategy]
@@ -87,8 +92,6 @@ def plugin_configs(sharings: list[Sharing]) -> dict[str, str]:
 
 def parse_plugin_config(text: str) -> Sharing:
     """Inverse of render_plugin_config, for the simulated device plugin (ValueError if malformed)."""
-    import yaml
-
     doc = yaml.safe_load(text) or {}
     sharing = doc.get("sharing") or {}
     for strategy, section in SECTIONS.items():

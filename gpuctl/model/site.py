@@ -32,6 +32,7 @@ def site_config_path() -> Path:
 def _load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
+    # lazy seam: strict_yaml's loader subclasses PyYAML's, and `gpus` reads no site.yaml unless there is one
     from gpuctl.model.strict_yaml import read_yaml
 
     doc = read_yaml(path, str(path)) or {}

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpuctl.model.capabilities import CapabilitiesOf
 from gpuctl.model.catalog import GPU, GPUS, GpuModel
 from gpuctl.model.charts import DRA_DRIVER, GPU_OPERATOR, KUEUE, NFD, UPSTREAM, chart_ref
@@ -434,8 +436,6 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup], ships_driver: bool
 
 def export_spec(spec: Any) -> str:
     """The GpuCluster YAML equivalent of a PlatformSpec (e.g. of a command line)."""
-    import yaml
-
     provider: dict[str, Any] = {"cloud": spec.cloud}
     for key, attr in PROVIDER_KEYS.items():
         value = getattr(spec.options, attr, None) if attr != "cloud" else None

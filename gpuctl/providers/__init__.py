@@ -43,10 +43,11 @@ def karpenter_objects(spec: PlatformSpec) -> list[dict[str, Any]]:
     Loads neither the provider nor its SDK."""
     if not spec.options.karpenter:
         return []
+    # lazy seam: only the chosen cloud's provider package loads (`render` of an eks spec needs no simulator)
     if spec.cloud == "eks":
-        from gpuctl.providers.eks.karpenter import karpenter_objects as eks_objects
+        from gpuctl.providers.eks.karpenter import karpenter_objects as eks_objects  # lazy seam: see above
 
         return eks_objects(spec, spec.options)
-    from gpuctl.providers.sim.karpenter import karpenter_objects as sim_objects  # check_options: eks or sim
+    from gpuctl.providers.sim.karpenter import karpenter_objects as sim_objects  # lazy seam: check_options: eks/sim
 
     return sim_objects(spec)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import Proc, all_procs, kill_and_wait, read_argv
+from gpuctl.tools.installer import find_tool
 from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.files import write_atomic
 
@@ -34,8 +35,6 @@ def free_port() -> int:
 def apply_crds(cluster: str, crds: Path, what: str) -> bool:
     """Server-side apply each CRD in `crds` (files <group>_<plural>.yaml) the cluster does not serve yet and wait
     until they are Established; True if any was missing."""
-    from gpuctl.tools.installer import find_tool
-
     kubectl = [str(find_tool("kubectl")), "--kubeconfig", str(KwokCluster(cluster).kubeconfig_path)]
     if not missing_crds(cluster, crds):
         return False
@@ -52,8 +51,6 @@ def apply_crds(cluster: str, crds: Path, what: str) -> bool:
 
 def missing_crds(cluster: str, crds: Path) -> set[str]:
     """The CRDs in `crds` (files <group>_<plural>.yaml) the cluster does not serve, as <plural>.<group>."""
-    from gpuctl.tools.installer import find_tool
-
     kubectl = [str(find_tool("kubectl")), "--kubeconfig", str(KwokCluster(cluster).kubeconfig_path)]
     probe = subprocess.run([*kubectl, "get", "crd", "-o", "name"], capture_output=True, text=True, timeout=120)
     have = {name.rpartition("/")[2] for name in probe.stdout.split()}

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
@@ -59,6 +59,14 @@ from gpuctl.simulator.procs import (
     read_argv,
 )
 from gpuctl.util.errors import ClusterError, UsageError
+from gpuctl.util.lazy_import import LazyImport
+
+if TYPE_CHECKING:
+    import prometheus_client
+    from prometheus_client import metrics_core
+else:  # only in the exporter's own process (main)
+    prometheus_client = LazyImport("prometheus_client", "prometheus-client")
+    metrics_core = LazyImport("prometheus_client.metrics_core", "prometheus-client")
 
 log = logging.getLogger("gpuctl.sim.dcgm-exporter")
 
@@ -174,11 +182,9 @@ class Exporter:
 
     def collect(self) -> Iterator[Any]:
         """prometheus_client's Collector protocol: one gauge family per FAMILIES entry that has series."""
-        from prometheus_client.metrics_core import Metric
-
         with self.lock:
             samples = list(self.samples)
-        families = {f.name: Metric(f.name, f.help, "gauge") for f in FAMILIES}
+        families = {f.name: metrics_core.Metric(f.name, f.help, "gauge") for f in FAMILIES}
         for sample in sorted(samples, key=lambda s: sorted(s.labels.items())):
             families[sample.family].add_sample(sample.family, sample.labels, sample.value)
         yield from (families[name] for name in sorted(families) if families[name].samples)
@@ -191,8 +197,6 @@ def main() -> None:
     parser.add_argument("--stamp", default="", help="the gpuctl code it runs (procs.code_stamp)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from prometheus_client import CollectorRegistry, start_http_server
-
     exporter = Exporter(args.kubeconfig)
     while True:  # serve only once there is something true to serve: ready means listed
         try:
@@ -201,10 +205,10 @@ def main() -> None:
         except Exception:
             log.exception("listing the cluster failed; retrying")
             time.sleep(REFRESH_S)
-    registry = CollectorRegistry(auto_describe=False)
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(exporter)
     host, _, port = args.listen.rpartition(":")
-    start_http_server(int(port), addr=host, registry=registry)
+    prometheus_client.start_http_server(int(port), addr=host, registry=registry)
     log.info("serving http://%s/metrics", args.listen)
     took = 0.0
     while True:

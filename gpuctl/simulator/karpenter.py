@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuctl.kube.objects import MANAGED
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
 from gpuctl.simulator.daemons import Daemon, apply_crds, free_port, missing_crds, wait_ready
@@ -87,8 +88,6 @@ def instance_types() -> list[dict[str, Any]]:
 
 def render_kwok_node_class() -> dict[str, Any]:
     """The KWOKNodeClass gpuctl's NodePools launch from; Ready by its CRD's default status (kwoknodeclass.go)."""
-    from gpuctl.kube.objects import MANAGED
-
     return {"apiVersion": f"{KWOK_NODE_CLASS.group}/v1alpha1", "kind": KWOK_NODE_CLASS.kind,
             "metadata": {"name": KWOK_NODE_CLASS.name, "labels": dict(MANAGED)}, "spec": {}}
 

@@ -38,6 +38,7 @@ import ipaddress
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -51,11 +52,25 @@ from gpuctl.simulator.kueue_webhooks import (
 )
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import flag
+from gpuctl.stack.kueue import manager_config
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
 from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.errors import ClusterError
 from gpuctl.util.files import write_atomic
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.output import info
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509 import oid as x509_oid
+else:  # only to make a serving certificate
+    x509 = LazyImport("cryptography.x509", "cryptography")
+    x509_oid = LazyImport("cryptography.x509.oid", "cryptography")
+    hashes = LazyImport("cryptography.hazmat.primitives.hashes", "cryptography")
+    serialization = LazyImport("cryptography.hazmat.primitives.serialization", "cryptography")
+    ec = LazyImport("cryptography.hazmat.primitives.asymmetric.ec", "cryptography")
 
 CRDS_DIR = "kueue-crds"  # beside the binary in the tool cache (pins.py: the kueue Tool's extras)
 FEATURE_GATES = "VisibilityOnDemand=false,DisableWaitForPodsReady=true"
@@ -101,13 +116,8 @@ def daemon(cluster: str) -> Daemon:
 
 def _write_certs(certs: Path) -> None:
     """A self-signed serving pair for 127.0.0.1/localhost (webhook and metrics cert watcher)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuctl-sim-kueue")])
+    name = x509.Name([x509.NameAttribute(x509_oid.NameOID.COMMON_NAME, "gpuctl-sim-kueue")])
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -125,8 +135,6 @@ def _write_certs(certs: Path) -> None:
 def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> str:
     """The manager's Configuration (config.kueue.x-k8s.io/v1beta2; decoded strictly: no unknown keys):
     the one gpuctl installs on clouds (stack/kueue.py), made to run out of cluster (see above)."""
-    from gpuctl.stack.kueue import manager_config
-
     config = {
         **manager_config(),
         "leaderElection": {"leaderElect": False},

@@ -18,6 +18,7 @@ recognisable and repairable by the next run.
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import ipaddress
 import logging
@@ -32,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -53,11 +55,24 @@ from gpuctl.tools.installer import ensure_tools
 from gpuctl.tools.pins import KUBERNETES_VERSION, SIM_TOOLS
 from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.files import write_atomic
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.output import info
 from gpuctl.util.paths import state_dir
 from gpuctl.util.resources import data_dir
 from gpuctl.util.templating import render_template
 from gpuctl.util.words import plural
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509 import oid as x509_oid
+else:  # only for a cluster issued by a given CA (write_pki)
+    x509 = LazyImport("cryptography.x509", "cryptography")
+    x509_oid = LazyImport("cryptography.x509.oid", "cryptography")
+    hashes = LazyImport("cryptography.hazmat.primitives.hashes", "cryptography")
+    serialization = LazyImport("cryptography.hazmat.primitives.serialization", "cryptography")
+    rsa = LazyImport("cryptography.hazmat.primitives.asymmetric.rsa", "cryptography")
 
 log = logging.getLogger(__name__)
 
@@ -409,13 +424,6 @@ def write_pki(pki: Path, ca_cert_pem: bytes, ca_key_pem: bytes) -> None:
     component uses as client and serving certificate (CN kwok-admin, O system:masters, kwokctl's SANs).
     `kwokctl create` keeps a pki dir it finds, so a cluster made on it trusts clients that CA signed and
     serves a certificate that CA verifies (a cloud's cluster CA, e.g. Magnum's)."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -424,8 +432,8 @@ def write_pki(pki: Path, ca_cert_pem: bytes, ca_key_pem: bytes) -> None:
            "localhost"]
     ips = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                                     x509.NameAttribute(NameOID.COMMON_NAME, "kwok-admin")]))
+            .subject_name(x509.Name([x509.NameAttribute(x509_oid.NameOID.ORGANIZATION_NAME, "system:masters"),
+                                     x509.NameAttribute(x509_oid.NameOID.COMMON_NAME, "kwok-admin")]))
             .issuer_name(ca_cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -435,7 +443,8 @@ def write_pki(pki: Path, ca_cert_pem: bytes, ca_key_pem: bytes) -> None:
             .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
                                          data_encipherment=False, key_agreement=False, key_cert_sign=False,
                                          crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            .add_extension(x509.ExtendedKeyUsage([x509_oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                                                   x509_oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .add_extension(x509.SubjectAlternativeName([*map(x509.DNSName, dns), *map(x509.IPAddress, ips)]),
                            critical=False)

@@ -13,17 +13,21 @@ ServiceMonitor (honorLabels false) they arrive as exported_pod, exported_namespa
 
 from __future__ import annotations
 
+import json
 import os
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import yaml
 
 from gpuctl.simulator.daemons import Daemon, free_port, wait_ready
-from gpuctl.simulator.dcgm_exporter import ensure_dcgm_exporter
+from gpuctl.simulator.dcgm_exporter import ensure_dcgm_exporter, stop_dcgm_exporter
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import flag, is_prometheus, read_argv
 from gpuctl.tools.installer import ensure_tools
-from gpuctl.util.errors import ClusterError
+from gpuctl.util.errors import ClusterError, WaitTimeout
 from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
 
@@ -113,13 +117,6 @@ def ensure_monitoring(cluster: str, timeout: float = READY_TIMEOUT_S) -> str:
 def _wait_scraped(url: str, cluster: str, timeout: float) -> None:
     """Return once Prometheus has scraped the exporter (`up` of the job is 1): a ready Prometheus that has not
     scraped yet answers every query with nothing, and `gpuctl top` would say there are no GPUs."""
-    import json
-    import time
-    import urllib.parse
-    import urllib.request
-
-    from gpuctl.util.errors import WaitTimeout
-
     query = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": f'up{{job="{JOB}"}} == 1'})
     deadline = time.monotonic() + timeout
     while True:
@@ -137,7 +134,5 @@ def _wait_scraped(url: str, cluster: str, timeout: float) -> None:
 
 def stop_monitoring(cluster: str) -> None:
     """Stop the cluster's Prometheus and DCGM exporter, whether or not their pid files name them."""
-    from gpuctl.simulator.dcgm_exporter import stop_dcgm_exporter
-
     _daemon(cluster).stop()
     stop_dcgm_exporter(cluster)

@@ -1,19 +1,37 @@
 """Helm through pyhelm3 and the real `helm` binary; the one place that runs an event loop.
 
-`render` builds `Release`s from here, so the event loop and the tool installer load only when helm runs."""
+`render` builds `Release`s from here, so the event loop and pyhelm3 load (LazyImport) only when helm runs."""
 
 from __future__ import annotations
 
+import difflib
+import logging
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from gpuctl.model.change import Change
 from gpuctl.model.charts import ChartRef
 from gpuctl.stack.crds import apply_crds
+from gpuctl.tools.installer import ensure_tools
 from gpuctl.util.errors import ClusterError, GpuctlError, RequestTimeout
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.output import info
 from gpuctl.util.timeouts import ENV, HELM_CHART_S, HELM_MARGIN_S, HELM_QUERY_S, scaled
+
+if TYPE_CHECKING:
+    import asyncio
+
+    import pyhelm3
+    import pyhelm3.errors as helm_errors
+else:
+    asyncio = LazyImport("asyncio")
+    pyhelm3 = LazyImport("pyhelm3")
+    helm_errors = LazyImport("pyhelm3.errors", "pyhelm3")
 
 TIMEOUT = "5m"  # helm's own deadline for its waits (--wait, --atomic)
 INSTALL_DEADLINE_S = 5 * 60 + HELM_MARGIN_S  # TIMEOUT, then time for the rollback
@@ -36,29 +54,19 @@ class HelmTarget:
     context: str | None
 
 
-def _client(target: HelmTarget):  # noqa: ANN202 - pyhelm3.Client, imported lazily
-    import logging
-
-    from pyhelm3 import Client
-
-    from gpuctl.tools.installer import ensure_tools
-
+def _client(target: HelmTarget) -> pyhelm3.Client:
     # pyhelm3 logs every non-zero helm exit, expected ones too ("release: not found"); errors are ours to report.
     logging.getLogger("pyhelm3").setLevel(logging.CRITICAL)
 
     global _HELM
     [helm] = ensure_tools(["helm"], info)
     _HELM = str(helm.path)
-    return Client(executable=str(helm.path), kubeconfig=target.kubeconfig, kubecontext=target.context,
+    return pyhelm3.Client(executable=str(helm.path), kubeconfig=target.kubeconfig, kubecontext=target.context,
                   default_timeout=TIMEOUT)
 
 
 def _server(target: HelmTarget) -> str:
     """The API server URL of the target's context, for messages ("the kube-apiserver" when unknown)."""
-    import os
-
-    import yaml
-
     files = [str(target.kubeconfig)] if target.kubeconfig else \
         [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or [os.path.expanduser("~/.kube/config")]
     docs = []
@@ -83,8 +91,6 @@ async def _bounded(target: HelmTarget, awaitable: Any, seconds: float, doing: st
 
     On the deadline the helm process is killed (pyhelm3 runs it under `sh -c` and, cancelled, would
     only stop the shell and then wait for helm) and the error names the server (exit 7)."""
-    import asyncio
-
     task = asyncio.ensure_future(awaitable)
     done, _ = await asyncio.wait({task}, timeout=seconds)
     if task in done:
@@ -102,9 +108,6 @@ async def _bounded(target: HelmTarget, awaitable: Any, seconds: float, doing: st
 
 def _kill_helm() -> None:
     """SIGKILL the helm processes this process started (children of its `sh -c` children)."""
-    import os
-    import signal
-
     if _HELM is None:
         return
     helm = os.path.realpath(_HELM)
@@ -121,8 +124,6 @@ def _kill_helm() -> None:
 
 
 def _descendants(root: int) -> list[int]:
-    import os
-
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if entry.isdigit():
@@ -154,8 +155,6 @@ def _reason(exc: Exception) -> str:
 
 
 async def _ensure(target: HelmTarget, release: Release) -> Change:
-    from pyhelm3.errors import Error as HelmError
-
     client = _client(target)
     doing = f"reading release {release.name}"
     try:
@@ -169,7 +168,7 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
             return Change.NO_CHANGE
         crds = list(await _bounded(target, chart.crds(), scaled(HELM_CHART_S), f"reading chart {release.chart.ref}",
                                    server=False)) if current is not None else []
-    except HelmError as exc:
+    except helm_errors.Error as exc:
         if (timed_out := _timed_out(target, exc, doing)) is not None:
             raise timed_out from None
         raise ClusterError(f"helm: cannot read chart or release {release.name}: {_reason(exc)}",
@@ -181,7 +180,7 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
         await _bounded(target, client.install_or_upgrade_release(
             release.name, chart, release.values, namespace=release.namespace, create_namespace=True, atomic=True,
             wait=True, timeout=TIMEOUT), INSTALL_DEADLINE_S, f"installing {release.name}")
-    except HelmError as exc:
+    except helm_errors.Error as exc:
         verb = "upgrade" if current else "install"
         if (timed_out := _timed_out(target, exc, f"{verb} of {release.name}")) is not None:
             raise timed_out from None
@@ -192,16 +191,11 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
 
 def ensure_release(target: HelmTarget, release: Release) -> Change:
     """Install or upgrade only when the chart version or values differ from the deployed revision."""
-    import asyncio
-
     return asyncio.run(_ensure(target, release))
 
 
 
 async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
-    from pyhelm3.errors import Error as HelmError
-    from pyhelm3.errors import ReleaseNotFoundError
-
     client = _client(target)
     doing = f"reading release {release.name}"
     try:
@@ -211,11 +205,11 @@ async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
         try:
             current = await _bounded(target, client.get_current_revision(release.name, namespace=release.namespace),
                                      scaled(HELM_QUERY_S), doing)
-        except ReleaseNotFoundError:
+        except helm_errors.ReleaseNotFoundError:
             return Change.CREATED, f"install {chart.metadata.name} {chart.metadata.version}"
         deployed = await _bounded(target, current.chart_metadata(), scaled(HELM_QUERY_S), doing)
         values = await _bounded(target, current.values(), scaled(HELM_QUERY_S), doing)
-    except HelmError as exc:
+    except helm_errors.Error as exc:
         if (timed_out := _timed_out(target, exc, doing)) is not None:
             raise timed_out from None
         raise ClusterError(f"helm: cannot read chart or release {release.name}: {_reason(exc)}",
@@ -229,16 +223,10 @@ async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
 
 def plan_release(target: HelmTarget, release: Release) -> tuple[Change, str]:
     """What ensure_release would do, and why; reads only."""
-    import asyncio
-
     return asyncio.run(_plan(target, release))
 
 
 def yaml_diff(before: Any, after: Any) -> str:
-    import difflib
-
-    import yaml
-
     old = yaml.safe_dump(before, sort_keys=True).splitlines()
     new = yaml.safe_dump(after, sort_keys=True).splitlines()
     return "\n".join(difflib.unified_diff(old, new, "deployed", "wanted", lineterm="", n=1))

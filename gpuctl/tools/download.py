@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tarfile
-import urllib.error
-import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuctl.tools.pins import Tool
+from gpuctl.util.lazy_import import LazyImport
+
+# urllib.request (http.client, email, ssl) and hashlib load only when something is downloaded.
+if TYPE_CHECKING:
+    import hashlib
+    import urllib.error as urllib_error
+    import urllib.request as urllib_request
+else:
+    hashlib = LazyImport("hashlib")
+    urllib_error = LazyImport("urllib.error")
+    urllib_request = LazyImport("urllib.request")
 
 TIMEOUT_S = 10
 
 
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+    with urllib_request.urlopen(url, timeout=TIMEOUT_S) as response:
         return response.read()
 
 
@@ -46,7 +55,7 @@ def download(tool: Tool, dest: Path) -> str | None:
                 if member is None:
                     return f"{tool.member} missing from {url}"
                 payload = member.read()
-    except (urllib.error.URLError, OSError, ValueError, tarfile.TarError) as exc:
+    except (urllib_error.URLError, OSError, ValueError, tarfile.TarError) as exc:
         reason = getattr(exc, "reason", exc)
         return f"download from {url.split('/')[2]} failed ({reason})"
     dest.write_bytes(payload)

@@ -12,10 +12,9 @@ import os
 import re
 import shutil
 import subprocess
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.tools.pins import (
     CONTROLLER_TOOLS_VERSION,
@@ -29,6 +28,12 @@ from gpuctl.tools.pins import (
     Tool,
 )
 from gpuctl.util.errors import ToolError
+from gpuctl.util.lazy_import import LazyImport
+
+if TYPE_CHECKING:
+    import zipfile
+else:
+    zipfile = LazyImport("zipfile")  # only to unpack a Go module: `gpuctl render` imports the installer
 
 MIN_GO = (1, 26)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuctl.tools import gobuild
+from gpuctl.tools.download import download
 from gpuctl.tools.pins import TOOLS, Tool
 from gpuctl.util.errors import ToolError
 from gpuctl.util.paths import cache_dir
@@ -86,8 +87,6 @@ def _link_from_path(tool: Tool) -> Path | None:
 
 
 def _download(tool: Tool) -> str | None:
-    from gpuctl.tools.download import download  # urllib and tarfile: only when something is missing
-
     if tool.url is None:
         return "no release download; gpuctl builds it from its own Go source"
     dest = cached_path(tool)

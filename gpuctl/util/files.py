@@ -1,11 +1,20 @@
-"""Files written whole or not at all. Standard library only, `os` alone: the CLI's start-up path
-(gpuctl/cli/entry.py, the help cache) imports this module."""
+"""Files written whole or not at all, and where gpuctl's cache is. Standard library only, `os` alone: the CLI's
+start-up path (gpuctl/cli/entry.py, the help cache) imports this module."""
 
 from __future__ import annotations
 
 import os
 
 PRIVATE = 0o600  # credentials, pid files, state: the owner's alone
+
+
+def cache_root() -> str:
+    """gpuctl's cache directory (tools, the help cache): $GPUCTL_CACHE_DIR, else $XDG_CACHE_HOME/gpuctl, else
+    ~/.cache/gpuctl. A str, without pathlib, for the help cache; gpuctl.util.paths.cache_dir is its Path."""
+    if custom := os.environ.get("GPUCTL_CACHE_DIR"):
+        return custom
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                        "gpuctl")
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int = PRIVATE) -> None:

@@ -11,9 +11,16 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import fields, is_dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuctl.util.choices import Choice
+from gpuctl.util.errors import UsageError
+from gpuctl.util.lazy_import import LazyImport
+
+if TYPE_CHECKING:
+    import yaml
+else:
+    yaml = LazyImport("yaml")
 
 # The output contract (docs/reference.md, "Output"): stdout holds data in one of these formats. `table` fits 80
 # columns, `wide` adds the rest; json and yaml hold every field, keys in camelCase (as Kubernetes' JSON) except
@@ -132,8 +139,6 @@ def text(data: Any, fmt: str) -> str:
     data = document(data)
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
-    import yaml
-
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
@@ -165,8 +170,6 @@ def section(body: str) -> None:
 def refuse_format(fmt: str, allowed: Sequence[str], field: str, why: str) -> None:
     """A UsageError naming -o where `fmt` is not one of `allowed` for this command (exit 2)."""
     if fmt not in allowed:
-        from gpuctl.util.errors import UsageError
-
         raise UsageError("-o/--output", f"{fmt} does not apply to {field}: {why}",
                          f"use {' or '.join('-o ' + f for f in allowed)}")
 
@@ -178,8 +181,6 @@ def emit_manifests(stream: str, fmt: str) -> None:
     if fmt != "json":
         out(stream if stream.endswith("\n") or not stream else stream + "\n")
         return
-    import yaml
-
     docs = [d for d in yaml.safe_load_all(stream) if d is not None]
     one = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
     out(json.dumps(one, indent=2) + "\n")

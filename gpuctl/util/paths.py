@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+
+from gpuctl.util.errors import UsageError, shown
+from gpuctl.util.files import cache_root
 
 
 def cache_dir() -> Path:
-    """Tools cache, keyed by version; survives fresh clones so only the first run builds."""
-    if custom := os.environ.get("GPUCTL_CACHE_DIR"):
-        return Path(custom)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuctl"
+    """Tools cache, keyed by version; survives fresh clones so only the first run builds (files.cache_root)."""
+    return Path(cache_root())
 
 
 def state_dir() -> Path:
@@ -32,8 +34,6 @@ MAX_NAME_BYTES = 255  # NAME_MAX: one component
 def check_path_text(text: str, field: str) -> str:
     """A path as typed: not empty (an empty one is not the current directory), printable, within PATH_MAX
     and NAME_MAX. The one rule for every path flag (gpuctl.cli.types.path parses with it)."""
-    from gpuctl.util.errors import UsageError, shown
-
     hint = "pass a path of printable characters"
     if not text:
         raise UsageError(field, "an empty path", "pass a path, or leave the flag out")
@@ -59,10 +59,6 @@ def _encodes(text: str) -> bool:
 def check_file_path(path: Path, field: str) -> None:
     """A file flag that may be read or written (`--kubeconfig`): an existing regular file, or one that
     check_target says can be made."""
-    import stat
-
-    from gpuctl.util.errors import UsageError
-
     check_path_text(str(path), field)
     try:
         mode = path.stat().st_mode
@@ -78,10 +74,6 @@ def check_target(path: Path, field: str, directory: bool = False) -> None:
     temporary file beside it), or with `directory` a directory it writes files into. What exists must be
     of that kind and writable; what does not must be creatable: its nearest existing ancestor a writable
     directory on a file system that holds files. Refused with a UsageError naming `field`."""
-    import stat
-
-    from gpuctl.util.errors import UsageError
-
     check_path_text(str(path), field)
 
     def refuse(reason: str) -> None:

@@ -12,9 +12,17 @@ import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.output import info
+
+if TYPE_CHECKING:
+    import rich.console as rich_console
+    import rich.text as rich_text
+else:
+    rich_console = LazyImport("rich.console")
+    rich_text = LazyImport("rich.text")
 
 
 def live_terminal() -> bool:
@@ -49,18 +57,14 @@ class Waiting:
 
     def _text(self, detail: str = "") -> Any:
         """The line, cut to the terminal's width (beside the spinner): a live line never wraps."""
-        from rich.text import Text
-
-        text = Text(self.line(detail))
+        text = rich_text.Text(self.line(detail))
         text.truncate(max(20, self._console.width - 3), overflow="ellipsis")
         return text
 
     def __enter__(self) -> Waiting:
         self.started = self._said = self.clock()
         if live_terminal():
-            from rich.console import Console
-
-            self._console = Console(file=sys.stderr, highlight=False)
+            self._console = rich_console.Console(file=sys.stderr, highlight=False)
             self._status = self._console.status(self._text(), spinner="dots")
             self._status.start()
         return self

@@ -5,19 +5,20 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.resources import data_dir
 
 if TYPE_CHECKING:
-    from jinja2 import Environment
+    import jinja2
+else:
+    jinja2 = LazyImport("jinja2")  # ~50 ms: only when a template renders
 
 
 @cache
-def _environment(directory: str) -> Environment:
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined  # ~50 ms: only when a template renders
-
-    return Environment(
-        loader=FileSystemLoader(str(data_dir(directory))),
-        undefined=StrictUndefined,
+def _environment(directory: str) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir(directory))),
+        undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,  # YAML, not HTML: values go through |tojson instead
     )

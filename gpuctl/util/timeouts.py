@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from gpuctl.util.errors import UsageError
+
 CONNECT_S = 10.0  # TCP connect and TLS handshake
 READ_S = 30.0  # from request sent to the first byte of the answer
 ENV = "GPUCTL_REQUEST_TIMEOUT"
@@ -37,12 +39,8 @@ def request_deadlines() -> Deadlines:
         try:
             read = float(value)
         except ValueError:
-            from gpuctl.util.errors import UsageError
-
             raise UsageError(ENV, f"{value!r} is not a number of seconds") from None
         if read <= 0:
-            from gpuctl.util.errors import UsageError
-
             raise UsageError(ENV, f"{value!r} must be more than 0 seconds")
     return Deadlines(connect=min(CONNECT_S, read), read=read)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 def noun(count: int, word: str, many: str | None = None) -> str:
     """`word` in the number `count` asks for: the word for 1, else `many` (default: the word with an s)."""
@@ -16,8 +18,6 @@ def plural(count: int, word: str, many: str | None = None) -> str:
 def pairs(mapping: object) -> str:
     """A mapping as a reader writes it, `nvidia.com/gpu=8,nvidia.com/mig-1g.5gb=7` (never a Python repr); `none`
     for an empty one."""
-    from collections.abc import Mapping
-
     if not isinstance(mapping, Mapping):
         return str(mapping)
     return ",".join(f"{k}={v}" for k, v in mapping.items()) or "none"

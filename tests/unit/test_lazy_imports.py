@@ -339,19 +339,33 @@ def test_help_path() -> None:
                                        {"GPUCTL_CACHE_DIR": "/y"}, {"HOME": "/home/z"}])
 def test_entry_finds_the_cache_where_gpuctl_paths_does(variables: dict[str, str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl.cli.entry import cache_dir
-    from gpuctl.util.paths import cache_dir as paths_cache_dir
+    """One rule (gpuctl.util.files.cache_root): the help cache lies in the directory the tools cache does."""
+    from gpuctl.cli.entry import help_file
+    from gpuctl.util.paths import cache_dir
 
     for name in ("XDG_CACHE_HOME", "GPUCTL_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    assert Path(cache_dir()) == paths_cache_dir()
+    expected = Path(variables.get("GPUCTL_CACHE_DIR") or Path(variables.get("XDG_CACHE_HOME") or
+                                                              Path.home() / ".cache") / "gpuctl")
+    assert cache_dir() == expected
+    assert Path(help_file("key", 78)).parent == expected / "help"
 
 
 def test_the_python_api_is_import_gpuctl() -> None:
+    """gpuctl.<name> is gpuctl.api.<name> for every name of api.__all__ (the one list), and nothing else is."""
     import gpuctl
     import gpuctl.api
 
-    assert gpuctl._API == set(gpuctl.api.__all__)
-    assert gpuctl.apply_platform is gpuctl.api.apply_platform
+    for name in gpuctl.api.__all__:
+        assert getattr(gpuctl, name) is getattr(gpuctl.api, name), name
+    for name in ("nosuch", "Path", "_API", "__wrapped__"):  # Path: imported by api.py, not in __all__
+        assert not hasattr(gpuctl, name), name
+
+
+def test_a_submodule_import_does_not_load_the_api() -> None:
+    probe = ("import sys; import gpuctl; from gpuctl import model; from gpuctl.model import labels; "
+             "import gpuctl.util.paths; print(gpuctl.model.__name__, 'gpuctl.api' in sys.modules, hasattr(gpuctl, 'cli'))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.split() == ["gpuctl.model", "False", "False"], proc.stdout + proc.stderr

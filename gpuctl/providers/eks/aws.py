@@ -14,11 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.util import redact
 from gpuctl.util.errors import CloudError, CredentialsError, RequestTimeout, UsageError, WaitTimeout
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.output import info
 from gpuctl.util.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
 
 if TYPE_CHECKING:
+    import boto3
+    import botocore.config as botocore_config
+    import botocore.exceptions as bx
+    import botocore.parsers as botocore_parsers
     from botocore.client import BaseClient
+else:
+    boto3 = LazyImport("boto3")
+    botocore_config = LazyImport("botocore.config", "botocore")
+    bx = LazyImport("botocore.exceptions", "botocore")
+    botocore_parsers = LazyImport("botocore.parsers", "botocore")
 
 MAX_ATTEMPTS = 8  # per call, first try included: botocore "standard" retries throttling and transient errors
 CREDENTIALS_FIX = ("configure AWS credentials (aws configure, AWS_PROFILE or --profile, or AWS_ACCESS_KEY_ID "
@@ -46,9 +56,6 @@ def translated(doing: str) -> Iterator[None]:
 
     Messages carry AWS's code and message, never a credential: for credential errors only the code.
     """
-    from botocore import exceptions as bx
-    from botocore.parsers import ResponseParserError
-
     try:
         yield
     except (bx.NoCredentialsError, bx.PartialCredentialsError, bx.CredentialRetrievalError) as exc:
@@ -79,7 +86,8 @@ def translated(doing: str) -> Iterator[None]:
                          "check the network, --region and AWS_ENDPOINT_URL") from None
     except bx.BotoCoreError as exc:
         raise CloudError(f"{doing} failed: {exc}") from None
-    except ResponseParserError as exc:  # not a BotoCoreError: e.g. a 5xx with a JSON body from an XML API (STS)
+    # not a BotoCoreError: e.g. a 5xx with a JSON body from an XML API (STS)
+    except botocore_parsers.ResponseParserError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CloudError(f"{doing} failed: AWS answered with a body botocore cannot read ({first})",
                          "AWS or the endpoint (AWS_ENDPOINT_URL) is failing; retry later") from None
@@ -89,8 +97,6 @@ class AwsSession:
     """A boto3 session from the standard credential chain, `profile` and `region` overriding it."""
 
     def __init__(self, profile: str | None, region: str | None) -> None:
-        import boto3
-
         # botocore's DEBUG log carries request headers, session tokens included: never below INFO, even with -vv.
         for name in ("boto3", "botocore"):
             logger = logging.getLogger(name)
@@ -105,11 +111,9 @@ class AwsSession:
         self._clients: dict[str, BaseClient] = {}
 
     def client(self, service: str) -> BaseClient:
-        from botocore.config import Config
-
         if service not in self._clients:
             deadlines = request_deadlines()
-            config = Config(retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
+            config = botocore_config.Config(retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
                             connect_timeout=deadlines.connect, read_timeout=deadlines.read)
             with translated(f"creating the {service} client"):
                 client = self._session.client(service, config=config)
@@ -129,10 +133,8 @@ class AwsSession:
 def limit_timeout_retries(client: BaseClient) -> None:
     """botocore's standard mode retries a timed-out call like a throttled one (MAX_ATTEMPTS times), so a
     frozen endpoint would take minutes: a timeout gets CLOUD_ATTEMPTS attempts, then fails (exit 7)."""
-    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
-
     def stop_on_timeout(attempts: int = 0, caught_exception: BaseException | None = None, **_: Any) -> None:
-        if isinstance(caught_exception, (ConnectTimeoutError, ReadTimeoutError)) and attempts >= CLOUD_ATTEMPTS:
+        if isinstance(caught_exception, (bx.ConnectTimeoutError, bx.ReadTimeoutError)) and attempts >= CLOUD_ATTEMPTS:
             raise caught_exception
 
     service = client.meta.service_model.service_id.hyphenize()
@@ -145,12 +147,10 @@ GONE = "GONE"  # the status wait_for sees once describe() finds nothing
 
 def get_or_none(doing: str, call: Callable[..., dict[str, Any]], **params: Any) -> dict[str, Any] | None:
     """`call(**params)`, or None when AWS says the resource does not exist."""
-    from botocore.exceptions import ClientError
-
     with translated(doing):
         try:
             return call(**params)
-        except ClientError as exc:
+        except bx.ClientError as exc:
             if error_code(exc) in NOT_FOUND_CODES:
                 return None
             raise

@@ -19,7 +19,8 @@ from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, scaled_bounds
 from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.providers.eks import nodegroups as ng
-from gpuctl.providers.eks.aws import GONE, MANAGED_TAGS, AwsSession, error_code, get_or_none, translated, wait_for
+from gpuctl.providers.eks.aws import GONE, MANAGED_TAGS, AwsSession, bx, error_code, get_or_none, translated, wait_for
+from gpuctl.providers.eks.karpenter import karpenter_objects
 from gpuctl.providers.eks.roles import (
     CLUSTER_POLICIES,
     NODE_POLICIES,
@@ -29,7 +30,8 @@ from gpuctl.providers.eks.roles import (
     node_role_name,
 )
 from gpuctl.providers.eks.token import EXEC_API_VERSION
-from gpuctl.util.errors import CloudError, NotFound, UsageError
+from gpuctl.stack import karpenter as stack_karpenter
+from gpuctl.util.errors import CloudError, GpuctlError, NotFound, UsageError
 from gpuctl.util.output import info
 from gpuctl.util.words import plural
 
@@ -129,15 +131,13 @@ class EksProvider:
 
     def _create(self, doing: str, create: Callable[[], object], fresh_role: bool) -> None:
         """`create()`, retried while EKS cannot assume an IAM role created moments ago."""
-        from botocore.exceptions import ClientError
-
         deadline = time.monotonic() + (ROLE_PROPAGATION_S if fresh_role else 0)
         with translated(doing):
             while True:
                 try:
                     create()
                     return
-                except ClientError as exc:
+                except bx.ClientError as exc:
                     propagating = error_code(exc) == "InvalidParameterException" and "role" in str(exc).lower()
                     if not propagating or time.monotonic() > deadline:
                         raise
@@ -199,13 +199,11 @@ class EksProvider:
         """gpuctl's NodePools and NodeOverlays go first, and Karpenter terminates the instances they launched, while
         it still runs (it may run on the node groups deleted next): instances would outlive the cluster. A cluster
         that cannot be reached is said and left to the rest of the delete."""
-        from gpuctl.stack.karpenter import remove_capacity
-        from gpuctl.util.errors import GpuctlError
-
         if cluster["status"] != "ACTIVE":
             return
         try:
-            claims = remove_capacity(Kube.connect(config_dict=self.kubeconfig(name)), KARPENTER_DRAIN_TIMEOUT_S)
+            claims = stack_karpenter.remove_capacity(Kube.connect(config_dict=self.kubeconfig(name)),
+                                                     KARPENTER_DRAIN_TIMEOUT_S)
         except GpuctlError as exc:
             info(f"  could not remove gpuctl's Karpenter NodePools of EKS cluster {name!r} first: {exc.message}; "
                  "instances Karpenter launched may outlive the cluster: check EC2 for karpenter.sh/nodepool tags")
@@ -261,11 +259,8 @@ class EksProvider:
         where its NodeOverlay feature gate is on (alpha, off by default), which the step says."""
         if not self.options.karpenter:
             return []
-
-        from gpuctl.providers.eks.karpenter import karpenter_objects
-        from gpuctl.stack.karpenter import OVERLAY_GATE_NOTE, nodepool_step
-
-        return [nodepool_step(client, lambda: karpenter_objects(spec, self.options), note=OVERLAY_GATE_NOTE)]
+        return [stack_karpenter.nodepool_step(client, lambda: karpenter_objects(spec, self.options),
+                                              note=stack_karpenter.OVERLAY_GATE_NOTE)]
 
     # -- node groups ----------------------------------------------------------------------
 

@@ -18,6 +18,10 @@ import sys
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.providers.eks.aws import AwsSession, translated
+from gpuctl.util import redact
+from gpuctl.util.errors import GpuctlError
+
 if TYPE_CHECKING:
     from botocore.client import BaseClient
 
@@ -58,8 +62,6 @@ def encode_token(url: str) -> str:
 
 def get_token(sts: BaseClient, cluster: str) -> str:
     """A bearer token for `cluster`, signed with the STS client's credentials (registered for redaction)."""
-    from gpuctl.util import redact
-
     url = presigned_url(sts, cluster)
     token = encode_token(url)
     redact.register(token, url)
@@ -75,9 +77,6 @@ def exec_credential(token: str, now: datetime | None = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """The exec plugin: the credential on stdout for kubectl/helm/gpuctl, one-line errors on stderr."""
-    from gpuctl.providers.eks.aws import AwsSession, translated
-    from gpuctl.util.errors import GpuctlError
-
     parser = argparse.ArgumentParser(prog="python -m gpuctl.providers.eks.token",
                                      description="Print an EKS ExecCredential (kubeconfig exec plugin).")
     parser.add_argument("--cluster", required=True)
@@ -89,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         with translated("signing an EKS token"):
             token = get_token(sts, args.cluster)
     except GpuctlError as exc:
-        from gpuctl.util.redact import redact
-
-        print(f"error: {redact(exc.one_line())}", file=sys.stderr)
+        print(f"error: {redact.redact(exc.one_line())}", file=sys.stderr)
         return int(exc.exit_code)
     print(json.dumps(exec_credential(token)))
     return 0

@@ -19,10 +19,18 @@ from urllib.parse import quote
 
 from gpuctl.util import redact
 from gpuctl.util.errors import CloudError, CredentialsError, GpuctlError, NotFound, RequestTimeout, UsageError
+from gpuctl.util.lazy_import import LazyImport
 from gpuctl.util.timeouts import CLOUD_ATTEMPTS, ENV, request_deadlines
 
 if TYPE_CHECKING:
+    import keystoneauth1.exceptions as ka
+    import openstack
+    import openstack.exceptions as sdk
     from openstack.connection import Connection
+else:
+    ka = LazyImport("keystoneauth1.exceptions", "keystoneauth1")
+    openstack = LazyImport("openstack", "openstacksdk")
+    sdk = LazyImport("openstack.exceptions", "openstacksdk")
 
 # The service name every Magnum accepts in OpenStack-API-Version (newer ones also take
 # container-infrastructure[-management]; older ones answer 406 to those).
@@ -91,10 +99,6 @@ def connect(os_cloud: str | None, region: str | None) -> Connection:
     connect and read alike) and is tried CLOUD_ATTEMPTS times when the connection fails or times out.
     The password, application-credential secret or token of the config are registered for redaction.
     """
-    import keystoneauth1.exceptions as ka
-    import openstack
-    from openstack import exceptions as sdk
-
     try:
         where: dict[str, Any] = {"region_name": region} if region else {}
         conn = openstack.connect(cloud=os_cloud, api_timeout=request_deadlines().read,
@@ -167,9 +171,6 @@ def http_error(status: int, body: str, doing: str, hint: str | None = None, fiel
 
 def sdk_error(exc: Exception, doing: str) -> GpuctlError:
     """Translate keystoneauth / openstacksdk exceptions (no HTTP response to read)."""
-    import keystoneauth1.exceptions as ka
-    from openstack import exceptions as sdk
-
     if isinstance(exc, ka.Unauthorized):
         return CredentialsError(f"{doing}: OpenStack rejected the credentials (HTTP 401)", CREDENTIALS_HINT)
     if isinstance(exc, (ka.AuthorizationFailure, ka.AuthPluginException)):
@@ -197,9 +198,6 @@ class MagnumApi:
         return self._conn.container_infrastructure_management
 
     def _guarded(self, action: Callable[[], Any], doing: str) -> Any:
-        import keystoneauth1.exceptions as ka
-        from openstack import exceptions as sdk
-
         try:
             return action()
         except (ka.ClientException, sdk.SDKException) as exc:

@@ -7,13 +7,14 @@ so nothing can drift between a state file and what the API server holds.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -28,13 +29,20 @@ from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, scaled_bounds
 from gpuctl.providers.sim import CAPABILITIES
+from gpuctl.providers.sim.karpenter import karpenter_objects
+from gpuctl.simulator import karpenter as sim_karpenter
+from gpuctl.simulator import kwok as sim_kwok
+from gpuctl.simulator.kueue import ensure_kueue as ensure_sim_kueue
+from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
+from gpuctl.simulator.prometheus import ensure_monitoring
+from gpuctl.simulator.supervisor import release_node_leases
+from gpuctl.stack import karpenter as stack_karpenter
+from gpuctl.tools.pins import KUBERNETES_VERSION
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
+from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
 from gpuctl.util.words import plural
-
-if TYPE_CHECKING:
-    from gpuctl.simulator.kwok import KwokCluster
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +53,6 @@ NODES_READY_TIMEOUT_S = 120.0
 # second, backs off a crash loop); one stopped longer than this will not come back by itself.
 SUPERVISOR_GRACE_S = 10.0
 KARPENTER_DRAIN_TIMEOUT_S = 120.0  # Karpenter's kwok provider terminates a NodeClaim in about 5 s
-
-
-def _kwok():  # noqa: ANN202 - the module gpuctl.simulator.kwok
-    # Loaded when a cluster is touched: `render` and `--export-spec` only read the provider's facts.
-    from gpuctl.simulator import kwok
-
-    return kwok
 
 
 def _ready(node: KubeObject) -> bool:
@@ -78,8 +79,6 @@ def _probe_api(kwok: KwokCluster) -> None:
 def _release_node_leases(kwok: KwokCluster) -> None:
     """The node Leases of a kwok controller that is not running, released before another starts: it would
     otherwise manage no node until they expire (200 s; supervisor.py release_node_leases)."""
-    from gpuctl.simulator.supervisor import release_node_leases
-
     try:
         release_node_leases(Kube.connect(kwok.kubeconfig_path))
     except KubeTimeout:
@@ -112,10 +111,6 @@ class SimProvider:
         (and NodeOverlays) of the run's node groups with their KWOKNodeClass."""
         if not self.options.karpenter:
             return []
-        from gpuctl.providers.sim.karpenter import karpenter_objects
-        from gpuctl.simulator import karpenter as sim_karpenter
-        from gpuctl.stack.karpenter import nodepool_step
-
         def observe() -> Observed:
             drift = sim_karpenter.karpenter_drift(spec.name)
             if drift is None:
@@ -129,7 +124,8 @@ class SimProvider:
                 return Change.NO_CHANGE
             return Change.CREATED if fresh else Change.UPDATED
 
-        return [Step("install-karpenter", observe, install), nodepool_step(client, lambda: karpenter_objects(spec))]
+        return [Step("install-karpenter", observe, install),
+                stack_karpenter.nodepool_step(client, lambda: karpenter_objects(spec))]
 
     # -- clusters -------------------------------------------------------------------------
 
@@ -137,7 +133,7 @@ class SimProvider:
         """Create, start or repair the cluster. Whatever a killed gpuctl left is recognised here:
         a half-made cluster is made again; a complete one gets back its Stages, every control-plane
         component, the system node and an operator of the current code (kwok.py)."""
-        kwok = _kwok().KwokCluster(name)
+        kwok = sim_kwok.KwokCluster(name)
         with kwok.lock():
             if kwok.complete:
                 return self._repair(kwok)
@@ -155,15 +151,11 @@ class SimProvider:
     def ensure_kueue(self, name: str) -> Change:
         """Kueue on the sim: no chart, its CRDs (generated from Kueue's API types) and its real controller
         manager run beside the cluster (kueue.py); CREATED if either was missing."""
-        from gpuctl.simulator.kueue import ensure_kueue
-
-        return Change.CREATED if ensure_kueue(name) else Change.NO_CHANGE
+        return Change.CREATED if ensure_sim_kueue(name) else Change.NO_CHANGE
 
     def prometheus_url(self, name: str) -> str:
         """The sim's Prometheus, scraping its simulated DCGM exporters (gpuctl.simulator.prometheus), started
         where it does not run: its base URL."""
-        from gpuctl.simulator.prometheus import ensure_monitoring
-
         return ensure_monitoring(name)
 
     def _repair(self, kwok: KwokCluster, fresh: bool = False) -> Change:
@@ -177,7 +169,7 @@ class SimProvider:
                 _release_node_leases(kwok)
         started = kwok.ensure_started()
         self._wait_for_api(kwok)
-        _kwok().crash_point("system-node")
+        sim_kwok.crash_point("system-node")
         if self._ensure_system_node(kwok):
             repairs.append(f"created the system node {SYSTEM_NODE}")
         if operator := kwok.ensure_operator():
@@ -200,7 +192,7 @@ class SimProvider:
         return True
 
     def context_name(self, cluster: str) -> str:
-        return _kwok().context_name(cluster)
+        return sim_kwok.context_name(cluster)
 
     def node_selector(self, nodegroup: str) -> str:
         return f"{L.NODEGROUP}={nodegroup}"
@@ -213,16 +205,14 @@ class SimProvider:
                                f"kube-apiserver log: {kwok.log_tail() or kwok.dir / 'logs'}") from None
 
     def get_cluster(self, name: str) -> ClusterInfo | None:
-        kwok = _kwok().KwokCluster(name)
+        kwok = sim_kwok.KwokCluster(name)
         if not kwok.exists:
             return None
         status = "incomplete" if not kwok.complete else "running" if kwok.running() else "stopped"
-        from gpuctl.tools.pins import KUBERNETES_VERSION
-
         return ClusterInfo(name, self.cloud, status, kwok.endpoint(), KUBERNETES_VERSION)
 
     def list_clusters(self) -> list[ClusterInfo]:
-        return [info for n in _kwok().cluster_names() if (info := self.get_cluster(n)) is not None]
+        return [info for n in sim_kwok.cluster_names() if (info := self.get_cluster(n)) is not None]
 
     def delete_cluster(self, name: str) -> Change:
         kwok = self._existing(name)
@@ -233,12 +223,9 @@ class SimProvider:
     def _remove_karpenter_capacity(self, kwok: KwokCluster) -> None:
         """Karpenter's NodeClaims and nodes go first, through Karpenter (their finalizers are its), as on a cloud
         where they are instances that would outlive the cluster; where it no longer runs, with the rest."""
-        from gpuctl.simulator.karpenter import get_karpenter_pid
-        from gpuctl.stack.karpenter import remove_capacity
-
-        if get_karpenter_pid(kwok.name) is None or not kwok.complete or kwok.stopped():
+        if sim_karpenter.get_karpenter_pid(kwok.name) is None or not kwok.complete or kwok.stopped():
             return
-        claims = remove_capacity(Kube.connect(kwok.kubeconfig_path), KARPENTER_DRAIN_TIMEOUT_S)
+        claims = stack_karpenter.remove_capacity(Kube.connect(kwok.kubeconfig_path), KARPENTER_DRAIN_TIMEOUT_S)
         if claims:
             info(f"  Karpenter terminated {plural(claims, 'NodeClaim')} of sim cluster {kwok.name!r}")
 
@@ -260,7 +247,7 @@ class SimProvider:
         }
 
     def _existing(self, name: str) -> KwokCluster:
-        kwok = _kwok().KwokCluster(name)
+        kwok = sim_kwok.KwokCluster(name)
         if not kwok.exists:
             raise NotFound(f"sim cluster {name!r} not found", "see 'gpuctl cluster list --cloud sim'")
         return kwok
@@ -279,11 +266,11 @@ class SimProvider:
         """(ok, reason): every control-plane process of the cluster runs; else which do not, with the last
         line of each one's log. The simulated operator restarts a component that exits (supervisor.py),
         so a wait that sees one stopped for longer than SUPERVISOR_GRACE_S can fail at once, naming it."""
-        kwok = _kwok().KwokCluster(cluster)
+        kwok = sim_kwok.KwokCluster(cluster)
         stopped = kwok.stopped()
         if not stopped:
             return True, ""
-        if len(stopped) == len(_kwok().COMPONENTS):
+        if len(stopped) == len(sim_kwok.COMPONENTS):
             return False, f"sim cluster {cluster!r} is stopped"
         said = "; ".join(f"{c}: {tail[-160:]}" for c in stopped if (tail := kwok.log_tail(c, 1)))
         return False, (f"sim cluster {cluster!r}: {', '.join(stopped)} not running" + (f" ({said})" if said else ""))
@@ -337,11 +324,9 @@ class SimProvider:
 
     # The sim's own record of its node groups (a cloud keeps one): what a group of 0 nodes is, and its bounds.
     def _store_path(self, cluster: str) -> Path:
-        return _kwok().KwokCluster(cluster).dir / "nodegroups.json"
+        return sim_kwok.KwokCluster(cluster).dir / "nodegroups.json"
 
     def _stored(self, cluster: str) -> dict[str, dict[str, Any]]:
-        import json
-
         path = self._store_path(cluster)
         try:
             doc = json.loads(path.read_text()) if path.exists() else {}
@@ -350,10 +335,6 @@ class SimProvider:
         return doc if isinstance(doc, dict) else {}
 
     def _store(self, cluster: str, name: str, entry: dict[str, Any] | None) -> None:
-        import json
-
-        from gpuctl.util.files import write_atomic
-
         stored = self._stored(cluster)
         if entry is None:
             stored.pop(name, None)
@@ -413,7 +394,7 @@ class SimProvider:
             if stopped_since is not None and now - stopped_since > SUPERVISOR_GRACE_S:
                 raise ClusterError(f"nodes not Ready: {reason}",
                                    f"restart it with 'gpuctl cluster create --cloud sim --name {cluster}'; logs in "
-                                   f"{_kwok().KwokCluster(cluster).dir / 'logs'}")
+                                   f"{sim_kwok.KwokCluster(cluster).dir / 'logs'}")
             if now > deadline:
                 raise WaitTimeout(f"nodes not Ready after {NODES_READY_TIMEOUT_S:.0f}s: {', '.join(not_ready)}",
                                   "check the kwok-controller log of the sim cluster")
