@@ -138,17 +138,16 @@ def ensure_sim_monitoring(cluster: str, timeout: float) -> str:
 def configure_gpu_nodes(client: ApiClient, selector: str, replicas: int) -> None:
     """What `gpuctl apply` does to a group's nodes for time-slicing x`replicas`, and nothing else: taints, the
     device-plugin config label (one patch per node that differs) and the device plugin's ConfigMap."""
-    from kubernetes.client import CoreV1Api
-
+    from gpuctl.kube.kube import Kube
     from gpuctl.model.sharing import Sharing
     from gpuctl.model.spec import GroupPlan, PlatformSpec
     from gpuctl.model.stack_spec import StackSpec
     from gpuctl.model.taints import DEFAULT_GPU_TAINTS
     from gpuctl.ops.converge import configure_nodes, write_gpu_config
 
-    v1 = CoreV1Api(client)
+    kube = Kube(client)
     sharing = Sharing("time-slicing", replicas)
-    configure_nodes(v1, selector, sharing, DEFAULT_GPU_TAINTS)
+    configure_nodes(kube, selector, sharing, DEFAULT_GPU_TAINTS)
     group = GroupPlan(node_group("gpu", "t4", 0, 1), sharing)
     stack = StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS, shares_gpus=True)
-    write_gpu_config(v1, PlatformSpec("bench", "sim", (group,), stack))
+    write_gpu_config(kube, PlatformSpec("bench", "sim", (group,), stack))

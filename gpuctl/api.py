@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-    from kubernetes.client import ApiClient
-
+    from gpuctl.kube.kube import Kube
     from gpuctl.ops.plan import PlannedStep
     from gpuctl.ops.platform import PlatformResult
     from gpuctl.ops.smoke import Check
@@ -245,7 +244,7 @@ def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = No
 # -- what the CLI's cluster-side commands call: each reaches the cluster through `target` (None: the current
 # context of the default kubeconfig), as kubectl does.
 
-def _client(target: ClusterTarget | None) -> ApiClient:
+def _client(target: ClusterTarget | None) -> Kube:
     from gpuctl.kube.kube import Kube
 
     target = target or DEFAULT_TARGET

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     import kubernetes.config.config_exception as k8s_config_exception
     import urllib3.exceptions as urllib3_exceptions
     import urllib3.util.retry as urllib3_retry
-    from kubernetes.client import ApiClient, Configuration, CoreV1Api
+    from kubernetes.client import ApiClient, Configuration
 else:
     k8s_client = LazyImport("kubernetes.client")
     k8s_exceptions = LazyImport("kubernetes.client.exceptions", "kubernetes")
@@ -345,7 +345,3 @@ def get_or_none(read: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
         return read(*args, **kwargs)
     except KubeNotFound:
         return None
-
-
-def core(client: ApiClient) -> CoreV1Api:
-    return k8s_client.CoreV1Api(client)

@@ -92,11 +92,6 @@ class Kube:
         `config_dict` (client.api_client: deadlines, redaction, a kubeconfig selecting no cluster refused)."""
         return cls(api_client(kubeconfig, context, config_dict))
 
-    def __getattr__(self, name: str) -> Any:
-        # Until every caller reads through the door: code handed a Kube where it built the kubernetes package's
-        # API classes on an ApiClient keeps working (they call param_serialize/call_api on it).
-        return getattr(self.client, name)
-
     @property
     def server(self) -> str:
         return str(self.client.configuration.host)
@@ -300,17 +295,6 @@ class Kube:
             body=body, auth_settings=["BearerToken"])
         return self.client.call_api(method, url, header_params=headers, body=body, post_params=post,
                                     _request_timeout=timeout)
-
-
-def as_kube(client: Any) -> Kube:
-    """The Kube behind `client` while callers move to the door: a Kube, or a kubernetes API class built on one
-    (its `api_client`)."""
-    if isinstance(client, Kube):
-        return client
-    inner = getattr(client, "api_client", None)
-    if isinstance(inner, Kube):
-        return inner
-    return Kube(inner if inner is not None else client)
 
 
 def wait_for_api(kube: Kube, timeout: float) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuctl.kube.errors import requesting
-from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.taints import Taint
 
@@ -72,5 +72,4 @@ def list_nodes_json(kube: Kube, selector: str) -> list[KubeObject]:
     """The nodes `selector` matches ("": every node), in one LIST, as JSON: the one way gpuctl lists nodes
     (gpu_nodes.gpu_nodes narrows it to the GPU nodes). At a thousand nodes JSON costs a fraction of typed
     models."""
-    # as_kube: ops/platform_steps.py still hands a CoreV1Api built on the Kube
-    return as_kube(kube).list("v1", "Node", labels=selector, what=f"listing nodes {selector}")
+    return kube.list("v1", "Node", labels=selector, what=f"listing nodes {selector}")

@@ -7,7 +7,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpuctl.kube.errors import requesting
-from gpuctl.kube.kube import APPLY_PATCH, MERGE_PATCH, Kube, as_kube
+from gpuctl.kube.kube import APPLY_PATCH, MERGE_PATCH, Kube
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 
@@ -76,7 +76,6 @@ def ensure_config_map_keys(kube: Kube, namespace: str, name: str, data: dict[str
 
 def remove_config_map_key(kube: Kube, namespace: str, name: str, key: str) -> Change:
     """Drop one key of a ConfigMap gpuctl writes, keeping the others."""
-    kube = as_kube(kube)  # ops/platform.py still hands a CoreV1Api built on the Kube
     current = read_config_map_data(kube, namespace, name)
     if current is None or key not in current:
         return Change.NO_CHANGE

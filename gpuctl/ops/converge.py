@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from gpuctl.kube.errors import requesting
-from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.nodes import converge_nodes
 from gpuctl.kube.objects import contains, ensure_config_map_keys, ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
@@ -70,14 +70,10 @@ def read_recorded_stack(kube: Kube) -> StackSpec | None:
     return stack_from_record(record["stack.json"]) if "stack.json" in record else None
 
 
-# The writers below take the Kube that ops.platform_steps and bench.support still hand as a CoreV1Api built on
-# it (as_kube: the Kube behind it) until they move to the door too.
-
-
 def configure_nodes(kube: Kube, selector: str, sharing: Sharing, taints: tuple[Taint, ...],
                     labels: dict[str, str] | None = None) -> Change:
     """Taints, the device-plugin config label and the group's labels: one patch per node that differs."""
-    update = converge_nodes(as_kube(kube), selector, {CONFIG_LABEL: sharing.config_key, **(labels or {})}, taints)
+    update = converge_nodes(kube, selector, {CONFIG_LABEL: sharing.config_key, **(labels or {})}, taints)
     return Change.UPDATED if update.patched else Change.NO_CHANGE
 
 
@@ -97,14 +93,13 @@ def gpu_config_data(spec: PlatformSpec, existing_mig: dict[str, dict[str, int] |
 
 def wanted_gpu_config(kube: Kube, spec: PlatformSpec, namespace: str) -> dict[str, dict[str, str]]:
     """gpu_config_data with the MIG layouts the cluster's mig-parted config holds now (they stay)."""
-    text = (read_config_map_data(as_kube(kube), namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
+    text = (read_config_map_data(kube, namespace, MIG_CONFIGMAP) or {}).get("config.yaml")
     return gpu_config_data(spec, parse_mig_parted_config(text) if text else {})
 
 
 def write_gpu_config(kube: Kube, spec: PlatformSpec, namespace: str = NAMESPACE) -> tuple[Change, set[str]]:
     """Write gpu_config_data into the GPU Operator's `namespace` where it differs; also return the
     device-plugin keys whose content changed (their consumers must restart)."""
-    kube = as_kube(kube)
     outcomes = [ensure_namespace(kube, namespace)]
     changed: set[str] = set()
     for name, data in wanted_gpu_config(kube, spec, namespace).items():
@@ -125,7 +120,7 @@ def restart_device_plugin(kube: Kube, changed_in_use: set[str], namespace: str =
     if not changed_in_use:
         return Change.NO_CHANGE
     with requesting("restarting the device-plugin pods"):
-        as_kube(kube).delete_all("v1", "Pod", namespace, labels=f"app={L.DEVICE_PLUGIN_APP}")
+        kube.delete_all("v1", "Pod", namespace, labels=f"app={L.DEVICE_PLUGIN_APP}")
     return Change.UPDATED
 
 

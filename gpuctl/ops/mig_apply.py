@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
-from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.nodes import list_nodes_json, patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
@@ -245,15 +245,11 @@ def _write_config(kube: Kube, layout: MigLayout, namespace: str) -> Change:
     return ensure_config_map_keys(kube, namespace, MIG_CONFIGMAP, config)[0]
 
 
-# label_mig_config and wait_for_mig_state take the Kube that ops.platform_steps still hands as a CoreV1Api built
-# on it (as_kube: the Kube behind it) until it moves to the door too.
-
-
 def label_mig_config(kube: Kube, nodes: Sequence[Mapping[str, Any]], name: str) -> Change:
     """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
     patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
     moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
-    patched = patch_nodes(as_kube(kube), moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched
+    patched = patch_nodes(kube, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched
     return Change.UPDATED if patched else Change.NO_CHANGE
 
 
@@ -263,7 +259,6 @@ def wait_for_mig_state(kube: Kube, names: list[str], config: str, timeout: float
     or after `timeout` (None: the command's --timeout, if any)."""
     from gpuctl.util.waiting import Count, Look, wait_until
 
-    kube = as_kube(kube)
     wanted = set(names)
 
     def look() -> Look:

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctl.kube.client import core
+from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import GroupPlan, PlatformSpec, all_taints
@@ -28,13 +28,11 @@ from gpuctl.util.output import info
 from gpuctl.util.words import plural
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.model.stack_spec import StackSpec
     from gpuctl.providers.base import Provider
     from gpuctl.stack.helm import HelmTarget
 
-Client = Callable[[], "ApiClient"]
+Client = Callable[[], Kube]
 KARPENTER_DELETE_TIMEOUT_S = 600.0  # Karpenter drains a node, then terminates its instance (a minute or two)
 LOCK_TIMEOUT_S = 300.0
 
@@ -142,7 +140,7 @@ def cluster_side(plan: GroupPlan, unstated: frozenset[str]) -> list[tuple[str, s
         ("--label", "labels", bool(plan.labels) and "labels" not in unstated)) if given]
 
 
-def recorded_stack(client: ApiClient, plan: GroupPlan, unstated: frozenset[str]) -> StackSpec | None:
+def recorded_stack(client: Kube, plan: GroupPlan, unstated: frozenset[str]) -> StackSpec | None:
     """The cluster's GPU stack as gpuctl set it up, checked before anything is written: None where gpuctl has
     not (a group can then be added, but not given sharing, a MIG layout or labels by gpuctl)."""
     stack = read_recorded_stack(client)
@@ -154,7 +152,7 @@ def recorded_stack(client: ApiClient, plan: GroupPlan, unstated: frozenset[str])
     return stack
 
 
-def resolved(client: ApiClient, plan: GroupPlan, unstated: frozenset[str], stack: StackSpec,
+def resolved(client: Kube, plan: GroupPlan, unstated: frozenset[str], stack: StackSpec,
              cloud: str, cluster: str, options: CloudOptions) -> PlatformSpec:
     """The one-group spec of `nodegroup add`: the cluster's recorded stack, with what the command left unsaid
     of an existing group as recorded (so the cloud registers its nodes with the group's own taints)."""
@@ -164,7 +162,7 @@ def resolved(client: ApiClient, plan: GroupPlan, unstated: frozenset[str], stack
     return with_recorded(spec, read_recorded_groups(client), stack.mig_strategy)
 
 
-def configure_group(provider: Provider, spec: PlatformSpec, client: ApiClient, helm: HelmTarget,
+def configure_group(provider: Provider, spec: PlatformSpec, client: Kube, helm: HelmTarget,
                     report: Reporter) -> list[StepResult]:
     """The cluster-side steps of `apply` for the spec's one node group, once its nodes exist: its nodes' labels,
     taints and sharing, the GPU configs and its record, the GPU stack's settings where this group changes them
@@ -183,7 +181,7 @@ def configure_group(provider: Provider, spec: PlatformSpec, client: ApiClient, h
     with ExitStack() as held:
         if any(s.observe().action is not Change.NO_CHANGE for s in steps if not s.check):
             held.enter_context(cluster_lock(client, spec.name, LOCK_TIMEOUT_S))
-            forget_validated(core(client), cluster.stack_plan.namespace)  # the platform changed: validate again
+            forget_validated(client, cluster.stack_plan.namespace)  # the platform changed: validate again
         for step in steps:
             results.append(run_step(step.name, step.act, report))
             run.note(results[-1].outcome)
@@ -193,11 +191,9 @@ def configure_group(provider: Provider, spec: PlatformSpec, client: ApiClient, h
 # -- the workflows of `gpuctl nodegroup add|scale|delete` (gpuctl.api's) ---------------------------------------
 
 
-def cluster_client(provider: Provider, cluster: str, target: ClusterTarget) -> ApiClient:
+def cluster_client(provider: Provider, cluster: str, target: ClusterTarget) -> Kube:
     """The cluster through the target's kubeconfig and context (else the provider's context name); where that
     file holds no such context, through the kubeconfig the provider gives for the cluster."""
-    from gpuctl.kube.kube import Kube
-
     try:
         return Kube.connect(target.kubeconfig, target.context or provider.context_name(cluster))
     except GpuctlError:
@@ -214,7 +210,6 @@ def helm_target(provider: Provider, cluster: str, target: ClusterTarget) -> Helm
 
     import yaml
 
-    from gpuctl.kube.kube import Kube
     from gpuctl.stack.helm import HelmTarget as Target
 
     name = target.context or provider.context_name(cluster)
@@ -230,7 +225,7 @@ def helm_target(provider: Provider, cluster: str, target: ClusterTarget) -> Helm
     return Target(Path(path), doc["current-context"])
 
 
-def refresh_group_tolerations(client: ApiClient, group: str, added: GroupPlan | None = None) -> None:
+def refresh_group_tolerations(client: Kube, group: str, added: GroupPlan | None = None) -> None:
     """The tenants' GPU tolerations after node group `group` came (`added`) or went; a warning where that
     failed."""
     from gpuctl.ops.platform import refresh_tolerations

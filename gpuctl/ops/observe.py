@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuctl.kube.errors import requesting
-from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import read_config_map_data
 from gpuctl.model import labels as L
@@ -82,12 +82,8 @@ def kubeconfig(path: Path | None, context: str) -> Observed:
     return Observed(Change.NO_CHANGE)
 
 
-# nodes, gpu_config and mig take the Kube that ops.platform_steps still hands as a CoreV1Api built on it
-# (as_kube: the Kube behind it) until it moves to the door too.
-
-
 def nodes(kube: Kube, selector: str, group: GroupPlan) -> Observed:
-    found = list_nodes_json(as_kube(kube), selector)
+    found = list_nodes_json(kube, selector)
     labels = {CONFIG_LABEL: group.sharing.config_key, **group.labels}
     patches = {n["metadata"]["name"]: p for n in found if (p := node_patch(n, labels, group.spec.taints))}
     if not patches:
@@ -100,7 +96,6 @@ def nodes(kube: Kube, selector: str, group: GroupPlan) -> Observed:
 def gpu_config(kube: Kube, spec: PlatformSpec, namespace: str) -> tuple[Observed, set[str]]:
     """What write_gpu_config would change, and the device-plugin keys whose existing content it would
     change (as write_gpu_config returns them)."""
-    kube = as_kube(kube)
     diffs, changed = [], set()
     for name, data in wanted_gpu_config(kube, spec, namespace).items():
         current = read_config_map_data(kube, namespace, name) or {}
@@ -164,7 +159,7 @@ def cluster_policy(kube: Kube, stack_plan: StackPlan, stack: StackSpec) -> Obser
 
 def mig(kube: Kube, selector: str, layout: MigLayout) -> Observed:
     name = config_name(layout)
-    moving = [n["metadata"]["name"] for n in list_nodes_json(as_kube(kube), selector)
+    moving = [n["metadata"]["name"] for n in list_nodes_json(kube, selector)
               if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
     return Observed(Change.UPDATED, f"{name} on {', '.join(moving)}") if moving else Observed(Change.NO_CHANGE)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctl.kube.client import core
+from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change
 from gpuctl.model.naming import check_duration
 from gpuctl.model.spec import GroupPlan, PlatformSpec
@@ -22,8 +22,6 @@ from gpuctl.providers import get_provider
 from gpuctl.util.errors import Interrupted
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.model.change import Step
     from gpuctl.ops.platform_steps import Cluster
 
@@ -54,7 +52,6 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, 
     From ensure-cluster until every step is done the cluster is recorded as unfinished (ops.unfinished:
     `cluster list` says `incomplete`); Ctrl-C raises Interrupted (exit 130) naming the step it stopped in."""
     # The lock, kubeconfig and Helm machinery load here: `render` and `--export-spec` never need them.
-    from gpuctl.kube.kube import Kube
     from gpuctl.kube.kubeconfig import check_kubeconfig
     from gpuctl.kube.lock import clear_dead_holder, cluster_lock
     from gpuctl.ops.platform_steps import Run, platform_steps, reach
@@ -89,7 +86,7 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, 
         cluster = run.cluster
         assert cluster is not None
         if locked and (run.changed or any(s.observe().action is not Change.NO_CHANGE for s in steps if not s.check)):
-            forget_validated(core(cluster.client), cluster.stack_plan.namespace)
+            forget_validated(cluster.client, cluster.stack_plan.namespace)
 
     def guarded(step: Step) -> Callable[[], Change]:
         """The step's act, run unlocked only where it finds nothing to write (or where no cluster exists yet to
@@ -150,7 +147,7 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, 
             result.kubeconfig = run.written
             if run.cluster is not None and any(s.name.startswith("validate/") and s.outcome is Change.PASSED
                                                for s in result.steps):  # (a failed validation raised)
-                record_validated(core(run.cluster.client), run.cluster.stack_plan.namespace,
+                record_validated(run.cluster.client, run.cluster.stack_plan.namespace,
                                  spec_digest(run.cluster.spec))
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted {where}; cluster {spec.name!r} is incomplete",
@@ -163,7 +160,7 @@ class _Unlocked(Exception):
     """A step found something to write on an existing cluster while apply did not hold its lock."""
 
 
-def configure_recorded_group(client: ApiClient, selector: str, name: str) -> Change:
+def configure_recorded_group(client: Kube, selector: str, name: str) -> Change:
     """Bring the nodes of node group `name` (a scaled one's new nodes) to its recorded configuration: taints,
     labels, sharing, and its MIG layout applied, and wait until they advertise it. NO_CHANGE where nothing is
     recorded for the group."""
@@ -174,23 +171,22 @@ def configure_recorded_group(client: ApiClient, selector: str, name: str) -> Cha
     from gpuctl.ops.capacity import wait_capacity
     from gpuctl.ops.platform_steps import apply_mig_layout
 
-    v1 = core(client)
-    change = configure_nodes(v1, selector, plan.sharing, plan.spec.taints, plan.labels)
-    if plan.mig is not None and apply_mig_layout(v1, selector, plan.mig) is not Change.NO_CHANGE:
+    change = configure_nodes(client, selector, plan.sharing, plan.spec.taints, plan.labels)
+    if plan.mig is not None and apply_mig_layout(client, selector, plan.mig) is not Change.NO_CHANGE:
         change = Change.UPDATED
     wait_capacity(client, selector, [], dra_mode(client))  # done means advertised, as after apply
     return change
 
 
-def forget_recorded_group(client: ApiClient, name: str) -> Change:
+def forget_recorded_group(client: Kube, name: str) -> Change:
     from gpuctl.kube.objects import remove_config_map_key
     from gpuctl.ops.group_records import GROUPS_CONFIGMAP
     from gpuctl.stack.existing import config_namespace
 
-    return remove_config_map_key(core(client), config_namespace(client), GROUPS_CONFIGMAP, name)
+    return remove_config_map_key(client, config_namespace(client), GROUPS_CONFIGMAP, name)
 
 
-def refresh_tolerations(client: ApiClient, added: GroupPlan | None = None) -> Change:
+def refresh_tolerations(client: Kube, added: GroupPlan | None = None) -> Change:
     """After a node group came (`added`, whose nodes may not have joined yet) or went: the tenants' GPU
     tolerations follow, where gpuctl put them."""
     from gpuctl.ops.tenancy.tolerations import any_tenant, cluster_groups, converge_tolerations, in_place

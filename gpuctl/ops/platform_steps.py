@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctl.kube.client import core
+from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.mig import MigLayout, config_name
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec
@@ -32,8 +32,6 @@ from gpuctl.ops.converge import (
 from gpuctl.util.output import info
 
 if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
-
     from gpuctl.ops.smoke import Check
     from gpuctl.providers.base import Provider
     from gpuctl.stack.helm import HelmTarget, Release
@@ -52,7 +50,7 @@ class Cluster:
     dra_owner: str | None = None  # another's DRA driver, used as it is
     validated: bool = False  # this spec passed its smoke test here, and nothing was written since
     tenant: str | None = None  # a tenant namespace the cluster has (its GPU tolerations follow the node groups)
-    client: ApiClient = None  # None where unreached: none of its steps then runs
+    client: Kube = None  # type: ignore[assignment]  # None where unreached: none of its steps then runs
     helm: HelmTarget = None  # type: ignore[assignment]
     absent: Observed | None = None  # not reached (plan only): what each change step says instead
     unqueued: tuple[str, ...] = ()  # with spec.kueue: tenants on the cluster without Kueue queues yet
@@ -87,7 +85,7 @@ def selectors(spec: PlatformSpec, provider: Provider) -> dict[str, str]:
     return {g.spec.name: provider.node_selector(g.spec.name) for g in spec.groups}
 
 
-def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmTarget) -> Cluster:
+def reach(spec: PlatformSpec, provider: Provider, client: Kube, helm: HelmTarget) -> Cluster:
     """Read what the cluster-side steps depend on, and refuse (exit 2) before any write what apply refuses,
     for plan and apply alike: a tenant on another's namespace, a GPU stack gpuctl cannot configure, a DRA
     mode the cluster does not serve."""
@@ -110,7 +108,7 @@ def reach(spec: PlatformSpec, provider: Provider, client: ApiClient, helm: HelmT
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt", kueue_coming=spec.kueue)
     stack_plan = check_single_owners(read_stack(client), spec.stack)
     dra_owner = check_dra_mode(client, spec.stack)
-    validated = read_validated(core(client), stack_plan.namespace) == spec_digest(spec)
+    validated = read_validated(client, stack_plan.namespace) == spec_digest(spec)
     unqueued = tuple(unqueued_tenants(client)) if spec.kueue else ()
     return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, any_tenant(client), client,
                    helm, unqueued=unqueued)
@@ -163,13 +161,13 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     did: set[str] = set()  # ... changed (acted)
 
     def observe_config() -> Observed:
-        observed, keys = observe.gpu_config(core(client), spec, namespace)
+        observed, keys = observe.gpu_config(client, spec, namespace)
         would.clear()
         would.update(keys)
         return observed
 
     def write_config() -> Change:
-        change, keys = write_gpu_config(core(client), spec, namespace)
+        change, keys = write_gpu_config(client, spec, namespace)
         did.update(keys)
         return change
 
@@ -193,7 +191,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
                                          lambda: install_dra_driver(helm, stack, owner))))
     in_use = configs_in_use(spec)
     steps.append(Step("restart-device-plugin", lambda: observe.restart(would & in_use),
-                      lambda: restart_device_plugin(core(client), did & in_use, namespace)))
+                      lambda: restart_device_plugin(client, did & in_use, namespace)))
     for group in spec.groups:
         if group.mig is not None:
             steps.append(_mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig))
@@ -229,24 +227,24 @@ def _node_group_step(provider: Provider, cluster: str, group: NodeGroupSpec, run
                 lambda: provider.ensure_node_group(cluster, group))
 
 
-def _nodes_step(client: ApiClient, selector: str, group: GroupPlan) -> Step:
-    return Step(f"configure-nodes/{group.spec.name}", lambda: observe.nodes(core(client), selector, group),
-                lambda: configure_nodes(core(client), selector, group.sharing, group.spec.taints, group.labels))
+def _nodes_step(client: Kube, selector: str, group: GroupPlan) -> Step:
+    return Step(f"configure-nodes/{group.spec.name}", lambda: observe.nodes(client, selector, group),
+                lambda: configure_nodes(client, selector, group.sharing, group.spec.taints, group.labels))
 
 
-def _mig_step(client: ApiClient, selector: str, group: str, layout: MigLayout) -> Step:
-    return Step(f"apply-mig/{group}", lambda: observe.mig(core(client), selector, layout),
-                lambda: apply_mig_layout(core(client), selector, layout))
+def _mig_step(client: Kube, selector: str, group: str, layout: MigLayout) -> Step:
+    return Step(f"apply-mig/{group}", lambda: observe.mig(client, selector, layout),
+                lambda: apply_mig_layout(client, selector, layout))
 
 
-def _capacity_step(client: ApiClient, selector: str, group: str, dra: bool, run: Run) -> Step:
+def _capacity_step(client: Kube, selector: str, group: str, dra: bool, run: Run) -> Step:
     from gpuctl.ops.capacity import wait_capacity
 
     return Step(f"wait-capacity/{group}", lambda: observe.capacity(client, selector, dra, run.changed),
                 lambda: wait_capacity(client, selector, run.checks, dra, restart_raced=True), check=True)
 
 
-def _tolerations_step(client: ApiClient, groups: tuple[GroupPlan, ...], tenant: str | None) -> Step:
+def _tolerations_step(client: Kube, groups: tuple[GroupPlan, ...], tenant: str | None) -> Step:
     from gpuctl.ops.tenancy.tolerations import converge_tolerations, observe_tolerations, served, with_unrecorded
 
     def look() -> Observed:
@@ -258,14 +256,14 @@ def _tolerations_step(client: ApiClient, groups: tuple[GroupPlan, ...], tenant: 
                 lambda: converge_tolerations(client, with_unrecorded(client, groups), tenant))
 
 
-def _tenant_step(client: ApiClient, tenant: Tenant, adopt_field: str, dra: bool) -> Step:
+def _tenant_step(client: Kube, tenant: Tenant, adopt_field: str, dra: bool) -> Step:
     from gpuctl.ops.tenancy.tenants import ensure_tenant
 
     return Step(f"ensure-tenant/{tenant.name}", lambda: observe.tenant(client, tenant, dra),
                 lambda: ensure_tenant(client, tenant, adopt_field=adopt_field))
 
 
-def _queues_step(client: ApiClient, name: str, dra: bool) -> Step:
+def _queues_step(client: Kube, name: str, dra: bool) -> Step:
     """A tenant added before Kueue was installed: its queues, with the quota it holds now."""
     from gpuctl.ops.tenancy.tenants import ensure_tenant_queues, observe_tenant_queues
 
@@ -301,15 +299,15 @@ def _write_kubeconfig(provider: Provider, name: str, run: Run) -> Change:
     return Change.UPDATED if changed else Change.NO_CHANGE
 
 
-def apply_mig_layout(v1, selector: str, layout: MigLayout) -> Change:  # noqa: ANN001
+def apply_mig_layout(kube: Kube, selector: str, layout: MigLayout) -> Change:
     """Point the nodes at the layout's mig-parted config and wait until the MIG manager applied it."""
     from gpuctl.kube.nodes import list_nodes_json
     from gpuctl.ops.mig_apply import label_mig_config, wait_for_mig_state
 
-    nodes = list_nodes_json(v1, selector)
+    nodes = list_nodes_json(kube, selector)
     name = config_name(layout)
-    change = label_mig_config(v1, nodes, name)
-    wait_for_mig_state(v1, [n["metadata"]["name"] for n in nodes], name, None)  # until progress stalls, or --timeout
+    change = label_mig_config(kube, nodes, name)
+    wait_for_mig_state(kube, [n["metadata"]["name"] for n in nodes], name, None)  # until progress stalls, or --timeout
     return change
 
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from gpuctl.kube.kube import Kube, as_kube
+from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 
 VALIDATED_CONFIGMAP = "gpuctl-validated"
@@ -33,16 +33,14 @@ def _stable(value: Any) -> Any:
 
 def read_validated(kube: Kube, namespace: str) -> str:
     """The digest of the spec last validated on this cluster; "" when none is (or a change came since)."""
-    # as_kube: ops.platform, platform_steps and nodegroups still hand a CoreV1Api built on the Kube
-    return (read_config_map_data(as_kube(kube), namespace, VALIDATED_CONFIGMAP) or {}).get(_KEY, "")
+    return (read_config_map_data(kube, namespace, VALIDATED_CONFIGMAP) or {}).get(_KEY, "")
 
 
 def forget_validated(kube: Kube, namespace: str) -> None:
     """Before a run's first write: until its validation passes, nothing on the cluster counts as validated."""
-    kube = as_kube(kube)
     if read_validated(kube, namespace):
         ensure_config_map_keys(kube, namespace, VALIDATED_CONFIGMAP, {_KEY: ""})
 
 
 def record_validated(kube: Kube, namespace: str, digest: str) -> None:
-    ensure_config_map_keys(as_kube(kube), namespace, VALIDATED_CONFIGMAP, {_KEY: digest})
+    ensure_config_map_keys(kube, namespace, VALIDATED_CONFIGMAP, {_KEY: digest})

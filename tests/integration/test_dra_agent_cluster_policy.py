@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.spec import NodeGroupSpec
@@ -47,7 +48,7 @@ class Cluster:
 
     @property
     def v1(self) -> Any:
-        return core(self.client)
+        return CoreV1Api(self.client)
 
     @property
     def custom(self) -> Any:
@@ -71,7 +72,7 @@ def cluster(sim_env: dict[str, str]) -> Iterator[Cluster]:
         ApiextensionsV1Api(client).patch_custom_resource_definition(crd["metadata"]["name"], crd, field_manager="test",
                                                                    force=True, _content_type=APPLY_PATCH)
         for ns in ("gpu-operator", NS):
-            core(client).create_namespace({"metadata": {"name": ns}})
+            CoreV1Api(client).create_namespace({"metadata": {"name": ns}})
         yield Cluster(client, kubeconfig, dict(sim_env, KUBECONFIG=str(kubeconfig)))
     finally:
         provider.delete_cluster(NAME)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
@@ -59,7 +60,7 @@ class Cluster:
 
     @property
     def v1(self) -> Any:
-        return core(self.client)
+        return CoreV1Api(self.client)
 
     @property
     def resource(self) -> Any:
@@ -92,7 +93,7 @@ def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
             provider.ensure_node_group(NAME, NodeGroupSpec(group, get_gpu(gpu), nodes, gpus))
         kubeconfig = KwokCluster(NAME).kubeconfig_path
         client = api_client(kubeconfig)
-        v1 = core(client)
+        v1 = CoreV1Api(client)
         # spare-0 loses NFD's label: the chart's DaemonSet (node affinity on it) stays off it
         v1.patch_node("spare-0", {"metadata": {"labels": {L.NFD_NVIDIA_PCI: None}}}, _content_type=MERGE_PATCH)
         v1.create_namespace({"metadata": {"name": NS}})

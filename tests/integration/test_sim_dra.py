@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.model import labels as L
@@ -78,7 +79,7 @@ def cluster(sim_env: dict[str, str]) -> Iterator[DraCluster]:
         provider.ensure_node_group(NAME, NodeGroupSpec("a100", get_gpu("a100-40gb"), 3, 8))
         provider.ensure_node_group(NAME, NodeGroupSpec("t4", get_gpu("t4"), 1, 1))
         client = api_client(KwokCluster(NAME).kubeconfig_path)
-        v1 = core(client)
+        v1 = CoreV1Api(client)
         # the MIG manager's answer for a100-2 (the sim's operator is idle without a ClusterPolicy)
         layout = parse_layout(MIG_LAYOUT, get_gpu("a100-40gb"))
         v1.patch_node(MIG_NODE, {"metadata": {"labels": {L.MIG_CONFIG: config_name(layout), L.MIG_STATE: "success"}}},
@@ -136,7 +137,7 @@ def claim(name: str, device_class: str, cel: str | None = None, count: int = 1) 
 
 def scheduled(c: DraCluster, names: list[str], pending: int = 0) -> dict[str, str]:
     """Wait until all but `pending` of the pods are bound and those are Unschedulable; pod -> node."""
-    v1 = core(c.client)
+    v1 = CoreV1Api(c.client)
     deadline = time.monotonic() + WAIT_S
     while True:
         pods = [v1.read_namespaced_pod(n, NS) for n in names]
@@ -161,7 +162,7 @@ def claim_of_pod(c: DraCluster, pod_name: str) -> str:
     scheduler for its extended resource."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        status = core(c.client).read_namespaced_pod(pod_name, NS).status
+        status = CoreV1Api(c.client).read_namespaced_pod(pod_name, NS).status
         names = [s.resource_claim_name for s in status.resource_claim_statuses or [] if s.resource_claim_name]
         extended = status.extended_resource_claim_status
         if names or extended:
@@ -195,12 +196,12 @@ def test_one_slice_per_gpu_node(cluster: DraCluster) -> None:
         assert s["spec"]["pool"] == {"name": s["spec"]["nodeName"], "generation": 1, "resourceSliceCount": 1}
         [owner] = s["metadata"]["ownerReferences"]
         assert owner["kind"] == "Node" and owner["name"] == s["spec"]["nodeName"]
-        assert owner["uid"] == core(cluster.client).read_node(owner["name"]).metadata.uid
+        assert owner["uid"] == CoreV1Api(cluster.client).read_node(owner["name"]).metadata.uid
     assert dra.publish_slices(Kube(cluster.client)) == Change.NO_CHANGE  # converged: nothing written
 
 
 def test_mig_state_changes_the_slice(cluster: DraCluster) -> None:
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     before = slices(cluster)[MIG_NODE]["metadata"]["resourceVersion"]
     v1.patch_node(MIG_NODE, {"metadata": {"labels": {L.MIG_STATE: "pending"}}}, _content_type=MERGE_PATCH)
     try:
@@ -216,7 +217,7 @@ def test_mig_state_changes_the_slice(cluster: DraCluster) -> None:
 
 
 def test_slice_leaves_with_the_gpus(cluster: DraCluster) -> None:
-    provider, v1 = SimProvider(), core(cluster.client)
+    provider, v1 = SimProvider(), CoreV1Api(cluster.client)
     provider.ensure_node_group(NAME, NodeGroupSpec("spare", get_gpu("t4"), 2, 1))
     assert dra.publish_slices(Kube(cluster.client)) == Change.CREATED
     assert {"spare-0", "spare-1"} <= set(slices(cluster))
@@ -249,7 +250,7 @@ def test_claim_from_template_is_allocated_by_the_scheduler(cluster: DraCluster) 
                 "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
                                                             "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}
     cluster.resource.create_namespaced_resource_claim_template(NS, template)
-    core(cluster.client).create_namespaced_pod(NS, pod("single", {"resourceClaimTemplateName": "one-gpu"}, "a100-0"))
+    CoreV1Api(cluster.client).create_namespaced_pod(NS, pod("single", {"resourceClaimTemplateName": "one-gpu"}, "a100-0"))
     assert scheduled(cluster, ["single"]) == {"single": "a100-0"}
     name = claim_of_pod(cluster, "single")
     [(pool, device)] = devices_of(cluster, name)
@@ -259,7 +260,7 @@ def test_claim_from_template_is_allocated_by_the_scheduler(cluster: DraCluster) 
 
 
 def test_ninth_gpu_claim_on_an_eight_gpu_node_stays_pending(cluster: DraCluster) -> None:
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     names = [f"fill-{i}" for i in range(9)]
     for n in names:
         cluster.resource.create_namespaced_resource_claim(NS, claim(n, "gpu.nvidia.com"))
@@ -275,7 +276,7 @@ def test_ninth_gpu_claim_on_an_eight_gpu_node_stays_pending(cluster: DraCluster)
 
 
 def test_cel_selector_on_product_name_picks_the_node(cluster: DraCluster) -> None:
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     product = "device.attributes['gpu.nvidia.com'].productName == '{}'"
     cluster.resource.create_namespaced_resource_claim(NS, claim("t4", "gpu.nvidia.com", product.format("Tesla T4")))
     cluster.resource.create_namespaced_resource_claim(
@@ -295,7 +296,7 @@ def test_cel_selector_on_product_name_picks_the_node(cluster: DraCluster) -> Non
 
 
 def test_mig_claim_selecting_the_profile(cluster: DraCluster) -> None:
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     profile = "device.attributes['gpu.nvidia.com'].profile == '{}'"
     cluster.resource.create_namespaced_resource_claim(NS, claim("mig-3g", "mig.nvidia.com", profile.format("3g.20gb")))
     cluster.resource.create_namespaced_resource_claim(
@@ -315,7 +316,7 @@ def test_mig_claim_selecting_the_profile(cluster: DraCluster) -> None:
 def test_extended_resource_request_is_served_from_the_slices(cluster: DraCluster) -> None:
     """Kubernetes 1.36 serves `nvidia.com/gpu` limits from DRA (DRAExtendedResource) through the chart's
     gpu.nvidia.com DeviceClass `extendedResourceName`, on a node that advertises no nvidia.com/gpu."""
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     assert not (v1.read_node("a100-0").status.allocatable or {}).get("nvidia.com/gpu")
     v1.create_namespaced_pod(NS, pod("classic", node="a100-0", limits={"nvidia.com/gpu": "1"}))
     assert scheduled(cluster, ["classic"]) == {"classic": "a100-0"}

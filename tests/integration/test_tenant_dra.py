@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client
 from gpuctl.kube.errors import KubeApiError, KubeNotFound
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
@@ -72,7 +73,7 @@ def cluster(sim_env: dict[str, str]) -> Iterator[Cluster]:
         kubeconfig = KwokCluster(NAME).kubeconfig_path
         client = api_client(kubeconfig)
         layout = parse_layout("3g.20gb-2x2g.10gb", get_gpu("a100-40gb"))  # as the MIG manager leaves it
-        core(client).patch_node("a100-1", {"metadata": {"labels": {L.MIG_CONFIG: config_name(layout),
+        CoreV1Api(client).patch_node("a100-1", {"metadata": {"labels": {L.MIG_CONFIG: config_name(layout),
                                                                    L.MIG_STATE: "success"}}},
                                 _content_type=MERGE_PATCH)
         dra.publish_slices(Kube(client))
@@ -122,7 +123,7 @@ def service_account(c: Cluster, namespace: str) -> None:
     """Pods are admitted once the namespace's default ServiceAccount exists (the controller-manager makes it)."""
     def exists() -> bool:
         try:
-            core(c.client).read_namespaced_service_account("default", namespace)
+            CoreV1Api(c.client).read_namespaced_service_account("default", namespace)
             return True
         except KubeNotFound:
             return False
@@ -162,7 +163,7 @@ def test_tenant_add_writes_templates_and_counts_devices_idempotently(cluster: Cl
     hard = {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "1", GPU_DEVICES: "2",
             MIG_DEVICES: "1"}
     assert out["quota"] == {k.removeprefix("requests."): int(v) for k, v in hard.items()}  # as tenant list names it
-    assert granted(core(cluster.client).read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a").spec.hard) == hard
+    assert granted(CoreV1Api(cluster.client).read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a").spec.hard) == hard
     made = templates(cluster, "team-a")
     assert sorted(made) == ["gpu-a100-40gb", "gpu-t4", "mig-3g.20gb"]
     assert made["mig-3g.20gb"]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl",
@@ -195,7 +196,7 @@ def test_the_api_server_refuses_claims_beyond_the_quota(cluster: Cluster) -> Non
     # claimed leave none for a pod asking for nvidia.com/gpu the device plugin's way
     service_account(cluster, "team-q")
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "classic"}, "spec": pod_spec(gpus=1)}
-    message = refused(lambda: core(cluster.client).create_namespaced_pod("team-q", pod))
+    message = refused(lambda: CoreV1Api(cluster.client).create_namespaced_pod("team-q", pod))
     assert "requests.nvidia.com/gpu=1" in message and "used: requests.nvidia.com/gpu=2" in message, message
     cluster.resource.delete_namespaced_resource_claim("pair", "team-q")
     def room_again() -> bool:  # once the quota controller has counted the claim out
@@ -212,7 +213,7 @@ def test_the_api_server_refuses_claims_beyond_the_quota(cluster: Cluster) -> Non
 def test_pods_claiming_the_templates_get_their_model_and_show_in_tenant_list(cluster: Cluster) -> None:
     add(cluster, "team-s", "--gpus", "2", "--mig", "3g.20gb=1")
     service_account(cluster, "team-s")
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     wanted = {"on-t4": "gpu-t4", "on-a100": "gpu-a100-40gb", "on-mig": "mig-3g.20gb"}
     for name, template in wanted.items():
         v1.create_namespaced_pod("team-s", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -266,7 +267,7 @@ def test_templates_follow_the_quota_and_the_nodes(cluster: Cluster) -> None:
 
 
 def test_an_adopted_namespace_keeps_the_teams_own_templates(cluster: Cluster) -> None:
-    v1 = core(cluster.client)
+    v1 = CoreV1Api(cluster.client)
     v1.create_namespace({"metadata": {"name": "shared"}})
     own = {"metadata": {"name": "gpu-t4"}, "spec": {"spec": {"devices": {"requests": [
         {"name": "any", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}

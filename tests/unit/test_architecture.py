@@ -67,6 +67,19 @@ def test_the_simulator_outside_the_sim_provider_breaks_the_build(tmp_path: Path)
     assert "gpuctl.providers.sim" not in proc.stdout.split("Broken contracts")[-1], proc.stdout
 
 
+def test_the_kubernetes_package_outside_gpuctl_kube_breaks_the_build(tmp_path: Path) -> None:
+    """An operation importing the kubernetes package itself, not through the door (gpuctl.kube's Kube), fails the
+    contract, naming the import; gpuctl.kube's own imports of it are what the contract lets through."""
+    _copy_tree(tmp_path)
+    status = tmp_path / "gpuctl" / "ops" / "status.py"
+    status.write_text(status.read_text() + "\n\ndef _shortcut() -> None:\n    from kubernetes import client  # noqa\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    assert "only gpuctl.kube imports the kubernetes package BROKEN" in proc.stdout, proc.stdout
+    assert "gpuctl.ops.status -> kubernetes" in proc.stdout, proc.stdout
+    assert "gpuctl.kube." not in proc.stdout.split("Broken contracts")[-1], proc.stdout
+
+
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}

@@ -123,10 +123,12 @@ def test_a_watch_may_be_silent_for_its_timeout_seconds() -> None:
 
 def test_kube_request_to_a_silent_server_raises_request_timeout(silent_server: str, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuctl.kube.client import api_client, core
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.client import api_client
 
     monkeypatch.setenv("GPUCTL_REQUEST_TIMEOUT", SHORT)
-    v1 = core(api_client(kubeconfig(tmp_path, silent_server)))
+    v1 = CoreV1Api(api_client(kubeconfig(tmp_path, silent_server)))
     started = time.monotonic()
     with pytest.raises(RequestTimeout) as caught:
         v1.list_node()
@@ -196,12 +198,14 @@ class _Initializing(BaseHTTPRequestHandler):
 
 @pytest.mark.parametrize("retry_after", ["0", "Soon"])
 def test_a_429_with_retry_after_is_retried_any_verb_then_raised(tmp_path: Path, retry_after: str) -> None:
-    from gpuctl.kube.client import RETRY_AFTER_RETRIES, api_client, core
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.client import RETRY_AFTER_RETRIES, api_client
     from gpuctl.kube.errors import KubeUnavailable
 
     _Initializing.retry_after = retry_after
     with http_server(_Initializing) as url:
-        v1 = core(api_client(kubeconfig(tmp_path, url)))
+        v1 = CoreV1Api(api_client(kubeconfig(tmp_path, url)))
         _Initializing.busy = 2
         assert v1.list_node().items == []
         _Initializing.busy = 1

@@ -11,8 +11,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client, core, get_or_none
+from gpuctl.kube.client import api_client, get_or_none
 from gpuctl.kube.errors import (
     KubeApiError,
     KubeConflict,
@@ -72,7 +73,7 @@ def _config(server: str) -> dict[str, Any]:
 
 
 def _v1(server: str) -> Any:
-    return core(api_client(config_dict=_config(server)))
+    return CoreV1Api(api_client(config_dict=_config(server)))
 
 
 def test_a_refused_connection_raises_kube_unavailable_at_once() -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gpuctl.api import load_document, load_spec, to_platform
+from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.model.target import ClusterTarget
@@ -53,7 +54,7 @@ def _fresh(spec: PlatformSpec, provider: Any) -> Cluster:
     from gpuctl.ops.platform_steps import selectors
     from gpuctl.stack.owners import StackPlan
 
-    return Cluster(spec, selectors(spec, provider), StackPlan(), None, False, client=object())
+    return Cluster(spec, selectors(spec, provider), StackPlan(), None, False, client=Kube(None))
 
 
 SPECS = _spec_files()

@@ -24,10 +24,12 @@ from tests.emulators.openstack.dataplane import FLAVORS, MAGNUM_NODEGROUP, MAGNU
 
 
 def _core(sim: str):
-    from gpuctl.kube.client import api_client, core
+    from kubernetes.client import CoreV1Api
+
+    from gpuctl.kube.client import api_client
     from gpuctl.simulator.kwok import KwokCluster
 
-    return core(api_client(KwokCluster(sim).kubeconfig_path))
+    return CoreV1Api(api_client(KwokCluster(sim).kubeconfig_path))
 
 
 def _label(sim: str, node: str, nodegroup: str, labels: dict[str, str] | None = None) -> None:

@@ -21,9 +21,10 @@ from typing import Any
 from unittest import mock
 
 import yaml
+from kubernetes.client import CoreV1Api
 from moto.eks.models import Cluster, EKSBackend, Nodegroup
 
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client
 from gpuctl.kube.nodes import node_patch
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model import labels as L
@@ -181,7 +182,7 @@ class SimDataPlane:
             _failed(group, failed_status, exc)
 
     def _label_nodes(self, group: Nodegroup) -> None:
-        v1 = core(api_client(KwokCluster(group.cluster_name).kubeconfig_path))
+        v1 = CoreV1Api(api_client(KwokCluster(group.cluster_name).kubeconfig_path))
         labels: dict[str, str | None] = {
             EKS_NODEGROUP_LABEL: group.nodegroup_name, "node.kubernetes.io/instance-type": group.instance_types[0],
             "eks.amazonaws.com/capacityType": group.capacity_type, **group.labels}
@@ -202,7 +203,7 @@ class SimDataPlane:
 
         def drain() -> None:
             try:
-                v1 = core(api_client(KwokCluster(cluster_name).kubeconfig_path))
+                v1 = CoreV1Api(api_client(KwokCluster(cluster_name).kubeconfig_path))
                 v1.delete_collection_node(label_selector=f"{L.NODEGROUP}={nodegroup_name}")
                 original(backend, cluster_name, nodegroup_name)
             except Exception as exc:  # noqa: BLE001

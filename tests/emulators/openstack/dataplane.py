@@ -14,8 +14,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client, core
+from gpuctl.kube.client import api_client
 from gpuctl.kube.objects import MERGE_PATCH
 from gpuctl.model.catalog import GPUS, GpuModel
 from gpuctl.model.labels import NODEGROUP
@@ -66,13 +67,13 @@ class SimDataPlane:
         if flavor.gpu is None:
             return  # CPU node groups have no simulated nodes beyond the system node
         self.sim.ensure_node_group(cluster, NodeGroupSpec(nodegroup, flavor.gpu, count, flavor.gpus))
-        v1 = core(api_client(KwokCluster(cluster).kubeconfig_path))
+        v1 = CoreV1Api(api_client(KwokCluster(cluster).kubeconfig_path))
         for node in v1.list_node(label_selector=f"{NODEGROUP}={nodegroup}").items:
             if (node.metadata.labels or {}).get(MAGNUM_NODEGROUP) != nodegroup:
                 self._label(cluster, node.metadata.name, nodegroup)
 
     def _label(self, cluster: str, node: str, nodegroup: str) -> None:
-        v1 = core(api_client(KwokCluster(cluster).kubeconfig_path))
+        v1 = CoreV1Api(api_client(KwokCluster(cluster).kubeconfig_path))
         labels = {MAGNUM_NODEGROUP: nodegroup, MAGNUM_ROLE: "worker"}
         v1.patch_node(node, {"metadata": {"labels": labels}}, _content_type=MERGE_PATCH)
 
