@@ -15,16 +15,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuctl.kube.client import get_or_none, k8s_client
 from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound, requesting
+from gpuctl.kube.kube import Kube
 from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.output import info
 from gpuctl.util.progress import waiting
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 LEASE = "gpuctl-apply"
 LEASE_NAMESPACE = "kube-system"
@@ -84,10 +82,10 @@ def holder_is_dead(holder: str) -> bool:
     return current is None or (ticks is not None and current != ticks)
 
 
-def clear_dead_holder(client: ApiClient) -> str | None:
+def clear_dead_holder(kube: Kube) -> str | None:
     """Delete the apply lease when a dead gpuctl on this host holds it (a killed apply); the holder, if so.
     Converged or not, a rerun calls this, so no later apply waits out a dead holder's lease."""
-    api = k8s_client.CoordinationV1Api(client)
+    api = k8s_client.CoordinationV1Api(kube.client)  # the Lease's typed API: the lock is the door's own
     with requesting("reading the apply lease"):
         lease = get_or_none(api.read_namespaced_lease, LEASE, LEASE_NAMESPACE)
     if lease is None:
@@ -129,8 +127,8 @@ def _try_acquire(api: Any, holder: str) -> Any | None:
 
 
 @contextmanager
-def cluster_lock(client: ApiClient, cluster: str, timeout: float) -> Iterator[None]:
-    api = k8s_client.CoordinationV1Api(client)
+def cluster_lock(kube: Kube, cluster: str, timeout: float) -> Iterator[None]:
+    api = k8s_client.CoordinationV1Api(kube.client)
     holder = holder_identity()
     if (other := _try_acquire(api, holder)) is not None:  # said at once: a short wait is a wait too
         info(f"  waiting for the apply lock on cluster {cluster!r}: another gpuctl apply holds it "
