@@ -3,9 +3,12 @@ named lazy seams (issue 29, point 4). Heavy third-party SDKs are not counted her
 gpuctl/util/lazy_import.py's LazyImport at module head (tests/unit/test_lazy_imports.py holds start-up light).
 
 SEAMS lists every function-level import of a gpuctl module that is meant to stay, with its reason; each such
-line carries a `# lazy seam: <why>` comment. NOT_YET_MOVED is the allowance of the parts still being reworked
-(api.py, ops/, cli/ but entry.py): a ceiling per file that only goes down. Lower or drop an entry when its file
-is done; a file not listed there may not gain a function-level gpuctl import without a SEAMS entry."""
+line carries a `# lazy seam: <why>` comment. Two seams load a module by name, out of this count's sight:
+gpuctl/cli/main.py's make_app (the CLI -> command-module seam) and gpuctl/__init__.__getattr__ (gpuctl.api at
+the first `gpuctl.<name>`, which is how the CLI's command modules call the API: gpuctl/cli/__init__.py).
+NOT_YET_MOVED is the allowance of the parts still being reworked (api.py, ops/): a ceiling per file that only
+goes down. Lower or drop an entry when its part is done; a file not listed there may not gain a function-level
+gpuctl import without a SEAMS entry."""
 
 from __future__ import annotations
 
@@ -30,45 +33,10 @@ SEAMS: dict[tuple[str, str], str] = {
 }
 
 # Not yet moved to the module head (others rework these files): at most this many function-level gpuctl
-# imports per file. Lower an entry as its file is done, drop it at 0; the goal is SEAMS alone.
+# imports per file (per folder for a key ending in /). Lower an entry as its file is done, drop it at 0; the goal is SEAMS alone.
 NOT_YET_MOVED: dict[str, int] = {
     "gpuctl/api.py": 65,
-    "gpuctl/cli/advise.py": 1,
-    "gpuctl/cli/apply.py": 5,
-    "gpuctl/cli/cluster.py": 9,
-    "gpuctl/cli/gpus.py": 1,
-    "gpuctl/cli/main.py": 4,
-    "gpuctl/cli/mig.py": 6,
-    "gpuctl/cli/nodegroup.py": 8,
-    "gpuctl/cli/options.py": 2,
-    "gpuctl/cli/settings.py": 2,
-    "gpuctl/cli/sim.py": 1,
-    "gpuctl/cli/status.py": 1,
-    "gpuctl/cli/tenant.py": 6,
-    "gpuctl/cli/top.py": 1,
-    "gpuctl/cli/types.py": 1,
-    "gpuctl/cli/validate.py": 3,
-    "gpuctl/ops/advise.py": 1,
-    "gpuctl/ops/capacity.py": 6,
-    "gpuctl/ops/converge.py": 11,
-    "gpuctl/ops/dashboard.py": 1,
-    "gpuctl/ops/gpu_metrics.py": 5,
-    "gpuctl/ops/mig_apply.py": 2,
-    "gpuctl/ops/nodegroups.py": 9,
-    "gpuctl/ops/observe.py": 7,
-    "gpuctl/ops/plan.py": 5,
-    "gpuctl/ops/platform.py": 14,
-    "gpuctl/ops/platform_steps.py": 22,
-    "gpuctl/ops/render.py": 6,
-    "gpuctl/ops/smoke.py": 1,
-    "gpuctl/ops/status.py": 1,
-    "gpuctl/ops/tenancy/default_queue.py": 1,
-    "gpuctl/ops/tenancy/fence.py": 1,
-    "gpuctl/ops/tenancy/queues.py": 3,
-    "gpuctl/ops/tenancy/tenant_claims.py": 5,
-    "gpuctl/ops/tenancy/tenants.py": 18,
-    "gpuctl/ops/tenancy/tolerations.py": 6,
-    "gpuctl/ops/validate.py": 15,
+    "gpuctl/ops/": 140,  # a folder: the sum over its modules, whichever way they are being regrouped
 }
 
 
@@ -101,13 +69,19 @@ def all_function_level_imports() -> dict[str, list[tuple[int, str]]]:
 
 def test_every_function_level_gpuctl_import_is_a_named_seam_or_not_yet_moved() -> None:
     found = all_function_level_imports()
-    new = [f"{path}:{line}: {name}" for path, imports in found.items() if path not in NOT_YET_MOVED
+    new = [f"{path}:{line}: {name}" for path, imports in found.items() if _allowance(path) is None
            for line, name in imports if (path, name) not in SEAMS]
     assert new == [], ("import these at the module head (a heavy SDK through gpuctl.util.lazy_import.LazyImport), "
                        "or name the seam in SEAMS with its reason")
-    over = {path: (len(found.get(path, [])), most) for path, most in NOT_YET_MOVED.items()
-            if len(found.get(path, [])) > most}
-    assert over == {}, "(found, allowed): a file being reworked gained a function-level import"
+    counts = {key: sum(len(imports) for path, imports in found.items() if _allowance(path) == key)
+              for key in NOT_YET_MOVED}
+    over = {key: (counts[key], most) for key, most in NOT_YET_MOVED.items() if counts[key] > most}
+    assert over == {}, "(found, allowed): a part being reworked gained a function-level import"
+
+
+def _allowance(path: str) -> str | None:
+    """The NOT_YET_MOVED key that covers `path`: the file itself, or a folder above it."""
+    return next((key for key in NOT_YET_MOVED if path == key or (key.endswith("/") and path.startswith(key))), None)
 
 
 def test_each_seam_is_there_and_says_why() -> None:
@@ -122,9 +96,9 @@ def test_each_seam_is_there_and_says_why() -> None:
 
 
 def test_the_allowance_names_files_that_exist() -> None:
-    assert [p for p in NOT_YET_MOVED if not (ROOT / p).is_file()] == []
+    assert [p for p in NOT_YET_MOVED if not (ROOT / p).is_file() and not (p.endswith("/") and (ROOT / p).is_dir())] == []
     assert all(not p.startswith(("gpuctl/kube/", "gpuctl/model/", "gpuctl/util/", "gpuctl/tools/", "gpuctl/stack/",
-                                 "gpuctl/simulator/", "gpuctl/providers/")) and p != "gpuctl/cli/entry.py"
+                                 "gpuctl/simulator/", "gpuctl/providers/", "gpuctl/cli/"))
                for p in NOT_YET_MOVED), "those parts are done: a new import there is a seam or moves up"
 
 
