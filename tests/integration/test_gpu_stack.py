@@ -69,10 +69,11 @@ def test_one_device_plugin_and_tolerations_everywhere(stack: dict[str, str]) -> 
     assert [d.metadata.name for d in sets if is_device_plugin(d.metadata.name)] == ["nvidia-device-plugin-daemonset"]
     # NFD is standalone: the operator's own NFD is off (one owner per component).
     assert not [d for d in sets if d.metadata.name.startswith("gpu-operator-node-feature-discovery")]
-    for ds in sets:
-        if ds.metadata.namespace == "gpu-operator":
-            tolerations = ds.spec.template.spec.tolerations or []
-            assert any(t.key == "nvidia.com/gpu" and t.effect == "NoSchedule" for t in tolerations), ds.metadata.name
+    operands = [ds for ds in sets if ds.metadata.namespace == "gpu-operator"]
+    assert "nvidia-device-plugin-daemonset" in {ds.metadata.name for ds in operands}
+    for ds in operands:
+        tolerations = ds.spec.template.spec.tolerations or []
+        assert any(t.key == "nvidia.com/gpu" and t.effect == "NoSchedule" for t in tolerations), ds.metadata.name
     pods = core(stack).list_namespaced_pod("gpu-operator", label_selector="app=nvidia-device-plugin-daemonset").items
     assert sorted(p.spec.node_name for p in pods) == ["gpu-0", "gpu-1"]
 

@@ -218,8 +218,9 @@ def test_without_the_overlay_four_pods_take_four_nodes(from_zero: dict[str, str]
         time.sleep(2)  # Karpenter's nodeoverlay controller re-evaluates the pool's instance types
         create_pods(env, "slices", "nvidia.com/gpu", 4)
         wait_for("4 pods running", lambda: len(running(env)) == 4)
-        assert len(claims(env)) == 4
-        assert all(c["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "1" for c in claims(env))
+        made = claims(env)
+        assert len(made) == 4
+        assert all(c["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "1" for c in made)
     finally:
         proc = run_gpuctl("apply", "-f", env["SPEC"], env=env)  # puts the overlay back
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -89,8 +89,9 @@ def _plan_names_the_steps(env: dict[str, str], path: Path, before: Any, applied:
     assert {p["action"] for p in after} == {"no change"}, after  # converged and validated
     print(f"\n{path.name}: {len(ran)} steps; apply {took:.1f}s")
     edited = _edit_plugin_configs(env)
+    assert edited == _shared_keys(path), edited  # every sharing config the spec asks for, none unedited
     try:
-        if edited:
+        if edited:  # a spec that shares no GPU has no device-plugin config to edit
             steps = {p["step"]: p for p in _json(env, "plan", "-f", str(path))}
             assert [steps["write-gpu-config"]["action"], steps["restart-device-plugin"]["action"]] == ["updated"] * 2
             assert all(k in steps["restart-device-plugin"]["detail"] for k in edited)
@@ -99,6 +100,15 @@ def _plan_names_the_steps(env: dict[str, str], path: Path, before: Any, applied:
     finally:
         _edit_plugin_configs(env, undo=True)
     assert {p["action"] for p in _json(env, "plan", "-f", str(path))} == {"no change"}  # as the first apply left it
+
+
+def _shared_keys(path: Path) -> list[str]:
+    """The device-plugin config keys the spec file's sharing asks for, read from the file itself
+    (timeSlicing replicas N: slice-N, mps replicas N: mps-N)."""
+    prefix = {"timeSlicing": "slice", "mps": "mps"}
+    groups = yaml.safe_load(path.read_text())["spec"]["nodeGroups"]
+    return sorted({f"{prefix[kind]}-{how['replicas']}" for g in groups
+                   for kind, how in (g.get("sharing") or {}).items() if kind in prefix})
 
 
 def _edit_plugin_configs(env: dict[str, str], edit: bool = True, undo: bool = False) -> list[str]:

@@ -122,6 +122,7 @@ def test_a_command_about_one_group_keeps_the_others_settings(cluster: SimCluster
     assert proc.returncode == 0, proc.stderr
     v1 = cluster.core()
     shared = [n for n in v1.list_node(label_selector="gpuctl.dev/nodegroup=shared").items]
+    assert len(shared) == 2, [n.metadata.name for n in shared]
     # the first group keeps its time-slicing though this command named no --slices
     assert all(n.status.allocatable.get("nvidia.com/gpu") == "4" for n in shared)
     # and a rerun of the first group's command keeps the second group's taint tolerated
@@ -133,6 +134,7 @@ def test_a_command_about_one_group_keeps_the_others_settings(cluster: SimCluster
     tolerated = {(t.key, t.value) for t in plugin.spec.template.spec.tolerations or []}
     assert ("dedicated", "training") in tolerated, tolerated
     dedicated = v1.list_node(label_selector="gpuctl.dev/nodegroup=dedicated").items
+    assert len(dedicated) == 1, [n.metadata.name for n in dedicated]
     assert all(n.status.allocatable.get("nvidia.com/gpu") == "8" for n in dedicated)
 
 

@@ -58,6 +58,7 @@ def shell(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_the_quick_start_ends_with_a_completed_gpu_job(user_env: dict[str, str]) -> None:
     commands = readme_commands()
     wait = next(i for i, c in enumerate(commands) if c.startswith("kubectl -n team-a wait --for=condition=complete"))
+    assert 2 < wait < len(commands) - 1, commands  # steps after create before the wait, and a look after it
     outputs = {}
     for command in commands[:wait]:
         proc = shell(command, user_env)

@@ -109,6 +109,7 @@ def test_control_plane_listens_on_loopback_only(sim_cluster: SimCluster) -> None
         if component == "gpuctl-sim-operator":
             continue  # a client of the API server, it listens nowhere
         cmdline = open(f"/proc/{pid}/cmdline").read().split("\0")
+        assert len(cmdline) > 1, (component, cmdline)  # the program and its flags: a live process
         assert not any("0.0.0.0" in arg for arg in cmdline), component
     apiserver = open(f"/proc/{pids['kube-apiserver']}/cmdline").read().split("\0")
     assert "--bind-address=127.0.0.1" in apiserver

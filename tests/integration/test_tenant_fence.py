@@ -164,9 +164,10 @@ def test_the_fence_goes_with_the_last_tenant(sim_cluster: SimCluster, team: Any)
     base = ("--kubeconfig", str(sim_cluster.kubeconfig))
     others = [ns.metadata.name for ns in team.list_namespace(label_selector="gpuctl.dev/tenant").items
               if ns.metadata.name != TEAM and ns.metadata.deletion_timestamp is None]
+    # the tenant modules sharing this cluster each remove what they add: TEAM is the last tenant, whatever the order
+    assert others == [], f"tenants left on the shared cluster by another module: {others}"
     proc = run_gpuctl(*base, "tenant", "remove", TEAM, "--yes", env=sim_cluster.env)
     assert proc.returncode == 0, proc.stderr
-    if not others:
-        with pytest.raises(ApiException) as gone:
-            admission.read_validating_admission_policy("gpuctl-gpu-fence")
-        assert gone.value.status == 404
+    with pytest.raises(ApiException) as gone:
+        admission.read_validating_admission_policy("gpuctl-gpu-fence")
+    assert gone.value.status == 404

@@ -173,17 +173,18 @@ def test_every_dashboard_panel_answers_from_the_real_prometheus_as_grafana_asks(
 
 
 def test_advise_shares_the_idle_whole_t4s_and_its_command_applies_it(loaded: dict[str, str]) -> None:
-    def shared_advice() -> dict[str, Any] | None:
-        result = gpuctl_json(loaded, "advise", "--since", "1m")
-        return next((a for a in result["advice"] if a["rule"] == "share-idle-gpus"), None)
+    def advised() -> list[dict[str, Any]] | None:
+        listed: list[dict[str, Any]] = gpuctl_json(loaded, "advise", "--since", "1m")["advice"]
+        return listed if any(a["rule"] == "share-idle-gpus" for a in listed) else None
 
-    advice = wait_for("advice to share node group gpu", shared_advice)
+    listed = wait_for("advice to share node group gpu", advised)
+    advice = next(a for a in listed if a["rule"] == "share-idle-gpus")
     assert advice["nodegroup"] == "gpu" and advice["figures"]["peakUtilPct"] == 10
     assert advice["figures"]["slices"] == 7  # min(100 / 10%, 15 GiB / 2 GiB, 64)
     assert advice["command"] == (f"gpuctl cluster create --cloud sim --name {CLUSTER} --nodegroup-name gpu --gpu t4 "
                                  "--nodes 4 --slices 7")
-    assert all(a["nodegroup"] != "slices" for a in gpuctl_json(loaded, "advise", "--since", "1m")["advice"]
-               if "nodegroup" in a)  # the time-sliced T4 at 50% with three pods: nothing to change
+    # the same run of advise: the time-sliced T4 at 50% with three pods, nothing to change
+    assert all(a["nodegroup"] != "slices" for a in listed if "nodegroup" in a), listed
     proc = run_gpuctl(*shlex.split(advice["command"])[1:], env=loaded)
     assert proc.returncode == 0, proc.stderr
     nodes = gpuctl_json(loaded, "status", "--nodegroup", "gpu")["nodes"]

@@ -28,7 +28,9 @@ MPS = {"name": "mps", "gpu": "t4", "nodes": 1, "sharing": {"mps": {"replicas": 4
 
 
 def test_a_record_reads_back_as_the_group_it_records() -> None:
-    for group in platform(SHARED, TRAINING).groups:
+    groups = platform(SHARED, TRAINING).groups
+    assert [g.spec.name for g in groups] == ["shared", "training"]
+    for group in groups:
         back = plan_of(group.spec.name, record_of(group))
         assert back is not None
         assert (back.sharing, back.mig, back.labels, back.spec.taints, back.spec.gpu) == \

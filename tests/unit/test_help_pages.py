@@ -167,7 +167,9 @@ def test_choices_are_listed_where_a_flag_takes_one(helps: dict[str, str]) -> Non
     assert seen == set(CHOICE_FLAGS)
     # Every Choice gpuctl checks a value with is shown by a flag, or (too long for a line) names where it is listed.
     shown = {tuple(names) for names in CHOICE_FLAGS.values()}
-    for choice in _choices():
+    choices = _choices()
+    assert len(choices) >= 6, choices  # GPU, cloud, the two strategies, NFD owner, output format
+    for choice in choices:
         if choice.listed_by:
             assert any(choice.listed_by.split(" lists")[0] in text for text in helps.values()), choice.what
         else:

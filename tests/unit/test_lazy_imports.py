@@ -358,6 +358,7 @@ def test_the_python_api_is_import_gpuctl() -> None:
     import gpuctl
     import gpuctl.api
 
+    assert {"apply_platform", "plan_platform", "PlatformSpec"} <= set(gpuctl.api.__all__)
     for name in gpuctl.api.__all__:
         assert getattr(gpuctl, name) is getattr(gpuctl.api, name), name
     for name in ("nosuch", "Path", "_API", "__wrapped__"):  # Path: imported by api.py, not in __all__
