@@ -143,7 +143,8 @@ def configure_gpu_nodes(client: ApiClient, selector: str, replicas: int) -> None
     from gpuctl.model.spec import GroupPlan, PlatformSpec
     from gpuctl.model.stack_spec import StackSpec
     from gpuctl.model.taints import DEFAULT_GPU_TAINTS
-    from gpuctl.ops.converge import configure_nodes, write_gpu_config
+    from gpuctl.ops.platform.gpu_config import write_gpu_config
+    from gpuctl.ops.platform.nodes import configure_nodes
 
     kube = Kube(client)
     sharing = Sharing("time-slicing", replicas)

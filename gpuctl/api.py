@@ -21,15 +21,16 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpuctl.kube.kube import Kube
-    from gpuctl.ops.plan import PlannedStep
-    from gpuctl.ops.platform import PlatformResult
+    from gpuctl.ops.platform.apply import PlatformResult
+    from gpuctl.ops.platform.plan import PlannedStep
+    from gpuctl.ops.platform.results import Reporter, StepResult
     from gpuctl.ops.smoke import Check
-    from gpuctl.ops.steps import Reporter, StepResult
     from gpuctl.providers.base import ClusterInfo, NodeGroupInfo, Provider
     from gpuctl.tools.installer import InstalledTool
 
 # The result types of the API, loaded with the operations that make them.
-_TYPES = {"PlannedStep": "gpuctl.ops.plan", "PlatformResult": "gpuctl.ops.platform", "StepResult": "gpuctl.ops.steps"}
+_TYPES = {"PlannedStep": "gpuctl.ops.platform.plan", "PlatformResult": "gpuctl.ops.platform.apply",
+          "StepResult": "gpuctl.ops.platform.results"}
 
 
 def __getattr__(name: str) -> object:
@@ -71,11 +72,11 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup]) -> PlatformSpec:
 
 def plan_platform(spec: PlatformSpec, target: ClusterTarget | None = None,
                   write_context: str | None = None) -> list[PlannedStep]:
-    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.plan). The cluster is read as
+    """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.platform.plan). The cluster is read as
     apply reads it: through `target`'s context, else the one apply would write (`write_context`, else the
     provider's name) in `target`'s kubeconfig."""
     from gpuctl.model.target import check_context
-    from gpuctl.ops.plan import plan_platform as plan
+    from gpuctl.ops.platform.plan import plan_platform as plan
 
     if write_context is not None:
         check_context(write_context)
@@ -85,15 +86,15 @@ def plan_platform(spec: PlatformSpec, target: ClusterTarget | None = None,
 def apply_platform(spec: PlatformSpec, target: ClusterTarget | None = None, report: Reporter | None = None,
                    lock_timeout: float | None = None, write_context: str | None = None,
                    timeout: float | None = None) -> PlatformResult:
-    """Converge the cluster to `spec` (gpuctl.ops.platform.apply_platform), each step told to `report`.
+    """Converge the cluster to `spec` (gpuctl.ops.platform.apply.apply_platform), each step told to `report`.
     write-kubeconfig merges the cluster's context, named `write_context` (else the provider's name), into
     `target`'s kubeconfig; the cluster is then read through `target`'s context, else the one written. On an
     existing cluster every write runs under its apply lock, waited for up to `lock_timeout` seconds. `timeout`:
     the most seconds any one wait for a state (capacity, MIG) may take; without it a wait ends only when its
     progress stalls (gpuctl.util.waiting)."""
     from gpuctl.model.naming import check_duration
-    from gpuctl.ops.platform import LOCK_TIMEOUT_S
-    from gpuctl.ops.platform import apply_platform as apply
+    from gpuctl.ops.platform.apply import LOCK_TIMEOUT_S
+    from gpuctl.ops.platform.apply import apply_platform as apply
     from gpuctl.util.waiting import wait_limit
 
     if timeout is not None:
@@ -301,11 +302,11 @@ def top(prometheus: str | None = None, since: str = "1h", nodegroup: str | None 
         target: ClusterTarget | None = None) -> dict[str, Any]:
     """The GPUs at work, from Prometheus (`prometheus`, else $GPUCTL_PROMETHEUS_URL, else a sim cluster's
     own): per node and GPU (and MIG instance) SM activity, utilisation, memory and pods; per tenant the GPUs
-    held against its quota and how busy they were over `since` (gpuctl.ops.top)."""
+    held against its quota and how busy they were over `since` (gpuctl.ops.metrics.top)."""
     from gpuctl.model.naming import check_name
     from gpuctl.model.tenant import check_tenant_name
-    from gpuctl.ops.gpu_metrics import prometheus_for
-    from gpuctl.ops.top import top as read_top
+    from gpuctl.ops.metrics.gpu_metrics import prometheus_for
+    from gpuctl.ops.metrics.top import top as read_top
 
     window = _metrics_inputs(since, prometheus)
     if nodegroup is not None:
@@ -318,17 +319,17 @@ def top(prometheus: str | None = None, since: str = "1h", nodegroup: str | None 
 
 def top_table(view: dict[str, Any], width: int = 80) -> str:
     """`top`'s view as text at most `width` columns wide."""
-    from gpuctl.ops.top import render_table
+    from gpuctl.ops.metrics.top import render_table
 
     return render_table(view, width)
 
 
 def advise(prometheus: str | None = None, since: str = "1h", target: ClusterTarget | None = None) -> dict[str, Any]:
     """Concrete changes the window's metrics call for, each with its figures and the command that applies it
-    (gpuctl.ops.advise); changes nothing."""
+    (gpuctl.ops.metrics.advise); changes nothing."""
     from gpuctl.kube.kubeconfig import current_context
-    from gpuctl.ops.advise import advise as read_advice
-    from gpuctl.ops.gpu_metrics import prometheus_for
+    from gpuctl.ops.metrics.advise import advise as read_advice
+    from gpuctl.ops.metrics.gpu_metrics import prometheus_for
 
     target = target or DEFAULT_TARGET
     window = _metrics_inputs(since, prometheus)
@@ -339,7 +340,7 @@ def advise(prometheus: str | None = None, since: str = "1h", target: ClusterTarg
 
 def advice_text(result: dict[str, Any]) -> str:
     """`advise`'s result as numbered paragraphs ("nothing to advise" when there is none)."""
-    from gpuctl.ops.advise import render_text
+    from gpuctl.ops.metrics.advise import render_text
 
     return render_text(result)
 

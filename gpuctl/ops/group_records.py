@@ -5,7 +5,8 @@ A command about some node groups (`cluster create` of one group, an `apply -f` t
 sets cluster-wide state: the operator's tolerations, whether the device plugin reads gpuctl's configs, the
 MIG strategy. That state is derived from every group the cluster has, the ones recorded here and the ones
 the command names; `nodegroup scale` gives new nodes their group's configuration from here, and `validate`
-compares each node with its group's record rather than with what the node happens to carry."""
+compares each node with its group's record rather than with what the node happens to carry. Beside them,
+the record of how gpuctl last set up the GPU stack (read_recorded_stack)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from gpuctl.model.catalog import GPUS
 from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.model.sharing import CONFIG_LABEL, Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
-from gpuctl.model.stack_spec import GroupSharing, choose_mig_strategy
+from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.model.taints import parse_taints
+from gpuctl.stack.existing import config_namespace
+from gpuctl.stack.values import STACK_CONFIGMAP, stack_from_record
 from gpuctl.util.errors import UsageError
 
 GROUPS_CONFIGMAP = "gpuctl-node-groups"
@@ -53,6 +56,32 @@ def read_group_plans(kube: Kube, namespace: str) -> dict[str, GroupPlan]:
     """Every node group recorded on the cluster, by name."""
     data = read_config_map_data(kube, namespace, GROUPS_CONFIGMAP) or {}
     return {name: plan for name, text in sorted(data.items()) if (plan := plan_of(name, text)) is not None}
+
+
+def read_recorded_groups(kube: Kube) -> dict[str, GroupPlan]:
+    """The node groups recorded on the cluster (in the namespace of the GPU configs gpuctl writes)."""
+    return read_group_plans(kube, config_namespace(kube))
+
+
+def read_recorded_stack(kube: Kube) -> StackSpec | None:
+    """How gpuctl last set up the cluster's GPU stack (its record beside the GPU configs); None where it has not."""
+    record = read_config_map_data(kube, config_namespace(kube), STACK_CONFIGMAP) or {}
+    return stack_from_record(record["stack.json"]) if "stack.json" in record else None
+
+
+def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> PlatformSpec:
+    """`spec` with the cluster's other recorded node groups: the operator tolerates their taints too, serves
+    gpuctl's configs where any group shares, under one MIG strategy for all (refused when none fits)."""
+    others = others_of({g.spec.name for g in spec.groups}, recorded)
+    if not others:
+        return spec
+    every = spec.groups + others
+    strategy = choose_mig_strategy(spec.stack.mig_strategy, [
+        GroupSharing(g.spec.name, g.sharing.strategy, g.mig.profiles if g.mig else ()) for g in every],
+        "spec.gpuOperator.migStrategy (--mig-strategy)")
+    stack = replace(spec.stack, taints=all_taints(every), mig_strategy=strategy,
+                    shares_gpus=any(g.sharing.config_key for g in every))
+    return replace(spec, stack=stack, others=others)
 
 
 def records_data(groups: tuple[GroupPlan, ...]) -> dict[str, str]:

@@ -31,9 +31,10 @@ from gpuctl.model.mig import (
 from gpuctl.model.naming import check_duration, check_name, check_selector
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.stack_spec import MIG_STRATEGY, GroupSharing, StackSpec, choose_mig_strategy
+from gpuctl.ops.devices import NodeDevices, device_type, read_node_devices
 from gpuctl.ops.group_records import read_group_plans
-from gpuctl.ops.status import NodeDevices, device_type, read_node_devices
-from gpuctl.ops.steps import Reporter, StepResult, run_step
+from gpuctl.ops.platform.gpu_stack import ensure_cluster_policy
+from gpuctl.ops.platform.results import Reporter, StepResult, run_step
 from gpuctl.stack.existing import Operator, configured_operator
 from gpuctl.stack.helm import HelmTarget, ensure_release
 from gpuctl.stack.releases import operator_release
@@ -223,7 +224,6 @@ def _check_mps(cluster_nodes: list[KubeObject], targets: set[str], layout: MigLa
 
 
 def _set_strategy(kube: Kube, helm: HelmTarget, stack: StackSpec, operator: Operator | None) -> Change:
-    from gpuctl.ops.converge import ensure_cluster_policy
 
     if operator is None:
         change = ensure_release(helm, operator_release(stack))

@@ -7,30 +7,42 @@ the kubeconfig the provider gives for it."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import yaml
+
+from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.kube import Kube
+from gpuctl.kube.lock import cluster_lock
+from gpuctl.kube.objects import remove_config_map_key
 from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import GroupPlan, PlatformSpec, all_taints
+from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.target import ClusterTarget
-from gpuctl.ops.converge import read_recorded_groups, read_recorded_stack
-from gpuctl.ops.group_records import with_recorded
-from gpuctl.ops.steps import Reporter, StepResult, run_step
-from gpuctl.providers.base import NodeGroupInfo
+from gpuctl.ops.group_records import GROUPS_CONFIGMAP, read_recorded_groups, read_recorded_stack, with_recorded
+from gpuctl.ops.platform.capacity import wait_capacity
+from gpuctl.ops.platform.mig import apply_mig_layout
+from gpuctl.ops.platform.nodes import configure_nodes
+from gpuctl.ops.platform.results import Reporter, StepResult, run_step
+from gpuctl.ops.platform.run import Run
+from gpuctl.ops.platform.steps import cluster_steps, read_cluster
+from gpuctl.ops.tenancy.tolerations import any_tenant, cluster_groups, converge_tolerations, in_place
+from gpuctl.ops.validation_record import forget_validated
+from gpuctl.providers.base import NodeGroupInfo, Provider
+from gpuctl.stack.existing import config_namespace
+from gpuctl.stack.helm import HelmTarget
 from gpuctl.stack.karpenter import Pool, read_pools, remove_pool, set_pool_limit
 from gpuctl.util.errors import GpuctlError, UsageError
 from gpuctl.util.output import info
 from gpuctl.util.words import plural
-
-if TYPE_CHECKING:
-    from gpuctl.model.stack_spec import StackSpec
-    from gpuctl.providers.base import Provider
-    from gpuctl.stack.helm import HelmTarget
 
 Client = Callable[[], Kube]
 KARPENTER_DELETE_TIMEOUT_S = 600.0  # Karpenter drains a node, then terminates its instance (a minute or two)
@@ -168,14 +180,8 @@ def configure_group(provider: Provider, spec: PlatformSpec, client: Kube, helm: 
     taints and sharing, the GPU configs and its record, the GPU stack's settings where this group changes them
     (tolerations, sharing, MIG strategy), its MIG layout, its capacity, the tenants' tolerations. Under the
     cluster's apply lock where anything is to be written."""
-    from contextlib import ExitStack
-
-    from gpuctl.kube.lock import cluster_lock
-    from gpuctl.ops.platform_steps import Run, cluster_steps, reach
-    from gpuctl.ops.validation_record import forget_validated
-
-    cluster = reach(spec, provider, client, helm)
-    run = Run(lambda _: cluster)
+    cluster = read_cluster(spec, provider, client, helm)
+    run = Run()
     steps = cluster_steps(provider, cluster, run)
     results = []
     with ExitStack() as held:
@@ -186,6 +192,38 @@ def configure_group(provider: Provider, spec: PlatformSpec, client: Kube, helm: 
             results.append(run_step(step.name, step.act, report))
             run.note(results[-1].outcome)
     return results
+
+
+# -- a node group's recorded configuration, its record, the tenants' tolerations -----------------------------
+
+
+def configure_recorded_group(client: Kube, selector: str, name: str) -> Change:
+    """Bring the nodes of node group `name` (a scaled one's new nodes) to its recorded configuration: taints,
+    labels, sharing, and its MIG layout applied, and wait until they advertise it. NO_CHANGE where nothing is
+    recorded for the group."""
+    plan = read_recorded_groups(client).get(name)
+    if plan is None:
+        return Change.NO_CHANGE
+    change = configure_nodes(client, selector, plan.sharing, plan.spec.taints, plan.labels)
+    if plan.mig is not None and apply_mig_layout(client, selector, plan.mig) is not Change.NO_CHANGE:
+        change = Change.UPDATED
+    wait_capacity(client, selector, [], dra_mode(client))  # done means advertised, as after apply
+    return change
+
+
+def forget_recorded_group(client: Kube, name: str) -> Change:
+    return remove_config_map_key(client, config_namespace(client), GROUPS_CONFIGMAP, name)
+
+
+def refresh_tolerations(client: Kube, added: GroupPlan | None = None) -> Change:
+    """After a node group came (`added`, whose nodes may not have joined yet) or went: the tenants' GPU
+    tolerations follow, where gpuctl put them."""
+    if not in_place(client):
+        return Change.NO_CHANGE
+    groups = cluster_groups(client)
+    if added is not None and added.spec.name not in {g.spec.name for g in groups}:
+        groups += (added,)
+    return converge_tolerations(client, groups, any_tenant(client))
 
 
 # -- the workflows of `gpuctl nodegroup add|scale|delete` (gpuctl.api's) ---------------------------------------
@@ -204,32 +242,22 @@ def helm_target(provider: Provider, cluster: str, target: ClusterTarget) -> Helm
     """Helm's way to the cluster, as cluster_client's: the target's kubeconfig and context (else the provider's
     context name); where that file has no such context, the provider's kubeconfig in a private file removed
     when gpuctl exits."""
-    import atexit
-    import os
-    import tempfile
-
-    import yaml
-
-    from gpuctl.stack.helm import HelmTarget as Target
-
     name = target.context or provider.context_name(cluster)
     try:
         Kube.connect(target.kubeconfig, name)
-        return Target(target.kubeconfig, name)
+        return HelmTarget(target.kubeconfig, name)
     except GpuctlError:
         doc = provider.kubeconfig(cluster)
     handle, path = tempfile.mkstemp(prefix="gpuctl-kubeconfig-", suffix=".yaml")  # mode 0600
     atexit.register(lambda: Path(path).unlink(missing_ok=True))
     with os.fdopen(handle, "w") as out:
         yaml.safe_dump(doc, out)
-    return Target(Path(path), doc["current-context"])
+    return HelmTarget(Path(path), doc["current-context"])
 
 
 def refresh_group_tolerations(client: Kube, group: str, added: GroupPlan | None = None) -> None:
     """The tenants' GPU tolerations after node group `group` came (`added`) or went; a warning where that
     failed."""
-    from gpuctl.ops.platform import refresh_tolerations
-
     try:
         refresh_tolerations(client, added)
     except GpuctlError as e:  # the node group is done either way
@@ -266,8 +294,6 @@ def scale_node_group(provider: Provider, cluster: str, name: str, nodes: int | N
                      max_nodes: int | None, target: ClusterTarget) -> Change:
     """scale_group, then the group's recorded configuration given to its nodes (new nodes join without the
     sharing or MIG layout gpuctl set on their siblings)."""
-    from gpuctl.ops.platform import configure_recorded_group
-
     client = cache(lambda: cluster_client(provider, cluster, target))  # made once, where needed
     change = scale_group(provider, cluster, name, nodes, min_nodes, max_nodes, client)
     configured = configure_recorded_group(client(), provider.node_selector(name), name)
@@ -277,8 +303,6 @@ def scale_node_group(provider: Provider, cluster: str, name: str, nodes: int | N
 def delete_node_group(provider: Provider, cluster: str, name: str, target: ClusterTarget) -> Change:
     """delete_group, then the group's record on the cluster (its taints and sharing no longer shape the GPU
     stack's settings) and the tenants' tolerations; the cluster's half a warning where it does not answer."""
-    from gpuctl.ops.platform import forget_recorded_group
-
     client = cache(lambda: cluster_client(provider, cluster, target))  # made once, where needed
     change = delete_group(provider, cluster, name, client)
     try:

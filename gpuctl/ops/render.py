@@ -23,9 +23,9 @@ import yaml
 from gpuctl.kube.objects import config_map_manifest, namespace_manifest
 from gpuctl.model.charts import helm_install_command, published
 from gpuctl.model.spec import PlatformSpec
-from gpuctl.ops.converge import gpu_config_data
-from gpuctl.ops.dashboard import FILE as DASHBOARD_FILE
-from gpuctl.ops.dashboard import dashboard_text
+from gpuctl.ops.metrics.dashboard import FILE as DASHBOARD_FILE
+from gpuctl.ops.metrics.dashboard import dashboard_text
+from gpuctl.ops.platform.gpu_config import gpu_config_data
 from gpuctl.ops.tenancy.fence import fence_manifests
 from gpuctl.ops.tenancy.queues import group_shape, queue_manifests
 from gpuctl.ops.tenancy.tenant_claims import claim_templates
@@ -127,7 +127,7 @@ def manifest_stream(spec: PlatformSpec) -> str:
 
 def render(spec: PlatformSpec, out: Path | None, field: str = "--out",
            helm_values: str | None = None) -> list[Path] | str:
-    """Write manifests/, helm/<release>.values.yaml and grafana/ (the dashboard of gpuctl.ops.dashboard) under
+    """Write manifests/, helm/<release>.values.yaml and grafana/ (the dashboard of gpuctl.ops.metrics.dashboard) under
     `out`; else return the manifests as one stream (`kubectl apply -f -` takes it), or with `helm_values` the
     values of that one release. Every file is rendered, and every path it goes to judged (paths.check_target,
     errors naming `field`), before the first is written."""

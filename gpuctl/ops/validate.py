@@ -46,7 +46,7 @@ from gpuctl.util.words import noun, pairs, plural
 if TYPE_CHECKING:
     from gpuctl.model.catalog import GpuModel
     from gpuctl.model.spec import GroupPlan
-    from gpuctl.ops.status import NodeDevices
+    from gpuctl.ops.devices import NodeDevices
 
 def expected_resources(node: KubeObject, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
                        intended: dict[str, str | None] | None = None) -> dict[str, int]:
@@ -359,7 +359,7 @@ def check_dra_capacity(nodes: list[KubeObject], published: dict[str, NodeDevices
 
 def check_kubelet_plugins(nodes: list[KubeObject], pods: dict[str, KubeObject]) -> Check:
     """The DRA driver's kubelet plugin (`pods`: node -> its pod) is ready on every node."""
-    from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, plugin_state
+    from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, plugin_state
 
     states = {n.name: plugin_state(pods.get(n.name)) for n in nodes}
     bad = [f"{node}: {state}" for node, state in states.items() if state != "ready"]
@@ -375,7 +375,7 @@ def check_kubelet_plugins(nodes: list[KubeObject], pods: dict[str, KubeObject]) 
 def validate_dra(kube: Kube, nodes: list[KubeObject], mig_configs: dict[str, Any], image: str,
                  pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float) -> list[Check]:
     from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
-    from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, NodeDevices, pods_by_node, read_node_devices
+    from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, NodeDevices, pods_by_node, read_node_devices
 
     published = read_node_devices(kube)
     mine = [published.get(n.name, NodeDevices((), frozenset())) for n in nodes]
@@ -479,7 +479,7 @@ def run_dra_smoke_test(kube: Kube, image: str, device_class: str, node_labels: d
 def _unallocatable(kube: Kube, pod: KubeObject, device_class: str, group: set[str]) -> str:
     """Why the smoke-test pod stayed unscheduled, and the fix, in one line: when the scheduler found no
     free device (its PodScheduled condition), how many of the group's devices are allocated."""
-    from gpuctl.ops.status import read_node_devices
+    from gpuctl.ops.devices import read_node_devices
 
     scheduled = pod.condition("PodScheduled")
     if scheduled is None or scheduled.get("reason") != "Unschedulable":

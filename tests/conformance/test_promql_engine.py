@@ -20,9 +20,9 @@ from gpuctl.kube.prometheus import Prometheus
 from gpuctl.model import promql
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
-from gpuctl.ops.advise import advice_of
-from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, read_metrics
-from gpuctl.ops.top import top_of
+from gpuctl.ops.metrics.advise import advice_of
+from gpuctl.ops.metrics.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, read_metrics
+from gpuctl.ops.metrics.top import top_of
 from gpuctl.util.paths import cache_dir
 from tests.unit.fake_prometheus import Canned, fake_prometheus
 

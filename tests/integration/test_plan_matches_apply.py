@@ -1,5 +1,5 @@
 """`gpuctl plan` names every step `gpuctl apply` runs, in its order: before the cluster exists and on the
-converged cluster, for every sim spec file under tests/ (one step list, gpuctl/ops/platform_steps.py)."""
+converged cluster, for every sim spec file under tests/ (one step list, gpuctl/ops/platform/steps.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ cluster `cluster create` made (a cluster of its own).
 It used to end with exit 6 three times out of three ("device-plugin: gpu-operator/nvidia-device-plugin-daemonset:
 4 of 5 pods ready", and `gpuctl validate` passing seconds later): the capacity wait did not await the
 device plugin's rollout after the GPU Operator's upgrade and the plugin's restart. The wait now lasts until
-the DaemonSet is rolled out as `kubectl rollout status` judges it, with its pods ready (gpuctl.ops.capacity).
+the DaemonSet is rolled out as `kubectl rollout status` judges it, with its pods ready (gpuctl.ops.platform.capacity).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`gpuctl advise` (gpuctl/ops/advise.py) on dcgm-exporter-shaped answers from a FAKE Prometheus on 127.0.0.1
+"""`gpuctl advise` (gpuctl/ops/metrics/advise.py) on dcgm-exporter-shaped answers from a FAKE Prometheus on 127.0.0.1
 (canned answers: tests/unit/fake_prometheus.py) and a cluster given as data: each rule's advice, the figures
 behind it and the command that applies it, and nothing where nothing is called for."""
 
@@ -17,8 +17,16 @@ from gpuctl.model.mig import parse_layout, place
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import Taint
-from gpuctl.ops.advise import NOTHING, advice_of, cluster_identity, render_text
-from gpuctl.ops.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, queries, read_devices, read_tenant_series
+from gpuctl.ops.metrics.advise import NOTHING, advice_of, cluster_identity, render_text
+from gpuctl.ops.metrics.gpu_metrics import (
+    ClusterView,
+    NodeInfo,
+    PodInfo,
+    TenantInfo,
+    queries,
+    read_devices,
+    read_tenant_series,
+)
 from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
 
 T4 = GPUS["t4"]
@@ -197,8 +205,8 @@ def test_the_advised_commands_are_ones_gpuctl_accepts(isolated_env: dict[str, st
 
 
 def test_devices_held_by_claim_are_left_out_of_the_sharing_rules_and_it_says_so() -> None:
-    from gpuctl.ops.advise import claims_note
-    from gpuctl.ops.gpu_metrics import ClaimedDevice
+    from gpuctl.ops.metrics.advise import claims_note
+    from gpuctl.ops.metrics.gpu_metrics import ClaimedDevice
 
     view = ClusterView({}, [], {})
     assert claims_note(view) is None
@@ -227,8 +235,8 @@ def _advise(canned: Canned, view: ClusterView, monkeypatch: Any) -> dict[str, An
     """ops.advise.advise on the fake Prometheus, the cluster given as data (its reads replaced)."""
     from types import SimpleNamespace
 
-    from gpuctl.ops import advise as ops_advise
-    from gpuctl.ops import gpu_metrics
+    from gpuctl.ops.metrics import advise as ops_advise
+    from gpuctl.ops.metrics import gpu_metrics
 
     monkeypatch.setattr(gpu_metrics, "read_cluster", lambda client: view)
     monkeypatch.setattr(ops_advise, "read_queues", lambda client, v: None)

@@ -1,4 +1,4 @@
-"""The Grafana dashboard `gpuctl render --out DIR` writes (gpuctl/ops/dashboard.py, Grafana's own SDK): its
+"""The Grafana dashboard `gpuctl render --out DIR` writes (gpuctl/ops/metrics/dashboard.py, Grafana's own SDK): its
 queries are exactly those `gpuctl top` sends, per node group's GPU model and per tenant, and Grafana's SDK
 reads it back."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from gpuctl import api
 from gpuctl.kube.prometheus import Prometheus
-from gpuctl.ops.dashboard import FILE, WINDOW_VARIABLE, build_dashboard
-from gpuctl.ops.gpu_metrics import read_metrics
+from gpuctl.ops.metrics.dashboard import FILE, WINDOW_VARIABLE, build_dashboard
+from gpuctl.ops.metrics.gpu_metrics import read_metrics
 from tests.conftest import run_gpuctl
 from tests.unit.fake_prometheus import Canned, fake_prometheus
 

@@ -1,5 +1,6 @@
 """`gpuctl status` in DRA mode: devices from the driver's ResourceSlices, allocations from ResourceClaims
-(gpuctl/ops/status.py, pure parts; which slices count: gpuctl/model/dra.py, shared with the quota warning)."""
+(gpuctl/ops/status.py and its device reader gpuctl/ops/devices.py, pure parts; which slices count:
+gpuctl/model/dra.py, shared with the quota warning)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from gpuctl.kube.kube import Kube
 from gpuctl.model import dra as model_dra
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import parse_layout
-from gpuctl.ops import status
+from gpuctl.ops import devices, status
 from gpuctl.ops.tenancy import tenant_claims
 from gpuctl.simulator import dra
 
@@ -76,23 +77,23 @@ def test_allocations_per_pool_of_the_gpu_driver_only() -> None:
               a_claim(("a", "gpu-0")),  # the same device twice (a shared claim is one allocation)
               a_claim(("a", "gpu-5"), admin=True),  # admin access holds no device
               a_claim(("a", "eth-0"), driver="net.example.com")]
-    assert status.claim_allocations(claims) == {"a": {"gpu-0", "gpu-1"}, "b": {"gpu-3"}}
+    assert devices.claim_allocations(claims) == {"a": {"gpu-0", "gpu-1"}, "b": {"gpu-3"}}
 
 
 def test_free_counts_only_published_devices() -> None:
-    node = status.NodeDevices(tuple(a_slice("a", ["gpu-0", "gpu-1", "gpu-2"])["spec"]["devices"]),
+    node = devices.NodeDevices(tuple(a_slice("a", ["gpu-0", "gpu-1", "gpu-2"])["spec"]["devices"]),
                               frozenset({"gpu-1", "gpu-9"}))  # gpu-9: an allocation its device outlived
     assert (len(node.devices), node.in_use, node.free) == (3, 1, 2)
 
 
 def test_mig_only_from_the_device_type() -> None:
     model = get_gpu("a100-40gb")
-    mig = status.NodeDevices(tuple(dra.render_devices("n", model, 2, parse_layout("3g.20gb-2x2g.10gb", model))),
+    mig = devices.NodeDevices(tuple(dra.render_devices("n", model, 2, parse_layout("3g.20gb-2x2g.10gb", model))),
                              frozenset())
-    full = status.NodeDevices(tuple(dra.render_devices("n", model, 2)), frozenset())
+    full = devices.NodeDevices(tuple(dra.render_devices("n", model, 2)), frozenset())
     assert mig.mig_only and not full.mig_only
-    assert not status.NodeDevices((), frozenset()).mig_only
-    assert {status.device_type(d) for d in mig.devices} == {"mig"}
+    assert not devices.NodeDevices((), frozenset()).mig_only
+    assert {devices.device_type(d) for d in mig.devices} == {"mig"}
 
 
 def test_table_columns_follow_the_mode() -> None:

@@ -13,7 +13,7 @@ from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.model.spec import SMOKE_IMAGE, NodeGroupSpec
 from gpuctl.ops import smoke, validate
-from gpuctl.ops.status import NodeDevices
+from gpuctl.ops.devices import NodeDevices
 from gpuctl.simulator import dra
 from gpuctl.simulator.nodes import node_labels
 

@@ -12,7 +12,7 @@ import pytest
 from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
-from gpuctl.ops.converge import cluster_policy_drift
+from gpuctl.ops.platform.gpu_stack import cluster_policy_drift
 from gpuctl.stack.existing import ExistingStack, HelmRelease, can_run_on, decode_release, find_stack, release_of_secret
 from gpuctl.stack.owners import ExistingStackError, check_single_owners
 from gpuctl.util.errors import ExitCode

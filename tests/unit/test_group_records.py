@@ -6,8 +6,7 @@ import pytest
 
 from gpuctl.api import load_document, to_platform
 from gpuctl.model.spec import GroupPlan
-from gpuctl.ops.converge import with_cluster_groups
-from gpuctl.ops.group_records import intended_labels, node_drift, plan_of, record_of
+from gpuctl.ops.group_records import intended_labels, node_drift, plan_of, record_of, with_cluster_groups
 from gpuctl.ops.validation_record import spec_digest
 from gpuctl.util.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""`plan` and `apply` walk one step list (gpuctl/ops/platform_steps.py): plan observes, apply acts.
+"""`plan` and `apply` walk one step list (gpuctl/ops/platform/steps.py): plan observes, apply acts.
 
 Without a cluster: the names plan lists before the cluster exists are the names apply builds for a fresh
 cluster, for every spec file under tests/, from the spec alone; and plan writes nothing."""
@@ -16,7 +16,8 @@ from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.model.target import ClusterTarget
-from gpuctl.ops.platform_steps import Cluster, Run, platform_steps, unreached
+from gpuctl.ops.platform.run import Cluster, Run
+from gpuctl.ops.platform.steps import cloud_steps, cluster_steps, selectors, unreached
 from gpuctl.providers import get_provider
 from gpuctl.providers.base import ClusterInfo, NodeGroupInfo
 from gpuctl.util.errors import GpuctlError
@@ -42,16 +43,22 @@ def _platform(doc: dict[str, Any]) -> PlatformSpec:
     return to_platform(*load_document(doc))
 
 
+def _steps(spec: PlatformSpec, provider: Any, cluster: Cluster) -> list[Step]:
+    """The whole list, as apply and plan run it: the cloud's steps, then the cluster's, built from `cluster`."""
+    run = Run()
+    return [*cloud_steps(spec, provider, run), *cluster_steps(provider, cluster, run)]
+
+
 def _names(spec: PlatformSpec, cluster: Any) -> list[str]:
-    """The step names platform_steps builds when the cluster is reached as `cluster(spec, provider)`;
-    no step is observed or run."""
+    """The step names of the list when the cluster is read as `cluster(spec, provider)`; no step is observed or
+    run."""
     provider = get_provider(spec.cloud, spec.options)
-    return [s.name for s in platform_steps(spec, provider, Run(lambda s: cluster(s, provider)))]
+    return [s.name for s in _steps(spec, provider, cluster(spec, provider))]
 
 
 def _fresh(spec: PlatformSpec, provider: Any) -> Cluster:
-    """What reach() finds on a cluster apply has just made: no recorded group, no GPU stack, no validation."""
-    from gpuctl.ops.platform_steps import selectors
+    """What read_cluster() finds on a cluster apply has just made: no recorded group, no GPU stack, no
+    validation."""
     from gpuctl.stack.owners import StackPlan
 
     return Cluster(spec, selectors(spec, provider), StackPlan(), None, False, client=Kube(None))
@@ -99,8 +106,7 @@ def test_an_eks_spec_lists_its_karpenter_step_and_the_rest_without_a_cloud_call(
 def test_a_cluster_not_reached_observes_every_step_from_the_spec() -> None:
     spec = to_platform(*load_spec(TESTS / "specs" / "good.yaml"))
     why = Observed(Change.UPDATED, "unknown: no such context")
-    run = Run(lambda s: unreached(s, get_provider("sim", None), why))
-    steps = list(platform_steps(spec, get_provider("sim", None), run))
+    steps = _steps(spec, get_provider("sim", None), unreached(spec, get_provider("sim", None), why))
     cluster_side = steps[steps.index(next(s for s in steps if s.name == "write-kubeconfig")) + 1:]
     observed = {s.name: s.observe() for s in cluster_side}
     assert {o.detail for o in observed.values()} == {"unknown: no such context"}
@@ -132,7 +138,7 @@ class _CloudOnly:
 def test_plan_writes_nothing(exists: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No cloud write, no kubeconfig, no state: before the cluster exists, and where the kubeconfig has
     no context for it (every cluster-side step then says why it is unknown)."""
-    from gpuctl.ops import plan
+    from gpuctl.ops.platform import plan
 
     kubeconfig = tmp_path / "kube" / "config"
     kubeconfig.parent.mkdir()

@@ -1,4 +1,4 @@
-"""`gpuctl top` (gpuctl/ops/top.py) on dcgm-exporter-shaped answers from a FAKE Prometheus on 127.0.0.1 (real
+"""`gpuctl top` (gpuctl/ops/metrics/top.py) on dcgm-exporter-shaped answers from a FAKE Prometheus on 127.0.0.1 (real
 sockets, canned answers: tests/unit/fake_prometheus.py) and a cluster given as data: devices, pods and tenants
 read, the exporter's own pod never taken for a workload, a shared GPU's figures marked as the GPU's, and the
 table within 80 columns."""
@@ -12,7 +12,7 @@ import yaml
 from gpuctl.kube.prometheus import Prometheus
 from gpuctl.model import promql
 from gpuctl.model.catalog import GPUS
-from gpuctl.ops.gpu_metrics import (
+from gpuctl.ops.metrics.gpu_metrics import (
     ClusterView,
     Metrics,
     NodeInfo,
@@ -23,7 +23,7 @@ from gpuctl.ops.gpu_metrics import (
     read_devices,
     read_tenant_series,
 )
-from gpuctl.ops.top import SHARED_NOTE, render_table, top_of
+from gpuctl.ops.metrics.top import SHARED_NOTE, render_table, top_of
 from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
 
 T4_MIB = 15360
@@ -169,7 +169,7 @@ def test_a_pod_with_gpus_by_claim_is_a_workload() -> None:
 def test_pods_holding_devices_by_claim_are_shown_on_them_or_said_unplaceable() -> None:
     """DRA: the series name no pod; the claims do. A MIG device is placed by its GPU and profile only where
     the GPU has one instance of that profile."""
-    from gpuctl.ops.gpu_metrics import ClaimedDevice, Device, attach_claimed
+    from gpuctl.ops.metrics.gpu_metrics import ClaimedDevice, Device, attach_claimed
 
     def dev(gpu: str, uuid: str, profile: str | None = None, mig_id: str | None = None) -> Device:
         return Device("dra-0", gpu, uuid, "NVIDIA A100-SXM4-40GB", profile, mig_id)

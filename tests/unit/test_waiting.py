@@ -10,7 +10,7 @@ import pytest
 
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject, kube_objects
-from gpuctl.ops import capacity
+from gpuctl.ops.platform import capacity
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.validate import Rollout
 from gpuctl.util.errors import ClusterError, ExitCode, WaitTimeout

@@ -196,7 +196,7 @@ def with_unrecorded(kube: Kube, groups: tuple[GroupPlan, ...]) -> tuple[GroupPla
 
 def cluster_groups(kube: Kube) -> tuple[GroupPlan, ...]:
     """The cluster's node groups: recorded, and made without a record."""
-    from gpuctl.ops.converge import read_recorded_groups
+    from gpuctl.ops.group_records import read_recorded_groups
 
     return with_unrecorded(kube, tuple(read_recorded_groups(kube).values()))
 

@@ -1,4 +1,4 @@
-"""`gpuctl advise`: what to change, from a window of GPU metrics (gpuctl.ops.gpu_metrics) and the cluster's
+"""`gpuctl advise`: what to change, from a window of GPU metrics (gpuctl.ops.metrics.gpu_metrics) and the cluster's
 configuration (the node groups gpuctl recorded, tenants and their quotas). Reads only; each piece of advice
 carries the figures behind it and the gpuctl command that applies it.
 
@@ -28,7 +28,7 @@ from gpuctl.model import promql
 from gpuctl.model.mig import check_layout, parse_layout
 from gpuctl.model.sharing import MAX_REPLICAS, max_replicas
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS
-from gpuctl.ops.gpu_metrics import (
+from gpuctl.ops.metrics.gpu_metrics import (
     GPU,
     MIG_PREFIX,
     ClusterView,

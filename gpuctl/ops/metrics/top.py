@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.kube.kube import Kube
 from gpuctl.model import promql
 from gpuctl.model.mig import resource_name
-from gpuctl.ops.gpu_metrics import (
+from gpuctl.ops.metrics.gpu_metrics import (
     DONE,
     GPU,
     ClusterView,

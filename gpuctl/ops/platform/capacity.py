@@ -24,22 +24,47 @@ from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
-from gpuctl.model.change import Change
+from gpuctl.model.change import Change, Observed, Step
+from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, PLUGIN_SELECTOR, plugin_state, pods_by_node, read_node_devices
+from gpuctl.ops.platform.run import Run
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.validate import (
     check_capacity,
     check_device_plugins,
+    check_dra_capacity,
+    check_kubelet_plugins,
     device_plugin_rollouts,
+    expected_devices,
     expected_resources,
     raced_plugin_nodes,
     read_configs,
 )
+from gpuctl.stack.dra_driver import NAMESPACE as DRA_NAMESPACE
+from gpuctl.stack.existing import CLUSTER_POLICY
+from gpuctl.stack.plugin_template import policy_not_carried
 from gpuctl.util.output import info
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
 
 RACE_GRACE_S = 10.0  # a device plugin registers its GPUs within seconds of starting
 CONFIG_RACE_SHORT = "launched by Karpenter, its device plugin serves no GPU (NVIDIA/k8s-device-plugin #1645)"
 PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
+
+
+def capacity_step(kube: Kube, selector: str, group: str, dra: bool, run: Run) -> Step:
+    """A check: it waits and counts, and changes nothing."""
+    return Step(f"wait-capacity/{group}", lambda: observe_capacity(kube, selector, dra, run.changed),
+                lambda: wait_capacity(kube, selector, run.checks, dra, restart_raced=True), check=True)
+
+
+def observe_capacity(kube: Kube, selector: str, dra: bool, after_changes: bool) -> Observed:
+    """What wait-capacity checks, and whether it would wait: a check, no change. `after_changes`: a step
+    before it changes something, so it waits for the nodes to come back, whatever they offer now."""
+    state = capacity_check(kube, selector, dra)
+    now = ", ".join(map(str, state.counts))
+    if state.ok and not after_changes:
+        return Observed(Change.NO_CHANGE, now)
+    what = "publish their DRA devices" if dra else "advertise their GPUs"
+    return Observed(Change.CHECK, f"waits until the nodes {what} and their plugin is ready (now {now})")
 
 
 @dataclass(frozen=True)
@@ -85,9 +110,6 @@ def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
 def check_policy_carried(kube: Kube, daemon_set: str) -> Check | None:
     """None when device-plugin DaemonSet `daemon_set` (namespace/name) carries the ClusterPolicy that owns it
     (or no ClusterPolicy owns it: not the GPU Operator's); else a failed check saying what it lacks yet."""
-    from gpuctl.stack.existing import CLUSTER_POLICY
-    from gpuctl.stack.plugin_template import policy_not_carried
-
     namespace, name = daemon_set.split("/", 1)
     try:
         body = kube.get("apps/v1", "DaemonSet", name, namespace)
@@ -107,9 +129,6 @@ def check_policy_carried(kube: Kube, daemon_set: str) -> Check | None:
 
 
 def _dra_check(kube: Kube, nodes: list[KubeObject], mig: dict[str, Any]) -> CapacityState:
-    from gpuctl.ops.status import DRA_PLUGIN_SELECTOR, plugin_state, pods_by_node, read_node_devices
-    from gpuctl.ops.validate import check_dra_capacity, check_kubelet_plugins, expected_devices
-
     published = read_node_devices(kube)
     pods = pods_by_node(kube, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")
 
@@ -134,8 +153,6 @@ def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, tim
     Ends with WaitTimeout (exit 7) when nothing converges for `stall` seconds, or after `timeout`
     (default: the command's --timeout, gpuctl.util.waiting.wait_limit). `restart_raced` (apply): a node
     Karpenter launched whose plugin has served no GPU for RACE_GRACE_S gets its plugin pod restarted, once."""
-    from gpuctl.stack.dra_driver import NAMESPACE as DRA_NAMESPACE
-
     what = "DRA devices" if dra else "allocatable GPUs"
     where = (f"the DRA driver's kubelet-plugin pods (namespace {DRA_NAMESPACE})" if dra
              else "the device-plugin pods in namespace gpu-operator")
@@ -163,8 +180,6 @@ def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, tim
 def restart_raced_plugins(kube: Kube, nodes: list[str]) -> list[str]:
     """Delete the device-plugin pod of each of `nodes` that has run for RACE_GRACE_S (a plugin just started
     has not registered yet); its DaemonSet starts a new one, which registers the GPUs. The nodes done."""
-    from gpuctl.ops.status import PLUGIN_SELECTOR, pods_by_node
-
     pods = pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin")
     now = datetime.now(timezone.utc)
     done = []

@@ -415,6 +415,6 @@ def check_tenant(view: ClusterView, tenant: str | None) -> None:
 
 def recorded_groups(kube: Kube) -> dict[str, GroupPlan]:
     """The node groups recorded on the cluster (their sharing and MIG layout as gpuctl set them)."""
-    from gpuctl.ops.converge import read_recorded_groups
+    from gpuctl.ops.group_records import read_recorded_groups
 
     return read_recorded_groups(kube)
