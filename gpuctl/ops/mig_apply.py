@@ -42,6 +42,7 @@ from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack
 from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed, shown
 from gpuctl.util.output import info
 from gpuctl.util.progress import waiting
+from gpuctl.util.waiting import Count, Look, wait_until
 
 if TYPE_CHECKING:
     from gpuctl.model.spec import GroupPlan
@@ -257,8 +258,6 @@ def wait_for_mig_state(kube: Kube, names: list[str], config: str, timeout: float
     """Block until the MIG manager reports success on every node; fail fast on 'failed'. The wait lasts
     while nodes keep reaching success (gpuctl.util.waiting): WaitTimeout when none does for STALL_S seconds,
     or after `timeout` (None: the command's --timeout, if any)."""
-    from gpuctl.util.waiting import Count, Look, wait_until
-
     wanted = set(names)
 
     def look() -> Look:

@@ -31,9 +31,17 @@ from gpuctl.ops.tenancy.queues import group_shape, queue_manifests
 from gpuctl.ops.tenancy.tenant_claims import claim_templates
 from gpuctl.ops.tenancy.tenants import tenant_manifests
 from gpuctl.ops.tenancy.tolerations import policy_manifests
+from gpuctl.providers import (
+    capabilities_of,
+    karpenter_objects,  # their renderers load only for a spec with Karpenter
+)
+from gpuctl.stack.dra_driver import dra_release
+from gpuctl.stack.kueue import kueue_release
+from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.util.errors import ToolError, UsageError
 from gpuctl.util.output import info
+from gpuctl.util.paths import check_target
 
 if TYPE_CHECKING:
     from gpuctl.stack.helm import Release
@@ -59,7 +67,6 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {f"00-namespace-{NAMESPACE}.yaml": namespace_manifest(NAMESPACE)}
     for name, data in gpu_config_data(spec, {}).items():
         files[f"10-configmap-{name}.yaml"] = config_map_manifest(NAMESPACE, name, data)
-    from gpuctl.providers import karpenter_objects  # their renderers load only for a spec with Karpenter
 
     for obj in karpenter_objects(spec):
         files[f"12-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"] = obj
@@ -87,11 +94,6 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
 def helm_releases(spec: PlatformSpec) -> dict[str, Release]:
     """Release name -> the Helm release apply installs for the spec (NFD where standalone, the GPU Operator, the DRA
     driver in DRA mode, Kueue where the cloud does not run it itself), in install order."""
-    from gpuctl.providers import capabilities_of
-    from gpuctl.stack.dra_driver import dra_release
-    from gpuctl.stack.kueue import kueue_release
-    from gpuctl.stack.releases import nfd_release, operator_release
-
     releases = [nfd_release(spec.stack)] if spec.stack.nfd == "standalone" else []
     releases.append(operator_release(spec.stack))
     if spec.stack.dra:
@@ -142,7 +144,6 @@ def render(spec: PlatformSpec, out: Path | None, field: str = "--out",
         return values_text(releases[helm_values], spec.stack.charts)
     if out is None:
         return manifest_stream(spec)
-    from gpuctl.util.paths import check_target
 
     files = {out / "manifests" / name: _dump(obj) for name, obj in manifests(spec).items()}
     files.update({out / "helm" / values_file(name): values_text(r, spec.stack.charts) for name, r in releases.items()})

@@ -14,6 +14,7 @@ from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import ensure_namespace
 from gpuctl.model import labels as L
+from gpuctl.model.dra import API_VERSION, device_request
 from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.progress import waiting
 
@@ -62,8 +63,6 @@ def smoke_pod(name: str, image: str, resource: str, node_labels: dict[str, str],
 
 def smoke_claim(name: str, device_class: str) -> dict[str, Any]:
     """The smoke test's ResourceClaim: one device of `device_class` (gpu.nvidia.com or mig.nvidia.com)."""
-    from gpuctl.model.dra import API_VERSION, device_request
-
     return {"apiVersion": API_VERSION, "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": SMOKE_NAMESPACE, "labels": SMOKE_LABELS},
             "spec": {"devices": {"requests": [device_request("gpu", device_class)]}}}

@@ -21,12 +21,20 @@ from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import ensure_namespace, read_config_map_data
 from gpuctl.model import labels as L
-from gpuctl.model.dra import API_VERSION
-from gpuctl.model.mig import MigLayout, advertised_resources, layout_from_counts, parse_mig_parted_config
+from gpuctl.model.dra import API_VERSION, DRIVER, GPU_CLASS, MIG_CLASS
+from gpuctl.model.mig import (
+    MigLayout,
+    advertised_resources,
+    layout_from_counts,
+    layout_of_config_name,
+    parse_mig_parted_config,
+)
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, parse_plugin_config
 from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.model.taints import node_taint
 from gpuctl.model.taints import tolerations as tolerations_of
+from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, NodeDevices, plugin_state, pods_by_node, read_node_devices
+from gpuctl.ops.group_records import intended_labels, node_drift, read_group_plans
 from gpuctl.ops.smoke import (
     SMOKE_NAMESPACE,
     SMOKE_TIMEOUT_S,
@@ -39,6 +47,9 @@ from gpuctl.ops.smoke import (
     smoke_claim,
     smoke_pod,
 )
+from gpuctl.stack.existing import CLUSTER_POLICY, config_namespace
+from gpuctl.stack.karpenter import advertised
+from gpuctl.stack.owners import is_device_plugin
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 from gpuctl.util.errors import UsageError
 from gpuctl.util.words import noun, pairs, plural
@@ -46,7 +57,7 @@ from gpuctl.util.words import noun, pairs, plural
 if TYPE_CHECKING:
     from gpuctl.model.catalog import GpuModel
     from gpuctl.model.spec import GroupPlan
-    from gpuctl.ops.devices import NodeDevices
+
 
 def expected_resources(node: KubeObject, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
                        intended: dict[str, str | None] | None = None) -> dict[str, int]:
@@ -152,8 +163,6 @@ def daemon_set_rollout(kube: Kube, daemon_set: KubeObject) -> Rollout:
 def device_plugin_rollouts(kube: Kube) -> tuple[list[str], Rollout | None]:
     """The device-plugin DaemonSets (namespace/name; the MPS control daemon is not one) and, when there is
     exactly one, its Rollout."""
-    from gpuctl.stack.owners import is_device_plugin
-
     plugins = [d for d in kube.list("apps/v1", "DaemonSet", what="listing DaemonSets") if is_device_plugin(d.name)]
     names = [f"{d.namespace}/{d.name}" for d in plugins]
     return names, (daemon_set_rollout(kube, plugins[0]) if len(plugins) == 1 else None)
@@ -162,8 +171,6 @@ def device_plugin_rollouts(kube: Kube) -> tuple[list[str], Rollout | None]:
 def check_node_config(nodes: list[KubeObject], plans: dict[str, GroupPlan]) -> Check:
     """Each node carries its node group's recorded configuration (sharing or MIG config, labels, taints):
     a node added later (scaled, autoscaled) without it advertises less than its siblings."""
-    from gpuctl.ops.group_records import node_drift
-
     drift: list[str] = []
     for node in nodes:
         plan = plans.get(nodegroup_of(node) or "")
@@ -196,8 +203,6 @@ def check_device_plugins(kube: Kube, found: tuple[list[str], Rollout | None] | N
 def read_configs(kube: Kube) -> tuple[dict[str, str], dict[str, Any]]:
     """The operator's device-plugin configs and mig-parted configs (in the namespace of the GPU Operator
     gpuctl configures, which may be another's)."""
-    from gpuctl.stack.existing import config_namespace
-
     namespace = config_namespace(kube)
     plugin = read_config_map_data(kube, namespace, DEVICE_PLUGIN_CONFIGMAP) or {}
     mig_text = (read_config_map_data(kube, namespace, MIG_CONFIGMAP) or {}).get("config.yaml", "")
@@ -219,9 +224,6 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
     """Capacity against configuration, exactly one device plugin, and the CUDA smoke test (in DRA mode:
     the driver's devices against configuration, its kubelet plugin on every node, a smoke test through a
     ResourceClaim)."""
-    from gpuctl.ops.group_records import intended_labels, read_group_plans
-    from gpuctl.stack.existing import config_namespace
-
     try:
         nodes = gpu_nodes(kube, nodegroup)
     except UsageError:  # a node group of no nodes: Karpenter's (then launched here), else the error stands
@@ -254,10 +256,6 @@ def _launch_a_node(kube: Kube, nodegroup: str, image: str, timeout: float) -> Ch
     """For a node group of no nodes that Karpenter launches (recorded with 0 fixed nodes): the smoke test first,
     pinned to the group, so that Karpenter launches a node for it and the checks have one to look at; what it
     proves then holds for every node the pool launches. None where the group is not such a group."""
-    from gpuctl.ops.group_records import read_group_plans
-    from gpuctl.stack.existing import config_namespace
-    from gpuctl.stack.karpenter import advertised
-
     plan = read_group_plans(kube, config_namespace(kube)).get(nodegroup)
     if plan is None or plan.spec.nodes != 0:
         return None
@@ -284,8 +282,6 @@ def _await_configured(kube: Kube, nodegroup: str, timeout: float) -> None:
 
 def _mig_strategy(kube: Kube) -> str:
     """The ClusterPolicy's MIG strategy (the device plugin's MIG_STRATEGY); the operator's default, single."""
-    from gpuctl.stack.existing import CLUSTER_POLICY
-
     try:
         policies = kube.list("/".join(CLUSTER_POLICY[:2]), "ClusterPolicy", what="reading the ClusterPolicy")
     except KubeNotFound:  # no ClusterPolicy CRD
@@ -302,8 +298,6 @@ def configured_layout(labels: dict[str, str], model: GpuModel | None,
     """The MIG layout a node is configured for: its nvidia.com/mig.config, from the MIG manager's configs
     when they name it, else read back from the name gpuctl gave it (custom-<layout> or a named config).
     None without MIG. ValueError for a name that is neither."""
-    from gpuctl.model.mig import layout_of_config_name
-
     name = labels.get(L.MIG_CONFIG, "")
     if not name or name == "all-disabled":
         return None
@@ -359,8 +353,6 @@ def check_dra_capacity(nodes: list[KubeObject], published: dict[str, NodeDevices
 
 def check_kubelet_plugins(nodes: list[KubeObject], pods: dict[str, KubeObject]) -> Check:
     """The DRA driver's kubelet plugin (`pods`: node -> its pod) is ready on every node."""
-    from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, plugin_state
-
     states = {n.name: plugin_state(pods.get(n.name)) for n in nodes}
     bad = [f"{node}: {state}" for node, state in states.items() if state != "ready"]
     ready = len(states) - len(bad)
@@ -374,9 +366,6 @@ def check_kubelet_plugins(nodes: list[KubeObject], pods: dict[str, KubeObject]) 
 
 def validate_dra(kube: Kube, nodes: list[KubeObject], mig_configs: dict[str, Any], image: str,
                  pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float) -> list[Check]:
-    from gpuctl.model.dra import GPU_CLASS, MIG_CLASS
-    from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, NodeDevices, pods_by_node, read_node_devices
-
     published = read_node_devices(kube)
     mine = [published.get(n.name, NodeDevices((), frozenset())) for n in nodes]
     # full GPUs where any node has one; MIG devices only where the nodes publish nothing else
@@ -424,8 +413,6 @@ class ClaimWatch:
 def check_allocation(allocation: dict[str, Any] | None, node: str | None, group: set[str]) -> str | None:
     """None when the claim's `allocation` gave the pod (bound to `node`) a device of the GPU driver on that
     node, and the node is one of the `group`; else what is wrong."""
-    from gpuctl.model.dra import DRIVER
-
     if allocation is None:
         return "its ResourceClaim was never allocated"
     results = (allocation.get("devices") or {}).get("results") or []
@@ -479,8 +466,6 @@ def run_dra_smoke_test(kube: Kube, image: str, device_class: str, node_labels: d
 def _unallocatable(kube: Kube, pod: KubeObject, device_class: str, group: set[str]) -> str:
     """Why the smoke-test pod stayed unscheduled, and the fix, in one line: when the scheduler found no
     free device (its PodScheduled condition), how many of the group's devices are allocated."""
-    from gpuctl.ops.devices import read_node_devices
-
     scheduled = pod.condition("PodScheduled")
     if scheduled is None or scheduled.get("reason") != "Unschedulable":
         return diagnostics(kube, pod)

@@ -43,6 +43,7 @@ from gpuctl.ops.metrics.gpu_metrics import (
     recorded_groups,
 )
 from gpuctl.ops.tenancy.queues import queue_settings
+from gpuctl.providers import PROVIDERS
 from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
@@ -146,8 +147,6 @@ def advice_of(view: ClusterView, records: dict[str, GroupPlan], devices: dict[An
 def cluster_identity(server: str, context: str | None) -> tuple[str, str]:
     """(cloud, cluster) for the commands: a sim cluster by its API server's URL, else the context gpuctl wrote
     (`gpuctl-<cloud>-<cluster>`, Provider.context_name); else placeholders the user fills in."""
-    from gpuctl.providers import PROVIDERS
-
     found = cluster_of(server)
     if found is not None:
         return found

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.model import promql
 from gpuctl.model.catalog import nvml_name
+from gpuctl.util.errors import ToolError
 from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ def _sdk() -> Any:
         from grafana_foundation_sdk.models import dashboard as model
         from grafana_foundation_sdk.models import prometheus as prometheus_model
     except ImportError:
-        from gpuctl.util.errors import ToolError
-
         raise ToolError("the Grafana dashboard needs grafana-foundation-sdk, which needs Python 3.11 or later",
                         "run gpuctl on Python 3.11+") from None
     import types

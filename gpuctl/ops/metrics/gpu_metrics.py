@@ -27,7 +27,11 @@ from gpuctl.model.catalog import GpuModel
 from gpuctl.model.dra import DRIVER, device_type, slice_devices
 from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import TENANT_LABEL
+from gpuctl.ops.group_records import read_recorded_groups
+from gpuctl.ops.tenancy.queues import Queues
 from gpuctl.ops.tenancy.tenants import BINDING, QUOTA, granted
+from gpuctl.providers import PROVIDERS, capabilities_of, get_provider
+from gpuctl.providers.base import RunsMonitoring
 from gpuctl.util.errors import UsageError
 from gpuctl.util.words import noun
 
@@ -57,8 +61,6 @@ def prometheus_for(kube: Kube, url: str | None) -> Prometheus:
 def provider_prometheus(server: str) -> str | None:
     """The base URL of the Prometheus a provider runs beside the cluster served at `server` (providers whose
     capabilities say `monitoring`: the sim), started if it is not running; None for any other cluster."""
-    from gpuctl.providers import PROVIDERS, capabilities_of, get_provider
-
     for cloud in PROVIDERS:
         if not capabilities_of(cloud).monitoring:
             continue
@@ -67,16 +69,12 @@ def provider_prometheus(server: str) -> str | None:
             if cluster.endpoint and cluster.endpoint.rstrip("/") == server.rstrip("/"):
                 from typing import cast
 
-                from gpuctl.providers.base import RunsMonitoring
-
                 return cast("RunsMonitoring", provider).prometheus_url(cluster.name)
     return None
 
 
 def cluster_of(server: str) -> tuple[str, str] | None:
     """(cloud, cluster) of a cluster a monitoring provider runs at `server` (the sim's), else None."""
-    from gpuctl.providers import PROVIDERS, capabilities_of, get_provider
-
     for cloud in PROVIDERS:
         if capabilities_of(cloud).monitoring:
             for cluster in get_provider(cloud).list_clusters():
@@ -384,8 +382,6 @@ def read_queues(kube: Kube, view: ClusterView) -> None:
     """Each tenant's Kueue ClusterQueue (its borrowing and lending limits, cohort), where Kueue runs."""
     from dataclasses import replace
 
-    from gpuctl.ops.tenancy.queues import Queues
-
     queues = Queues(kube)
     if not view.tenants or not queues.installed():
         return
@@ -415,6 +411,4 @@ def check_tenant(view: ClusterView, tenant: str | None) -> None:
 
 def recorded_groups(kube: Kube) -> dict[str, GroupPlan]:
     """The node groups recorded on the cluster (their sharing and MIG layout as gpuctl set them)."""
-    from gpuctl.ops.group_records import read_recorded_groups
-
     return read_recorded_groups(kube)

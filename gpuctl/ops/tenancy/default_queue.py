@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.admission import wait_until_mutated
 from gpuctl.model import labels as L
 from gpuctl.ops.tenancy.queues import DEFAULT_QUEUE, QUEUE_LABEL
 
@@ -41,8 +42,6 @@ def wait_default_queue_in_force(kube: Kube, namespace: str, timeout: float = IN_
     """Return once a Job created in `namespace` without a queue label is put in its `default` LocalQueue and
     suspended by Kueue's webhook (a server-side dry run: nothing is created); the seconds that took.
     WaitTimeout (exit 7) after `timeout`."""
-    from gpuctl.kube.admission import wait_until_mutated
-
     return wait_until_mutated(
         kube, namespace, probe_job(), queued_by_default, f"Kueue's LocalQueue {DEFAULT_QUEUE!r}",
         f"check that Kueue's manager runs and lists the queue ('kubectl get localqueue -n {namespace} "

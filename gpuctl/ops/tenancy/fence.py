@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpuctl.kube.admission import wait_until_refused
 from gpuctl.kube.admission_objects import ensure_objects, remove_objects
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
@@ -50,8 +51,6 @@ def probe_pods() -> list[dict[str, Any]]:
 
 def wait_fence_in_force(kube: Kube, namespace: str) -> float:
     """Return once the API server refuses every probe pod in `namespace`; the seconds that took."""
-    from gpuctl.kube.admission import wait_until_refused
-
     return wait_until_refused(kube, NAME, namespace, probe_pods())
 
 

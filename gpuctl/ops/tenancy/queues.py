@@ -46,8 +46,10 @@ from gpuctl.kube.objects import contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.dra import DEVICE_CLASSES, GPU_CLASS, MIG_CLASS, dra_resource
+from gpuctl.model.mig import config_name, resource_name
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.taints import Taint, node_taint, tolerations
+from gpuctl.stack.karpenter import advertised
 from gpuctl.util.errors import UsageError
 
 if TYPE_CHECKING:
@@ -100,9 +102,6 @@ def node_shape(node: KubeObject) -> NodeShape:
 def group_shape(plan: GroupPlan, mig_strategy: str) -> NodeShape:
     """How a node of node group `plan` shows once apply has configured it: gpuctl's model label, its device-plugin
     and MIG config labels, what the device plugin advertises, the group's taints."""
-    from gpuctl.model.mig import config_name
-    from gpuctl.stack.karpenter import advertised
-
     labels = {L.GPU_MODEL: plan.spec.gpu.name}
     if plan.sharing.config_key:
         labels[CONFIG_LABEL] = plan.sharing.config_key
@@ -154,8 +153,6 @@ def offered_flavors(shapes: list[NodeShape], dra: bool = False) -> list[Flavor]:
 
 def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:
     """The team's nominal quota per GPU resource; in DRA mode per device class (MIG: all profiles together)."""
-    from gpuctl.model.mig import resource_name
-
     if dra:
         return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): sum(tenant.mig.values())}
     return {L.GPU_RESOURCE: tenant.gpus, **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}

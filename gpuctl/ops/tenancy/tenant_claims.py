@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.dra import list_slices
 from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
 from gpuctl.kube.objects import contains, is_managed
@@ -34,7 +35,10 @@ from gpuctl.model.dra import (
     mig_selector,
     quota_key,
 )
+from gpuctl.model.mig import resource_name
+from gpuctl.model.tenant import TENANT_LABEL
 from gpuctl.util.errors import ClusterError
+from gpuctl.util.output import info
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -52,8 +56,6 @@ def gpu_template_name(model: GpuModel) -> str:
 def mig_template_name(profile: str) -> str:
     """The device plugin's resource name for the profile without `nvidia.com/`: `mig-3g.20gb`, and
     `mig-1g.10gb.me` for 1g.10gb+me (a DNS subdomain has no '+'; gpuctl.model.mig.resource_name)."""
-    from gpuctl.model.mig import resource_name
-
     return resource_name(profile).removeprefix("nvidia.com/")
 
 
@@ -64,8 +66,6 @@ def models_of(nodes: list[KubeObject]) -> list[GpuModel]:
 
 
 def _template(tenant: Tenant, name: str, request: dict[str, Any]) -> dict[str, Any]:
-    from gpuctl.model.tenant import TENANT_LABEL
-
     return {"apiVersion": API_VERSION, "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": tenant.name,
                          "labels": {L.MANAGED_BY: L.MANAGER, TENANT_LABEL: tenant.name}},
@@ -100,8 +100,6 @@ def _list(kube: Kube, namespace: str) -> dict[str, KubeObject] | None:
 def ensure_claim_templates(kube: Kube, namespace: str, wanted: list[dict[str, Any]]) -> Change:
     """Make gpuctl's templates in `namespace` exactly `wanted`: one LIST, then a write only per template that is
     missing (create), differs (labels: apply; spec: delete and create) or is gpuctl's and unwanted (delete)."""
-    from gpuctl.util.output import info
-
     existing = _list(kube, namespace)
     if existing is None:
         if wanted:  # DRA mode, detected by a resource.k8s.io/v1 DeviceClass, was just seen
@@ -142,15 +140,11 @@ def published_devices(kube: Kube) -> dict[str, int]:
     """What the driver's ResourceSlices offer, in the quota's terms: full GPUs (as `nvidia.com/gpu` and devices
     of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile).
     Only the slices the scheduler allocates from count (model/dra.py current_slices), as in `gpuctl status`."""
-    from gpuctl.kube.dra import list_slices
-
     return device_totals(d for s in current_slices(list_slices(kube)) for d in s["spec"].get("devices") or [])
 
 
 def device_totals(devices: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """published_devices' count of `devices` (the driver's, as JSON) in the quota's terms."""
-    from gpuctl.model.mig import resource_name
-
     totals: dict[str, int] = {}
 
     def add(key: str) -> None:

@@ -20,21 +20,35 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.dra import dra_mode
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
 from gpuctl.kube.objects import contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
-from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant
+from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant, profile_of
+from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
+from gpuctl.ops.tenancy.fence import ensure_fence, remove_fence, wait_fence_in_force
 from gpuctl.ops.tenancy.queues import (
     DEFAULT_QUEUE,
     Queues,
     check_queue_ownership,
     ensure_queues,
+    observe_queues,
     queue_settings,
     queue_usage,
     remove_queues,
 )
+from gpuctl.ops.tenancy.tenant_claims import (
+    claim_templates,
+    ensure_claim_templates,
+    models_of,
+    published_devices,
+    remove_claim_templates,
+)
+from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations, remove_tolerations
 from gpuctl.util.errors import UsageError
-from gpuctl.util.output import detail
+from gpuctl.util.output import detail, info
+from gpuctl.util.waiting import Look, wait_until
 
 if TYPE_CHECKING:
     from gpuctl.kube.kube import Kube
@@ -115,12 +129,6 @@ def ensure_tenant(kube: Kube, tenant: Tenant, adopt_field: str = "--adopt") -> C
     """Observe the three objects; apply (server-side, field manager gpuctl) only those that differ.
     An existing namespace gpuctl did not make is refused before any write, unless the tenant adopts it.
     In DRA mode (detected now) the quota counts claimed devices and the team gets ResourceClaimTemplates."""
-    from gpuctl.kube.dra import dra_mode
-    from gpuctl.kube.gpu_nodes import gpu_nodes
-    from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
-    from gpuctl.ops.tenancy.tenant_claims import claim_templates, ensure_claim_templates, models_of
-    from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
-
     tenant = check_ownership(kube, tenant, adopt_field)
     dra = dra_mode(kube)
     fence = ensure_fence(kube)  # in force before the namespace is a tenant's
@@ -159,8 +167,6 @@ def ensure_tenant(kube: Kube, tenant: Tenant, adopt_field: str = "--adopt") -> C
 def _ensure_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: bool) -> Change:
     """The team's Kueue flavors and queues; then, where Kueue's Job webhook runs, wait until it sends the
     namespace's Jobs to the LocalQueue `default`."""
-    from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
-
     queued = ensure_queues(kube, tenant, nodes, dra)
     if job_defaulting_registered(kube):  # Kueue's CRDs alone, without its webhooks: no default to wait for
         waited = wait_default_queue_in_force(kube, tenant.name)
@@ -182,9 +188,6 @@ def unqueued_tenants(kube: Kube) -> list[str]:
 
 def observe_tenant_queues(kube: Kube, name: str, dra: bool) -> Change:
     """What ensure_tenant_queues would do (read only): CREATED where Kueue's API is not served yet."""
-    from gpuctl.kube.gpu_nodes import gpu_nodes
-    from gpuctl.ops.tenancy.queues import observe_queues
-
     tenant = read_tenant(kube, name)
     if tenant is None:
         return Change.NO_CHANGE
@@ -196,8 +199,6 @@ def observe_tenant_queues(kube: Kube, name: str, dra: bool) -> Change:
 def ensure_tenant_queues(kube: Kube, name: str, dra: bool) -> Change:
     """Give tenant `name`, added before Kueue was installed, its Kueue queues with the quota it holds now
     (read_tenant); its namespace, quota and binding are left as they are."""
-    from gpuctl.kube.gpu_nodes import gpu_nodes
-
     tenant = read_tenant(kube, name)
     if tenant is None:  # removed since the plan was made
         return Change.NO_CHANGE
@@ -214,8 +215,6 @@ def _remove_binding(kube: Kube, name: str) -> bool:
 
 
 def _report(line: str) -> None:
-    from gpuctl.util.output import info
-
     info(line)
 
 
@@ -272,8 +271,6 @@ def read_tenant(kube: Kube, name: str) -> Tenant | None:
     """Tenant `name` as the cluster holds it now, in `tenant add`'s fields: its quota (the ResourceQuota's, less
     what it may borrow), group (RoleBinding), borrow, lend and cohort (ClusterQueue, where Kueue runs); None
     where the cluster has no such tenant (or its namespace is terminating)."""
-    from gpuctl.model.tenant import profile_of
-
     ns = _read(kube, "namespace", name)
     owner = ownership(ns, name) if ns is not None else None
     quota = _read(kube, "quota", name) if owner else None
@@ -352,9 +349,6 @@ def remove_tenant(kube: Kube, name: str) -> Change:
     fence and tolerations. NO_CHANGE where there is no such tenant (nothing to remove, as `kubectl delete
     --ignore-not-found`); a namespace already terminating is not deleted again (wait_namespace_gone waits
     for either)."""
-    from gpuctl.ops.tenancy.fence import remove_fence
-    from gpuctl.ops.tenancy.tolerations import remove_tolerations
-
     ns = _read(kube, "namespace", name)
     owner = ownership(ns, name) if ns is not None else None
     if ns is None or owner is None:
@@ -362,7 +356,6 @@ def remove_tenant(kube: Kube, name: str) -> Change:
     if Queues(kube).installed():
         remove_queues(kube, name)
     if owner == "adopted":  # (a namespace gpuctl made takes its templates along when it is deleted)
-        from gpuctl.ops.tenancy.tenant_claims import remove_claim_templates
 
         remove_claim_templates(kube, name)
     if owner == "created":
@@ -389,8 +382,6 @@ def wait_namespace_gone(kube: Kube, name: str, timeout: float) -> float:
     first); the seconds waited. WaitTimeout (exit 7) after `timeout`, saying it is still terminating."""
     import time
 
-    from gpuctl.util.waiting import Look, wait_until
-
     started = time.monotonic()
 
     def look() -> Look:
@@ -410,9 +401,6 @@ def wait_namespace_gone(kube: Kube, name: str, timeout: float) -> float:
 def over_allocatable(kube: Kube, tenant: Tenant, dra: bool | None = None) -> list[str]:
     """Quotas above what the cluster's GPU nodes offer in total: allowed, but worth a warning. In DRA mode
     (`dra` None: detect it) the devices the driver's ResourceSlices publish count as well."""
-    from gpuctl.kube.dra import dra_mode
-    from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
-
     if dra is None:
         dra = dra_mode(kube)
     totals: dict[str, int] = {}
@@ -420,8 +408,6 @@ def over_allocatable(kube: Kube, tenant: Tenant, dra: bool | None = None) -> lis
         for resource, amount in gpu_resources(node).items():
             totals[resource] = totals.get(resource, 0) + amount
     if dra:
-        from gpuctl.ops.tenancy.tenant_claims import published_devices
-
         for resource, amount in published_devices(kube).items():
             totals[resource] = totals.get(resource, 0) + amount
     warnings = []

@@ -21,19 +21,23 @@ import yaml
 
 from gpuctl.kube.admission_objects import ensure_objects, observe_objects, read_object, remove_objects
 from gpuctl.kube.errors import KubeApiError
+from gpuctl.kube.gpu_nodes import gpu_nodes, nodegroup_of
 from gpuctl.kube.objects import is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.change import Change
 from gpuctl.model.mig import resource_name
-from gpuctl.model.taints import Taint
+from gpuctl.model.spec import GroupPlan, NodeGroupSpec
+from gpuctl.model.taints import TRANSIENT_TAINTS, Taint, node_taint
+from gpuctl.model.tenant import TENANT_LABEL
+from gpuctl.ops.group_records import read_recorded_groups
 from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.output import detail, info
 from gpuctl.util.resources import data_dir
 
 if TYPE_CHECKING:
     from gpuctl.kube.kube import Kube
     from gpuctl.kube.kube_object import KubeObject
-    from gpuctl.model.spec import GroupPlan
 
 NAME = "gpuctl-gpu-tolerations"  # the policy's and the binding's
 POLICY_API = "admissionregistration.k8s.io/v1"
@@ -174,10 +178,6 @@ def wait_tolerations_in_force(kube: Kube, namespace: str, groups: Iterable[Group
 def with_unrecorded(kube: Kube, groups: tuple[GroupPlan, ...]) -> tuple[GroupPlan, ...]:
     """`groups` and the node groups whose GPU nodes carry gpuctl's group label without a record (made by
     `nodegroup add`), each with the taints all its nodes carry."""
-    from gpuctl.kube.gpu_nodes import gpu_nodes, nodegroup_of
-    from gpuctl.model.spec import GroupPlan, NodeGroupSpec
-    from gpuctl.model.taints import TRANSIENT_TAINTS, node_taint
-
     known = {g.spec.name for g in groups}
     found: dict[str, list[KubeObject]] = {}
     for node in gpu_nodes(kube):
@@ -196,8 +196,6 @@ def with_unrecorded(kube: Kube, groups: tuple[GroupPlan, ...]) -> tuple[GroupPla
 
 def cluster_groups(kube: Kube) -> tuple[GroupPlan, ...]:
     """The cluster's node groups: recorded, and made without a record."""
-    from gpuctl.ops.group_records import read_recorded_groups
-
     return with_unrecorded(kube, tuple(read_recorded_groups(kube).values()))
 
 
@@ -209,8 +207,6 @@ def converge_tolerations(kube: Kube, groups: tuple[GroupPlan, ...], probe: str |
     """Where the API server serves MutatingAdmissionPolicy: apply the policy for `groups` and, when it changed
     or `probe` is a namespace `new_namespace` to it, return once it is in force in namespace `probe` (None: no
     tenant namespace yet). Where it does not: say, once, what teams add to their GPU pods by hand."""
-    from gpuctl.util.output import detail, info
-
     if not served(kube):
         server = kube.server
         if server not in _TOLD and (hint := by_hand(groups)):
@@ -227,7 +223,5 @@ def converge_tolerations(kube: Kube, groups: tuple[GroupPlan, ...], probe: str |
 
 def any_tenant(kube: Kube) -> str | None:
     """A tenant namespace of the cluster (not one being deleted), to probe the policy in."""
-    from gpuctl.model.tenant import TENANT_LABEL
-
     namespaces = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
     return next((n.name for n in namespaces if not n.deleting), None)
