@@ -7,10 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
 from gpuctl.cli.help import one_of
-from gpuctl.cli.nodegroup import COLUMNS as NODEGROUP_COLUMNS
-from gpuctl.cli.nodegroup import WIDE as NODEGROUP_WIDE
-from gpuctl.cli.nodegroup import group_rows, table_rows
 from gpuctl.cli.options import (
     AmiType,
     Cloud,
@@ -36,16 +34,19 @@ from gpuctl.cli.options import (
     Yes,
     cloud_options,
 )
+from gpuctl.cli.results import print_step, show_result
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import seconds
+from gpuctl.model.change import Change
 from gpuctl.model.stack_spec import MIG_STRATEGY, NFD_OWNER
+from gpuctl.util.errors import GpuctlError
 from gpuctl.util.output import emit, emit_manifests, info, is_table
 
 if TYPE_CHECKING:
-
-    from gpuctl.api import PlatformResult, StepResult
-    from gpuctl.model.spec import PlatformSpec
+    from gpuctl import api as gpuctl
     from gpuctl.model.target import ClusterTarget
+else:
+    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Create, list and delete GPU clusters.
 
@@ -56,10 +57,6 @@ Examples:
 """, no_args_is_help=True)
 
 Name = Annotated[str, typer.Option("--name", metavar="NAME", help="Cluster name.")]
-
-
-def print_step(result: StepResult) -> None:
-    info(f"{result.name:<32} {result.outcome.value:<10} {result.seconds:6.1f}s")
 
 
 @app.command()
@@ -117,11 +114,6 @@ def create(
       # The spec of a command line, for 'gpuctl apply -f'
       gpuctl cluster create --gpu t4 --slices 4 --export-spec > gpu-platform.yaml
     """
-    from gpuctl import api
-    from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
-    from gpuctl.model.change import Change
-    from gpuctl.model.specfile import export_spec as render_spec
-
     opts = settings(ctx)
     # The command line is a GpuCluster document: every input is checked before anything is started.
     raw, flags = cluster_document(
@@ -136,34 +128,21 @@ def create(
         operator={"charts": charts, "nfd": nfd, "migStrategy": mig_strategy, "smokeImage": smoke_image,
                   "validate": validate},
         karpenter=karpenter, kueue=kueue, dra=dra, dra_alpha_sharing=dra_alpha_sharing)
-    spec = api.to_platform(*api.load_document(raw, flags))
+    spec = gpuctl.to_platform(*gpuctl.load_document(raw, flags))
     # What it leaves unsaid of a group the cluster has recorded (a re-run) stays as recorded; a spec file is exact.
     spec = replace(spec, unstated=unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout),
                                             "migStrategy": mig_strategy}))
     cloud = spec.cloud  # as the document reads it: --cloud SIM is sim
     if export_spec:  # the spec a file would hold, as YAML (table, wide, yaml) or JSON: keys as the spec spells them
-        emit_manifests(render_spec(spec), opts.output)
+        emit_manifests(gpuctl.export_spec(spec), opts.output)
         return
 
-    result = api.apply_platform(spec, opts.target, report=print_step, write_context=opts.context, timeout=timeout)
+    result = gpuctl.apply_platform(spec, opts.target, report=print_step, write_context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
     show_result(spec, result, changed, opts.output, opts.context)
     if is_table(opts.output) and not _has_tenants(opts.target):
         info(NEXT_STEP)
-
-
-def show_result(spec: PlatformSpec, result: PlatformResult, changed: bool, fmt: str, context: str | None) -> None:
-    """What `cluster create` and `apply` print on stdout, once: the node groups as they now are (the steps went by
-    on stderr as they ran), or in json and yaml the whole result, steps and checks included."""
-    from gpuctl import api
-
-    target = api.ClusterTarget(result.kubeconfig, context)  # the kubeconfig apply wrote
-    groups = group_rows(api.list_node_groups(spec.cloud, spec.name, spec.options, target),
-                        spec.every_group, spec.stack.mig_strategy)
-    emit({"cluster": spec.name, "cloud": spec.cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
-          "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],
-          "nodeGroups": groups}, fmt, NODEGROUP_COLUMNS, NODEGROUP_WIDE, rows=table_rows(groups))
 
 
 # What a new user does next (the README's quick start): GPU work belongs in a team's namespace, where the
@@ -176,11 +155,8 @@ NEXT_STEP = """next: give a team GPUs and run a GPU job in its namespace:
 
 def _has_tenants(target: ClusterTarget) -> bool:
     """True when the cluster has a tenant (or cannot be asked: then the hint would only guess)."""
-    from gpuctl import api
-    from gpuctl.util.errors import GpuctlError
-
     try:
-        return bool(api.list_tenants(target))
+        return bool(gpuctl.list_tenants(target))
     except GpuctlError:
         return True
 
@@ -194,10 +170,8 @@ def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cl
       gpuctl cluster list
       gpuctl cluster list --cloud eks --region us-west-2 -o json
     """
-    from gpuctl import api
-
-    cloud = api.check_cloud(cloud)
-    rows = [asdict(c) for c in api.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
+    cloud = gpuctl.check_cloud(cloud)
+    rows = [asdict(c) for c in gpuctl.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, ("name", "cloud", "status", "endpoint", "kubernetes_version"))
 
 
@@ -210,13 +184,11 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
       gpuctl cluster delete --name gpuctl --yes
       gpuctl cluster delete --cloud openstack --os-cloud mycloud --name demo
     """
-    from gpuctl import api
-
-    cloud = api.check_cloud(cloud)  # its one spelling, as printed
+    cloud = gpuctl.check_cloud(cloud)  # its one spelling, as printed
     options = cloud_options(region, os_cloud, profile)
     opts = settings(ctx)
-    change = api.delete_cluster(cloud, name, opts.target, options,
-                                confirm=lambda: confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?"))
+    change = gpuctl.delete_cluster(cloud, name, opts.target, options,
+                                   confirm=lambda: confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?"))
     info(f"cluster {name!r} {change.value}")
     if not is_table(opts.output):
         emit({"cluster": name, "cloud": cloud, "change": change.value}, opts.output)

@@ -10,16 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from gpuctl.model.cloud_options import FLAGS as PROVIDER_FLAGS
+from gpuctl.model.cloud_options import SPEC_KEYS
 from gpuctl.model.naming import parse_count
 from gpuctl.model.sharing import SECTIONS, STRATEGY
 from gpuctl.model.spec import UNSTATED
-from gpuctl.model.specfile import PROVIDER_KEYS
 from gpuctl.util.errors import UsageError, shown
 
 Flags = dict[str, str]  # field path -> flag
 GROUP = "spec.nodeGroups[0]"
-# spec.provider keys by CloudOptions attribute (specfile holds the mapping the other way round)
-_PROVIDER_KEYS = {attr: key for key, attr in PROVIDER_KEYS.items() if key != "cloud"}
+# spec.provider keys by CloudOptions attribute (cloud_options.SPEC_KEYS the other way round): not from
+# model.specfile, which loads PyYAML, so that `cluster create --help` and `nodegroup add --help` do not
+_PROVIDER_KEYS = {attr: key for key, attr in SPEC_KEYS.items()}
 _GROUP_FLAGS = {"name": "--name", "gpu": "--gpu", "nodes": "--nodes", "gpusPerNode": "--gpus-per-node",
                 "minNodes": "--min-nodes", "maxNodes": "--max-nodes", "flavor": "--flavor",
                 "instanceType": "--instance-type", "taints": "--taint", "sharing": "--slices",

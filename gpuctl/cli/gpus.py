@@ -8,6 +8,7 @@ import typer
 
 from gpuctl.cli.settings import settings
 from gpuctl.model.catalog import GPUS
+from gpuctl.model.site import openstack_flavor
 from gpuctl.util.output import emit, is_table
 
 COLUMNS = ("name", "memory_mib", "family", "compute", "mig", "gpus_per_node")
@@ -21,8 +22,6 @@ def gpus(ctx: typer.Context) -> None:
       gpuctl gpus
       gpuctl gpus -o json
     """
-    from gpuctl.model.site import openstack_flavor
-
     fmt = settings(ctx).output
     if is_table(fmt):
         rows = [{

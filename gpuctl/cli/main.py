@@ -15,11 +15,12 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpuctl import __version__
-from gpuctl.cli.help import Group, NoArgs, adopt, one_of
+from gpuctl.cli.help import Group, NoArgs, adopt, argument_usage, metavar, one_of
 from gpuctl.cli.settings import make_settings
 from gpuctl.cli.types import path
 from gpuctl.util.errors import ExitCode, GpuctlError
 from gpuctl.util.output import FORMAT
+from gpuctl.util.redact import RedactingStream, redact
 
 # Each subcommand: the module under gpuctl.cli and its typer app (a group) or function (a command),
 # in the order `gpuctl --help` lists them (typer lists commands before groups). A module is imported
@@ -87,6 +88,7 @@ def make_app(names: Iterable[str] = tuple(COMMANDS)) -> typer.Typer:
     app.callback()(root)
     for name in names:
         module, attr = COMMANDS[name]
+        # lazy seam: the CLI -> command-module seam; a command line loads only the module of the command it names
         target = getattr(import_module(f"gpuctl.cli.{module}"), attr)
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=name)
@@ -164,8 +166,6 @@ MAX_ERROR_LINE = 1000
 
 def _fail(message: str, code: int) -> int:
     """Print the one error line: redacted, on one line, control characters escaped, bounded."""
-    from gpuctl.util.redact import redact
-
     line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(redact(message).split()))
     line = line.replace(".;", ";").replace("?;", "?")  # a sentence's own stop before the fix: one mark only
     if len(line) > MAX_ERROR_LINE:
@@ -180,8 +180,6 @@ def run(argv: list[str] | None = None) -> int:
     stderr goes through gpuctl.util.redact for the whole command: no line printed there (errors, logs,
     --debug tracebacks) carries a registered credential. --debug adds the traceback and keeps the code.
     """
-    from gpuctl.util.redact import RedactingStream
-
     args = hoist_global_options(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GPUCTL_DEBUG", "") not in ("", "0")
     stderr = sys.stderr
@@ -208,8 +206,6 @@ def _usage(ctx: Any) -> str:
 
 def _field(param: object) -> str:
     """How a user names a parameter: its flags (`-o/--output`), or an argument's metavar (`NAME`)."""
-    from gpuctl.cli.help import argument_usage
-
     if getattr(param, "param_type_name", None) == "argument":
         return argument_usage(param).strip("[]")
     return "/".join(getattr(param, "opts", None) or [str(getattr(param, "name", "value"))])
@@ -228,8 +224,6 @@ def usage_error_line(exc: Any) -> str:
     what the user typed (a flag, an argument's NAME, a command word). typer names none of click's error classes
     but BadParameter: the others are told by the fields click documents for them (`possibilities` of
     NoSuchOption, `param_type` of MissingParameter, `option_name` of BadOptionUsage)."""
-    from gpuctl.cli.help import metavar
-
     ctx, message = exc.ctx, exc.message.replace("Value error, ", "").strip().rstrip(".")
     see = _see(ctx)
     if hasattr(exc, "possibilities"):

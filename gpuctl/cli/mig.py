@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from gpuctl.cli.help import one_of
 from gpuctl.cli.options import Gpu
+from gpuctl.cli.results import print_step
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import seconds
+from gpuctl.model.catalog import get_gpu
+from gpuctl.model.mig import parse_layout, plan_rows, render_plan
 from gpuctl.model.stack_spec import MIG_STRATEGY
 from gpuctl.util.output import emit, is_table, out
+
+if TYPE_CHECKING:
+    from gpuctl import api as gpuctl
+else:
+    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Validate, plan and apply MIG layouts.
 
@@ -33,9 +41,6 @@ def validate_(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
       gpuctl mig validate 3g.20gb-2x2g.10gb --gpu a100-40gb
       gpuctl mig validate all-balanced --gpu h100-80gb -o json
     """
-    from gpuctl.model.catalog import get_gpu
-    from gpuctl.model.mig import parse_layout
-
     model = get_gpu(gpu)
     parsed = parse_layout(layout, model)
     fmt = settings(ctx).output
@@ -53,9 +58,6 @@ def plan(ctx: typer.Context, layout: Layout, gpu: Gpu) -> None:
       gpuctl mig plan 3g.20gb-2x2g.10gb --gpu a100-40gb
       gpuctl mig plan 2x3g.40gb --gpu h100-80gb -o yaml
     """
-    from gpuctl.model.catalog import get_gpu
-    from gpuctl.model.mig import parse_layout, plan_rows, render_plan
-
     model = get_gpu(gpu)
     parsed = parse_layout(layout, model)
     fmt = settings(ctx).output
@@ -84,11 +86,8 @@ def apply(
       # Every node labelled for the training pool, MIG disabled again
       gpuctl mig apply all-disabled -l pool=training --timeout 600
     """
-    from gpuctl import api
-    from gpuctl.cli.cluster import print_step
-
     opts = settings(ctx)
-    steps, expected = api.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.target)
+    steps, expected = gpuctl.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.target)
     rows = [{"node": n, "allocatable": r} for n, r in sorted(expected.items())]
     emit(rows if is_table(opts.output) else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
          opts.output, ("node", "allocatable"))

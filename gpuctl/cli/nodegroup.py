@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
 from gpuctl.cli.options import (
     AmiType,
     Cloud,
@@ -32,17 +32,19 @@ from gpuctl.cli.options import (
     Yes,
     cloud_options,
 )
+from gpuctl.cli.results import GROUP_COLUMNS, GROUP_WIDE, group_rows, print_substep, table_rows
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count
-from gpuctl.model.labels import GPU_RESOURCE
 from gpuctl.util.output import emit, info, is_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from gpuctl.api import StepResult
+    from gpuctl import api as gpuctl
     from gpuctl.model.cloud_options import CloudOptions
     from gpuctl.model.spec import GroupPlan
+else:
+    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Add, scale, delete and list GPU node groups.
 
@@ -53,58 +55,14 @@ Examples:
 """, no_args_is_help=True)
 
 Name = Annotated[str, typer.Option("--name", metavar="NAME", help="Node group name.")]
-# scaling: cloud (a node group of the cloud's), karpenter (a NodePool: min 0, max its limit, nodes = launched),
-# or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too. gpus_per_node: physical GPUs;
-# slices: what each GPU is shared into (time-slicing and MPS replicas, MIG instances; 1: whole), allocatable:
-# what each node advertises, where the command knows the group's sharing (create, apply, nodegroup add).
-# The table's READY (ready/nodes, as kubectl's) and BOUNDS (min..max) keep 80 columns; json has the fields.
-COLUMNS = ("name", "gpu", "gpus_per_node", "slices", "ready", "scaling", "bounds")
-WIDE = ("cluster", "sharing", "allocatable", "launched")
 ScaleNodes = Annotated[Optional[int], typer.Option("--nodes", parser=count, help="Nodes the group runs (0 allowed; a minimum above it is lowered unless --min-nodes says otherwise). A Karpenter group keeps no count: the most nodes its NodePool may launch, as --max-nodes.")]
 ScaleMin = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, help="Autoscaler minimum (default: kept, lowered to --nodes where above it). A Karpenter group has none: only 0 is taken.")]
 ScaleMax = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, help="Autoscaler maximum (default: kept, raised to --nodes where below it). A Karpenter group: its NodePool's limit, the most nodes Karpenter may launch (nodes launched above a lowered limit stay until consolidated).")]
 
 
-def group_rows(groups: Sequence[Any], plans: Sequence[GroupPlan] = (),
-               mig_strategy: str = "mixed") -> list[dict[str, Any]]:
-    """The node groups (api.list_node_groups's) as rows, with each one's sharing, slices per GPU and allocatable per node where `plans`
-    (the command's spec) says it; unknown (None) otherwise."""
-    from gpuctl.model.mig import advertised_resources
-
-    known = {p.spec.name: p for p in plans}
-    rows = []
-    for group in groups:
-        row: dict[str, Any] = {**asdict(group), "sharing": None, "mig_layout": None, "slices": None,
-                               "allocatable": None}
-        plan = known.get(group.name)
-        if plan is not None and plan.mig is not None:
-            row.update(sharing="mig", mig_layout=plan.mig.name, slices=max(1, len(plan.mig.profiles)),
-                       allocatable=advertised_resources(plan.mig, group.gpus_per_node, mig_strategy))
-        elif plan is not None:
-            row.update(sharing=plan.sharing.strategy, slices=plan.sharing.replicas,
-                       allocatable={GPU_RESOURCE: group.gpus_per_node * plan.sharing.replicas})
-        rows.append(row)
-    return rows
-
-
-def table_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """group_rows as a table shows them: READY `ready/nodes`, BOUNDS `min..max` (`-`: none)."""
-    def bound(value: int | None) -> str:
-        return "-" if value is None else str(value)
-
-    return [{**row, "ready": f"{row['ready_nodes']}/{row['nodes']}",
-             "bounds": f"{bound(row['min_nodes'])}..{bound(row['max_nodes'])}"} for row in rows]
-
-
-def _step(result: StepResult) -> None:
-    info(f"  {result.name:<32} {result.outcome.value:<10} {result.seconds:6.1f}s")
-
-
 def _checked(cloud: str, cluster: str) -> str:
     """The cloud in its one spelling (--cloud SIM is sim); the cluster's name is judged by gpuctl.api."""
-    from gpuctl import api
-
-    return api.check_cloud(cloud)
+    return gpuctl.check_cloud(cloud)
 
 
 @app.command()
@@ -128,9 +86,6 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
       # A100 nodes split by MIG, labelled for one team's workloads
       gpuctl nodegroup add --cluster gpuctl --name mig --gpu a100-40gb --mig-layout all-1g.5gb --label team=ml
     """
-    from gpuctl import api
-    from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
-
     # The same document and validators as `cluster create` and spec files; errors name these flags.
     raw, flags = cluster_document(
         cluster, cloud,
@@ -140,12 +95,12 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         provider={"region": region, "os_cloud": os_cloud, "profile": profile, "keypair": keypair,
                   "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
-    platform = api.to_platform(*api.load_document(raw, flags))
+    platform = gpuctl.to_platform(*gpuctl.load_document(raw, flags))
     options, cloud = platform.options, platform.cloud
     opts = settings(ctx)
     left = unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout)})
-    change = api.add_node_group(cloud, cluster, platform.groups[0], options, opts.target,
-                                unstated=left - {"migStrategy"}, report=_step)
+    change = gpuctl.add_node_group(cloud, cluster, platform.groups[0], options, opts.target,
+                                   unstated=left - {"migStrategy"}, report=print_substep)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options, platform.groups)
 
@@ -164,13 +119,11 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: ScaleNode
       # Let the autoscaler run the group between 0 and 4 nodes
       gpuctl nodegroup scale --cluster demo --name gpu --cloud eks --min-nodes 0 --max-nodes 4
     """
-    from gpuctl import api
-
     cloud = _checked(cloud, cluster)
     options = cloud_options(region, os_cloud, profile)
     opts = settings(ctx)
-    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.target, min_nodes=min_nodes,
-                                  max_nodes=max_nodes)
+    change = gpuctl.scale_node_group(cloud, cluster, name, nodes, options, opts.target, min_nodes=min_nodes,
+                                     max_nodes=max_nodes)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 
@@ -184,13 +137,11 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
       gpuctl nodegroup delete --cluster gpuctl --name l4 --yes
       gpuctl nodegroup delete --cluster demo --name gpu --cloud eks --region us-west-2
     """
-    from gpuctl import api
-
     cloud = _checked(cloud, cluster)
     opts = settings(ctx)
-    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.target,
-                                   confirm=lambda: confirm_or_refuse(
-                                       yes, f"Delete node group {name!r} of cluster {cluster!r}?"))
+    change = gpuctl.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.target,
+                                      confirm=lambda: confirm_or_refuse(
+                                          yes, f"Delete node group {name!r} of cluster {cluster!r}?"))
     info(f"node group {name!r}: {change.value}")
     if not is_table(opts.output):
         emit({"nodegroup": name, "cluster": cluster, "change": change.value}, opts.output)
@@ -205,19 +156,15 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
       gpuctl nodegroup list --cluster gpuctl
       gpuctl nodegroup list --cluster demo --cloud eks --region us-west-2 -o yaml
     """
-    from gpuctl import api
-
     cloud = _checked(cloud, cluster)
     opts = settings(ctx)
-    rows = group_rows(api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile), opts.target))
-    emit(rows, opts.output, COLUMNS, WIDE, rows=table_rows(rows))
+    rows = group_rows(gpuctl.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile), opts.target))
+    emit(rows, opts.output, GROUP_COLUMNS, GROUP_WIDE, rows=table_rows(rows))
 
 
 def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: CloudOptions,
           plans: Sequence[GroupPlan] = ()) -> None:
-    from gpuctl import api
-
     opts = settings(ctx)
-    group = api.get_node_group(cloud, cluster, name, options, opts.target)
+    group = gpuctl.get_node_group(cloud, cluster, name, options, opts.target)
     rows = group_rows([group] if group else [], plans)
-    emit(rows, opts.output, COLUMNS, WIDE, rows=table_rows(rows))
+    emit(rows, opts.output, GROUP_COLUMNS, GROUP_WIDE, rows=table_rows(rows))

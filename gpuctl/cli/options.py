@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from gpuctl.cli.help import one_of, one_of_text
 from gpuctl.cli.types import count
-from gpuctl.model.cloud_options import AMI_TYPES, CLOUD
+from gpuctl.model.cloud_options import AMI_TYPES, CLOUD, FLAGS, CloudOptions, is_given
+from gpuctl.model.naming import check_text
 from gpuctl.model.sharing import STRATEGY
-
-if TYPE_CHECKING:
-    from gpuctl.model.cloud_options import CloudOptions
 
 Cloud = Annotated[str, typer.Option("--cloud", metavar=one_of(CLOUD.names), help="Provider: sim is a local simulated GPU cluster, openstack is Magnum, eks is Amazon EKS.")]
 ClusterName = Annotated[str, typer.Option("--cluster", metavar="NAME", help="Cluster name.")]
@@ -35,9 +33,6 @@ Profile = Annotated[Optional[str], typer.Option("--profile", metavar="NAME", ric
 def cloud_options(region: str | None = None, os_cloud: str | None = None, profile: str | None = None,
                   **more: object) -> CloudOptions:
     """CloudOptions from flags; a flag the cloud does not use is refused when the provider is made."""
-    from gpuctl.model.cloud_options import FLAGS, CloudOptions, is_given
-    from gpuctl.model.naming import check_text
-
     given = {k: v for k, v in dict(more, region=region, os_cloud=os_cloud, profile=profile).items() if is_given(v)}
     if "subnets" in given:
         given["subnets"] = tuple(given["subnets"])  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import typer
 
 from gpuctl.model.target import ClusterTarget
 from gpuctl.util.errors import UsageError
-from gpuctl.util.output import FORMAT
+from gpuctl.util.output import FORMAT, info, set_verbosity
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,6 @@ def make_settings(kubeconfig: Path | None, context: str | None, output: str, ver
     it merges into can be written, it judges before its own first write)."""
     output = FORMAT.check(output, "-o/--output")
     target = ClusterTarget(kubeconfig, context)
-    from gpuctl.util.output import set_verbosity
-
     set_verbosity(verbose)
     return Settings(kubeconfig, context, output, verbose, debug, target)
 
@@ -41,10 +40,6 @@ def settings(ctx: typer.Context) -> Settings:
 def confirm_or_refuse(yes: bool, question: str) -> None:
     """Go on with `--yes` or an interactive 'y'; refuse (exit 2) on a script without --yes; a declined
     prompt says `nothing changed` and exits 1."""
-    import sys
-
-    from gpuctl.util.output import info
-
     if yes:
         return
     if not sys.stdin.isatty():

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from gpuctl.cli.options import Prometheus, Since
 from gpuctl.cli.settings import settings
 from gpuctl.util.output import emit, is_table, out
+
+if TYPE_CHECKING:
+    from gpuctl import api as gpuctl
+else:
+    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 
 def top(
@@ -28,11 +33,9 @@ def top(
       gpuctl top --since 15m --nodegroup gpu
       gpuctl top --tenant team-a --prometheus http://localhost:9090 -o json
     """
-    from gpuctl import api
-
     opts = settings(ctx)
-    view = api.top(prometheus, since, nodegroup, tenant, opts.target)
+    view = gpuctl.top(prometheus, since, nodegroup, tenant, opts.target)
     if is_table(opts.output):
-        out(api.top_table(view) + "\n")
+        out(gpuctl.top_table(view) + "\n")
     else:
         emit(view, opts.output)

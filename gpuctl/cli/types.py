@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpuctl.model.naming import MAX_DURATION_S, check_duration, parse_count
 from gpuctl.util.errors import UsageError, shown
+from gpuctl.util.paths import check_path_text
 
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 
@@ -42,8 +43,6 @@ def seconds(value: object) -> float:
 def path(value: object) -> Path:
     """typer `parser=` for every path flag: the one rule for a path as typed (paths.check_path_text);
     what the path must be (a readable file, a writable target) is checked where it is used."""
-    from gpuctl.util.paths import check_path_text
-
     if isinstance(value, Path):
         return value
     try:
