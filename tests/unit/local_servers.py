@@ -44,11 +44,18 @@ def hanging_server(first_bytes: bytes = b"") -> Iterator[str]:
         listener.close()
 
 
+class _Server(ThreadingHTTPServer):
+    # the listen backlog (5 by default): a client's concurrent queries (Prometheus.query_all) overflowed it, and a
+    # dropped connection is retried by the kernel after 1 s
+    request_queue_size = 64
+
+
 @contextmanager
 def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """http://127.0.0.1:PORT of a threaded HTTP server answering with `handler`, shut down on exit."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    server = _Server(("127.0.0.1", 0), handler)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, paid at every exit
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -19,6 +19,7 @@ BAD_CREATES = [
 
 
 @pytest.mark.parametrize("args,expected", BAD_CREATES, ids=[" ".join(a) for a, _ in BAD_CREATES])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_bad_create_input_exits_2_cleanly(args: list[str], expected: str, isolated_env: dict[str, str],
                                           tmp_path: Path) -> None:
     proc = run_gpuctl("cluster", "create", "--cloud", "sim", *args, env=isolated_env) if "--cloud" not in args \
@@ -43,6 +44,7 @@ def test_bad_create_input_exits_2_cleanly(args: list[str], expected: str, isolat
     (["cluster", "delete", "--name", "demo", "--yes"], "sim cluster 'demo' not found"),
     (["cluster", "frobnicate"], "error: frobnicate: not a 'gpuctl cluster' command"),
 ])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_other_bad_inputs(args: list[str], expected: str, isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl(*args, env=isolated_env)
     assert proc.returncode == 2

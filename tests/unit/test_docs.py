@@ -84,6 +84,7 @@ def without_code_spans(line: str) -> str:
 # --- 1. the site builds -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds the site with mkdocs
 def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
     try:
         import material  # noqa: F401
@@ -308,6 +309,7 @@ def command_problems(page: Path) -> list[str]:
     return problems
 
 
+@pytest.mark.slow  # every command line of the docs through gpuctl's parser: ~10 s
 def test_every_command_line_in_the_docs_parses() -> None:
     counted = {rel(page): len(command_lines(page)) for page in top_pages()}
     assert counted["README.md"] >= 10 and sum(counted.values()) >= 60, counted

@@ -67,6 +67,7 @@ def test_exec_credential_expires_before_eks_stops_accepting_the_token() -> None:
                           "status": {"expirationTimestamp": "2026-01-02T03:18:05Z", "token": "k8s-aws-v1.abc"}}
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_exec_plugin_prints_a_credential_or_exits_3(tmp_path) -> None:
     base = {"PATH": "/usr/bin:/bin", "AWS_CONFIG_FILE": str(tmp_path / "none"),
             "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}

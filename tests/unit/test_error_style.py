@@ -62,6 +62,7 @@ def _check(line: str, field: str) -> None:
 
 
 @pytest.mark.parametrize("args,field", CASES, ids=[" ".join(a) for a, _ in CASES])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_a_bad_command_line_is_one_line_naming_its_field(args: list[str], field: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     assert run(args) == 2

@@ -28,8 +28,6 @@ from tests.conftest import run_gpuctl
 from tests.unit import local_servers
 from tests.unit.local_servers import hanging_server, http_server
 
-pytestmark = pytest.mark.slow  # real deadlines and retries against silent servers: 1-26 s a test
-
 SHORT = "1"  # GPUCTL_REQUEST_TIMEOUT in these tests: one second to connect and to answer
 TOKEN = "gpuctl-test-bearer-0123456789abcdef"
 
@@ -121,6 +119,7 @@ def test_a_watch_may_be_silent_for_its_timeout_seconds() -> None:
 
 # -- Kubernetes ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # real deadlines against a silent server
 def test_kube_request_to_a_silent_server_raises_request_timeout(silent_server: str, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from kubernetes.client import CoreV1Api
@@ -139,6 +138,7 @@ def test_kube_request_to_a_silent_server_raises_request_timeout(silent_server: s
     assert isinstance(wrapped, RequestTimeout) and wrapped.message.startswith("listing nodes failed: ")
 
 
+@pytest.mark.slow  # real deadlines against a silent server
 def test_status_on_a_silent_server_exits_7_naming_it(silent_server: str, tmp_path: Path,
                                                      isolated_env: dict[str, str]) -> None:
     env = dict(isolated_env, GPUCTL_REQUEST_TIMEOUT=SHORT)
@@ -151,6 +151,7 @@ def test_status_on_a_silent_server_exits_7_naming_it(silent_server: str, tmp_pat
         assert ("Traceback" in proc.stderr) == bool(debug)
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_refused_connection_exits_5_at_once(closed_port: str, tmp_path: Path, isolated_env: dict[str, str]) -> None:
     for command in (("status",), ("tenant", "list"), ("validate",)):
         proc, took = gpuctl_timed("--kubeconfig", str(kubeconfig(tmp_path, closed_port)), *command, env=isolated_env)
@@ -159,6 +160,7 @@ def test_refused_connection_exits_5_at_once(closed_port: str, tmp_path: Path, is
         assert proc.stderr.count("\n") == 1 and f"cannot connect to the kube-apiserver at {closed_port}" in proc.stderr
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_kube_error_echoing_the_bearer_token_is_redacted(echo_server: str, tmp_path: Path,
                                                         isolated_env: dict[str, str]) -> None:
     for debug in ((), ("--debug",)):
@@ -197,6 +199,7 @@ class _Initializing(BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("retry_after", ["0", "Soon"])
+@pytest.mark.slow  # real retries: up to 26 s
 def test_a_429_with_retry_after_is_retried_any_verb_then_raised(tmp_path: Path, retry_after: str) -> None:
     from kubernetes.client import CoreV1Api
 
@@ -294,6 +297,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
     return secrets
 
 
+@pytest.mark.slow  # real deadlines against a silent server
 def test_aws_call_to_a_silent_endpoint_exits_7_after_two_attempts(silent_server: str, aws_env: dict[str, str],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.providers.eks.aws import AwsSession, translated
@@ -350,6 +354,7 @@ def os_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.slow  # real deadlines against a silent server
 def test_keystone_that_never_answers_exits_7(silent_server: str, os_env: None,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.providers.openstack.magnum import MagnumApi, connect
@@ -412,6 +417,7 @@ def test_waits_off_a_terminal_print_only_the_periodic_lines(monkeypatch: pytest.
     assert err.getvalue() == "  waiting for nvidia.com/mig.config.state=success: 1/3 nodes (0s)\n"
 
 
+@pytest.mark.slow  # sleeps 0.6 s while the live line redraws
 def test_waits_on_a_terminal_show_a_live_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.util import progress
 
@@ -428,6 +434,7 @@ def test_waits_on_a_terminal_show_a_live_line(monkeypatch: pytest.MonkeyPatch) -
     assert all(len(line) < 120 for line in shown.splitlines())
 
 
+@pytest.mark.slow  # real deadlines against a silent server
 def test_api_wait_names_the_server_and_stops_on_a_frozen_one(silent_server: str, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuctl.kube.kube import Kube, wait_for_api
@@ -439,6 +446,7 @@ def test_api_wait_names_the_server_and_stops_on_a_frozen_one(silent_server: str,
     assert time.monotonic() - started < 5  # frozen is not "starting": no 60 s of retries
 
 
+@pytest.mark.slow  # a real wait deadline
 def test_api_wait_on_a_refused_port_times_out_naming_it(closed_port: str, tmp_path: Path) -> None:
     from gpuctl.kube.kube import Kube, wait_for_api
     from gpuctl.util.errors import WaitTimeout

@@ -94,6 +94,7 @@ def test_defaults_are_in_the_users_units(path: str, helps: dict[str, str]) -> No
 
 
 @pytest.mark.parametrize("path", list(COMMANDS), ids=lambda p: p or "gpuctl")
+@pytest.mark.slow  # every example of every help page parsed
 def test_every_command_has_examples_the_parser_takes(path: str, helps: dict[str, str]) -> None:
     lines = examples(COMMANDS[path])
     assert (1 if path in GROUPS else 2) <= len(lines) <= 4, (path, lines)

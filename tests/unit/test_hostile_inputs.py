@@ -70,6 +70,7 @@ FLAGS = [
 
 
 @pytest.mark.parametrize("args,expected", FLAGS, ids=[repr(a[:6])[:60] for a, _ in FLAGS])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_hostile_flags(args: list[str], expected: str, isolated_env: dict[str, str]) -> None:
     started = time.monotonic()
     assert_refused(run_gpuctl(*args, env=isolated_env), expected, isolated_env, started)
@@ -120,6 +121,7 @@ SPECS = [
 
 @pytest.mark.parametrize("command", ["render", "apply"])
 @pytest.mark.parametrize("name,content,expected", SPECS, ids=[s[0] for s in SPECS])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_hostile_spec_files(command: str, name: str, content: bytes, expected: str, isolated_env: dict[str, str],
                             tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
@@ -128,6 +130,7 @@ def test_hostile_spec_files(command: str, name: str, content: bytes, expected: s
     assert_refused(run_gpuctl(command, "-f", str(spec), env=isolated_env), expected, isolated_env, started)
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_special_files_are_refused_without_reading_them(isolated_env: dict[str, str], tmp_path: Path) -> None:
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
@@ -148,6 +151,7 @@ KUBECONFIGS = [
 
 
 @pytest.mark.parametrize("name,content,expected", KUBECONFIGS, ids=[k[0] for k in KUBECONFIGS])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_hostile_kubeconfigs(name: str, content: bytes, expected: str, isolated_env: dict[str, str],
                              tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"

@@ -198,6 +198,7 @@ def made(root: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("command,is_global,param,value", cases())
+@pytest.mark.slow  # 230 command lines, each parsed and run in process
 def test_a_hostile_value_exits_2_naming_the_flag_before_anything_is_made(
         command: str, is_global: bool, param: Any, value: str, nowhere: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,6 +91,7 @@ def test_a_kubeconfig_with_a_5000_digit_number_is_refused(env: dict[str, str], t
     (["--selector", "Bad_/k=v"], "--selector: invalid key"),
     (["--nodegroup", "gpu", "--timeout", HUGE], "error: --timeout: "),
 ], ids=["strategy", "empty strategy", "selector", "selector space", "selector key", "timeout"])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_mig_apply_judges_its_flags_before_the_cluster(args: list[str], expected: str, env: dict[str, str]) -> None:
     refused(run_gpuctl("mig", "apply", "all-balanced", *args, env=env), expected)
 
@@ -106,6 +107,7 @@ def test_mig_apply_judges_the_layout_before_the_cluster(env: dict[str, str]) -> 
     ("/proc/nonexistent/out", "--out: cannot write /proc/nonexistent/out: /proc is on a proc file system"),
     ("", "--out: an empty path"),
 ], ids=["existing file", "file as parent", "under /proc", "empty"])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_render_out_is_judged_before_any_file_is_written(out: str, expected: str, env: dict[str, str],
                                                          tmp_path: Path) -> None:
     file = str(tmp_path / "regular-file")
@@ -139,6 +141,7 @@ def test_render_out_with_a_file_where_its_subdirectory_goes(env: dict[str, str],
     ("group: team-a-devs", 'group: team-a-devs\n      cohort: ""', "spec.tenants[0].cohort: '' is not a valid name"),
 ], ids=["nodes", "negative nodes", "replicas", "tenant gpus", "mig count", "name", "nfd", "smokeImage", "charts",
         "cohort"])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_spec_numbers_of_any_length_and_empty_strings(command: str, old: str, new: str, expected: str,
                                                       env: dict[str, str], tmp_path: Path) -> None:
     text = GOOD.read_text()
@@ -168,6 +171,7 @@ def test_spec_numbers_of_any_length_and_empty_strings(command: str, old: str, ne
     (["nodegroup", "scale", "--cluster", "x", "--name", "gpu", "--nodes", HUGE], "--nodes: must be at most 5000"),
 ], ids=["nodes", "gpus-per-node", "slices", "min-nodes", "max-nodes", "sharing", "nfd", "charts", "smoke-image",
         "context", "timeout", "lock-timeout", "tenant gpus", "cohort", "mig", "scale nodes"])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_flags_of_any_length_and_empty_values(args: list[str], expected: str, env: dict[str, str],
                                               tmp_path: Path) -> None:
     refused(run_gpuctl(*args, env=env), expected)

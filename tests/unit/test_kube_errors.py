@@ -162,6 +162,7 @@ def stalling_server() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.slow  # a real read deadline
 def test_an_answer_that_stops_midway_raises_kube_timeout(stalling_server: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCTL_REQUEST_TIMEOUT", "1")

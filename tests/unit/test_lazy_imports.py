@@ -41,6 +41,7 @@ def test_import_of_cli_is_light() -> None:
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_help_and_version_are_light() -> None:
     for args in (["--help"], ["--version"], ["cluster", "--help"], ["cluster", "create", "--help"],
                  ["nodegroup", "add", "--help"], ["tenant", "add", "--help"]):
@@ -52,6 +53,7 @@ def test_help_and_version_are_light() -> None:
     ["mig", "validate", "3g.20gb-2x2g.10gb", "--gpu", "a100-40gb"],
     ["mig", "plan", "3g.20gb-2x2g.10gb", "--gpu", "a100-40gb"],
 ], ids=" ".join)
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_catalog_and_mig_commands_load_no_yaml_nor_sdk(args: list[str]) -> None:
     assert _loaded_after(args, HEAVY + ("yaml", "asyncio", "hashlib")) == "LOADED=", args
 
@@ -60,6 +62,7 @@ def test_catalog_and_mig_commands_load_no_yaml_nor_sdk(args: list[str]) -> None:
     ["render", "-f", SPEC],
     ["cluster", "create", "--gpu", "t4", "--export-spec"],
 ], ids=" ".join)
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_offline_spec_commands_load_no_cluster_machinery(args: list[str]) -> None:
     # asyncio comes with Helm, urllib.request with the tool downloads: neither is needed to render.
     assert _loaded_after(args, HEAVY + ("asyncio", "urllib.request")) == "LOADED=", args
@@ -229,6 +232,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     return dict(os.environ, GPUCTL_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="80")
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_root_help_is_rendered_by_typer_once_then_served_without_it(env: dict[str, str]) -> None:
     runs = [_entry(["--help"], env) for _ in range(2)]
     assert [r[1] for r in runs] == [["EXIT=0", "TYPER=True"], ["EXIT=0", "TYPER=False"]]
@@ -236,6 +240,7 @@ def test_root_help_is_rendered_by_typer_once_then_served_without_it(env: dict[st
     assert "cluster" in runs[1][0] and "--kubeconfig" in runs[1][0]
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_every_subcommand_help_is_served_from_one_render(env: dict[str, str]) -> None:
     assert _entry(["mig", "--help"], env)[1] == ["EXIT=0", "TYPER=True"]  # renders every help
     for args in (["cluster", "create", "--help"], ["tenant", "add", "-h"], ["nodegroup", "--help"],
@@ -246,6 +251,7 @@ def test_every_subcommand_help_is_served_from_one_render(env: dict[str, str]) ->
         assert out.startswith(f"Usage: gpuctl {' '.join(args[:-1])}".rstrip()), args
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_what_is_not_a_command_path_is_left_to_typer(env: dict[str, str]) -> None:
     _entry(["--help"], env)
     out, tail = _entry(["nosuch", "--help"], env)
@@ -255,6 +261,7 @@ def test_what_is_not_a_command_path_is_left_to_typer(env: dict[str, str]) -> Non
     assert _entry(["cluster", "create", "--gpu", "t4", "--help"], env)[1] == ["EXIT=0", "TYPER=True"]
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_help_follows_the_width(env: dict[str, str]) -> None:
     narrow = dict(env, COLUMNS="60")
     _entry(["--help"], env)
@@ -266,6 +273,7 @@ def test_help_follows_the_width(env: dict[str, str]) -> None:
     assert _entry(["cluster", "create", "--help"], env)[1] == ["EXIT=0", "TYPER=False"]  # 80 kept
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_without_a_writable_cache_typer_answers_every_time(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     env = dict(os.environ, GPUCTL_CACHE_DIR=str(tmp_path / "file" / "cache"), COLUMNS="80")  # cannot be made
@@ -275,6 +283,7 @@ def test_without_a_writable_cache_typer_answers_every_time(tmp_path: Path) -> No
         assert out == _typer_help(["tenant", "add", "--help"], env)
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_a_read_only_cache_that_holds_the_help_still_serves_it(env: dict[str, str]) -> None:
     _entry(["--help"], env)
     help_dir = Path(env["GPUCTL_CACHE_DIR"]) / "help"
@@ -287,6 +296,7 @@ def test_a_read_only_cache_that_holds_the_help_still_serves_it(env: dict[str, st
         help_dir.chmod(0o755)
 
 
+@pytest.mark.slow  # Python processes timing gpuctl's start-up
 def test_a_torn_or_foreign_cache_file_is_rendered_again(env: dict[str, str]) -> None:
     _entry(["--help"], env)
     [path] = (Path(env["GPUCTL_CACHE_DIR"]) / "help").iterdir()

@@ -25,6 +25,7 @@ def one_error_line(proc) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_no_kubeconfig(command: list[str], isolated_env: dict[str, str]) -> None:
     line = one_error_line(run_gpuctl(*command, env=isolated_env))
     assert line == f"error: no cluster selected: there is no kubeconfig at {isolated_env['KUBECONFIG']}; {FIX}"
@@ -37,6 +38,7 @@ def test_no_kubeconfig(command: list[str], isolated_env: dict[str, str]) -> None
     (DANGLING, "context 'ux-ctx' of {path} names cluster 'gpuctl-sim-ux', which it does not hold (deleted?)"),
 ], ids=["empty", "no current context", "dangling"])
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_a_kubeconfig_selecting_no_cluster(command: list[str], content: str, why: str,
                                            isolated_env: dict[str, str]) -> None:
     path = Path(isolated_env["KUBECONFIG"])

@@ -40,6 +40,7 @@ def test_the_choices_are_listed_once_with_wide() -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.slow  # gpuctl processes
 def test_every_document_keeps_the_contract(command: str, fmt: str, isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl("-o", fmt, *COMMANDS[command], env=isolated_env)
     assert proc.returncode == 0, proc.stderr
@@ -52,6 +53,7 @@ def test_every_document_keeps_the_contract(command: str, fmt: str, isolated_env:
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.slow  # gpuctl processes
 def test_every_table_fits_80_columns_and_wide_is_taken(command: str, isolated_env: dict[str, str]) -> None:
     for fmt, width in (("table", 80), ("wide", None)):
         proc = run_gpuctl("-o", fmt, *COMMANDS[command], env=isolated_env)
@@ -71,6 +73,7 @@ def test_gpus_json_names_each_figure_once_in_camel_case(isolated_env: dict[str, 
     assert "memory_mib" not in t4
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_render_prints_manifests_as_yaml_or_one_json_list(spec: Path, isolated_env: dict[str, str]) -> None:
     as_yaml = run_gpuctl("render", "-f", str(spec), "-o", "yaml", env=isolated_env)
     as_json = run_gpuctl("render", "-f", str(spec), "-o", "json", env=isolated_env)
@@ -82,12 +85,14 @@ def test_render_prints_manifests_as_yaml_or_one_json_list(spec: Path, isolated_e
     assert run_gpuctl("render", "-f", str(spec), env=isolated_env).stdout == as_yaml.stdout
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_export_spec_in_json_is_the_yaml_spec(isolated_env: dict[str, str]) -> None:
     as_yaml = yaml.safe_load(run_gpuctl(*SPEC_ARGS, env=isolated_env).stdout)
     as_json = json.loads(run_gpuctl("-o", "json", *SPEC_ARGS, env=isolated_env).stdout)
     assert as_json == as_yaml and as_json["spec"]["nodeGroups"][0]["gpusPerNode"] == 1
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_render_out_lists_the_files_it_wrote(spec: Path, tmp_path: Path, isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl("render", "-f", str(spec), "--out", str(tmp_path / "r"), "-o", "json", env=isolated_env)
     assert proc.returncode == 0, proc.stderr

@@ -134,6 +134,7 @@ def test_an_unresolvable_host_exits_5() -> None:
         Prometheus("http://no-such-host.invalid:9090").query("up")
 
 
+@pytest.mark.slow  # a real request deadline
 def test_a_silent_prometheus_ends_within_the_request_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCTL_REQUEST_TIMEOUT", "1")
     with hanging_server() as url:
@@ -198,6 +199,7 @@ def test_the_commands_exit_5_naming_an_unreachable_prometheus(command: str, clos
     assert line.startswith("error: cannot connect to Prometheus at " + closed_port)
 
 
+@pytest.mark.slow  # a real request deadline, in a gpuctl process
 def test_a_silent_prometheus_ends_top_with_exit_7(tmp_path: Path, isolated_env: dict[str, str]) -> None:
     with hanging_server() as url:
         started = time.monotonic()
@@ -218,6 +220,7 @@ def test_a_silent_prometheus_ends_top_with_exit_7(tmp_path: Path, isolated_env: 
     (["top", "--nodegroup", "Bad_Name"], "--nodegroup"),
     (["top", "--tenant", "kube-system"], "--tenant"),
 ])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_bad_inputs_exit_2_naming_the_flag(args: list[str], field: str, tmp_path: Path,
                                            isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl("--kubeconfig", str(_kubeconfig(tmp_path)), *args, env=isolated_env, timeout=60)

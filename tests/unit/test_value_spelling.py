@@ -28,6 +28,7 @@ def test_create_reads_every_value_in_any_case_as_its_one_spelling(isolated_env: 
     assert (spec["gpuOperator"]["nfd"], spec["gpuOperator"]["migStrategy"]) == ("operator", "single")
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_the_gpu_mig_validate_takes_is_the_one_create_takes(isolated_env: dict[str, str]) -> None:
     """The issue's case: `mig validate --gpu A100-40GB` was accepted and `cluster create --gpu A100-40GB` refused."""
     validated = run_gpuctl("-o", "json", "mig", "validate", "3g.20gb", "--gpu", "A100-40GB", env=isolated_env,
@@ -50,6 +51,7 @@ def _spec(tmp_path: Path, name: str, cloud: str, gpu: str, nfd: str = "standalon
     return path
 
 
+@pytest.mark.slow  # gpuctl processes
 def test_a_spec_reads_its_values_in_any_case_as_the_command_line_does(tmp_path: Path,
                                                                       isolated_env: dict[str, str]) -> None:
     lower = run_gpuctl("render", "-f", str(_spec(tmp_path, "lower.yaml", "sim", "t4")), env=isolated_env, timeout=60)
@@ -84,6 +86,7 @@ NEAR_MISSES = [
 
 
 @pytest.mark.parametrize("args,line", NEAR_MISSES, ids=[" ".join(a) for a, _ in NEAR_MISSES])
+@pytest.mark.slow  # gpuctl processes, one a case
 def test_a_near_miss_is_refused_naming_the_value_meant(args: list[str], line: str,
                                                        isolated_env: dict[str, str]) -> None:
     proc = run_gpuctl(*args, env=isolated_env, timeout=60)
