@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,11 +11,13 @@ from typing import TYPE_CHECKING
 from gpuctl.model import specfile
 from gpuctl.model.change import Change
 from gpuctl.model.cloud_options import CloudOptions
+from gpuctl.model.naming import MAX_NODES, check_count, check_duration, check_name, check_text
 from gpuctl.model.spec import SMOKE_IMAGE, GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.specfile import GpuClusterDoc, ValidGroup, export_spec
-from gpuctl.model.target import DEFAULT_TARGET, ClusterTarget
-from gpuctl.model.tenant import Tenant, TenantUpdate
-from gpuctl.util.output import reporting
+from gpuctl.model.target import DEFAULT_TARGET, ClusterTarget, check_context
+from gpuctl.model.tenant import Tenant, TenantUpdate, check_tenant_name, merged_entry, tenant_changes
+from gpuctl.util.errors import UsageError
+from gpuctl.util.output import info, reporting
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -75,7 +78,6 @@ def plan_platform(spec: PlatformSpec, target: ClusterTarget | None = None,
     """What `apply_platform` would do, step by step; writes nothing (gpuctl.ops.platform.plan). The cluster is read as
     apply reads it: through `target`'s context, else the one apply would write (`write_context`, else the
     provider's name) in `target`'s kubeconfig."""
-    from gpuctl.model.target import check_context
     from gpuctl.ops.platform.plan import plan_platform as plan
 
     if write_context is not None:
@@ -92,7 +94,6 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget | None = None, repo
     existing cluster every write runs under its apply lock, waited for up to `lock_timeout` seconds. `timeout`:
     the most seconds any one wait for a state (capacity, MIG) may take; without it a wait ends only when its
     progress stalls (gpuctl.util.waiting)."""
-    from gpuctl.model.naming import check_duration
     from gpuctl.ops.platform.apply import LOCK_TIMEOUT_S
     from gpuctl.ops.platform.apply import apply_platform as apply
     from gpuctl.util.waiting import wait_limit
@@ -121,9 +122,7 @@ def delete_cluster(cloud: str, name: str, target: ClusterTarget | None = None, o
     (it is unset, as eksctl does). Contexts pointing at other clusters are left alone. `confirm` is called
     once every input is judged, before anything is read or changed (it raises to stop)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig, remove_cluster
-    from gpuctl.model.naming import check_name
     from gpuctl.ops.unfinished import forget_unfinished
-    from gpuctl.util.output import info
 
     kubeconfig = (target or DEFAULT_TARGET).kubeconfig
     cloud = check_cloud(cloud)
@@ -145,8 +144,6 @@ def delete_cluster(cloud: str, name: str, target: ClusterTarget | None = None, o
 def list_clusters(cloud: str, options: CloudOptions | None = None) -> list[ClusterInfo]:
     """The provider's clusters; `incomplete` where the last create or apply of one on this machine did not
     finish (gpuctl.ops.unfinished), until a run of it completes."""
-    from dataclasses import replace
-
     from gpuctl.ops.unfinished import unfinished_step
 
     return [replace(c, status="incomplete") if unfinished_step(cloud, c.name) is not None else c
@@ -162,7 +159,6 @@ def add_node_group(cloud: str, cluster: str, spec: NodeGroupSpec | GroupPlan, op
     recorded for an existing group. Reached through `target` (its context, else the provider's name), else the
     provider's kubeconfig (gpuctl.ops.nodegroups.add_node_group)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.model.naming import check_name
     from gpuctl.ops.nodegroups import add_node_group as add
     from gpuctl.providers import get_provider
 
@@ -185,9 +181,7 @@ def scale_node_group(cloud: str, cluster: str, name: str, nodes: int | None, opt
     configuration (new nodes join without the sharing or MIG layout gpuctl set on their siblings), through
     `target` (its context, else the provider's context name)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.model.naming import MAX_NODES, check_count, check_name
     from gpuctl.ops.nodegroups import scale_node_group as scale
-    from gpuctl.util.errors import UsageError
 
     target = target or DEFAULT_TARGET
     check_name(cluster, "--cluster")
@@ -207,7 +201,6 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
     stack's settings), reached through `target` where it can be (gpuctl.ops.nodegroups.delete_node_group).
     `confirm` is called once every input is judged, before anything is changed (it raises to stop)."""
     from gpuctl.kube.kubeconfig import check_kubeconfig
-    from gpuctl.model.naming import check_name
     from gpuctl.ops.nodegroups import delete_node_group as delete
 
     target = target or DEFAULT_TARGET
@@ -222,7 +215,6 @@ def delete_node_group(cloud: str, cluster: str, name: str, options: CloudOptions
 def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | None = None,
                    target: ClusterTarget | None = None) -> NodeGroupInfo | None:
     """The node group: its cloud node group, its Karpenter NodePool, or both (gpuctl.ops.nodegroups)."""
-    from gpuctl.model.naming import check_name
     from gpuctl.ops.nodegroups import cluster_client, get_group
 
     check_name(cluster, "--cluster")
@@ -234,7 +226,6 @@ def get_node_group(cloud: str, cluster: str, name: str, options: CloudOptions | 
 def list_node_groups(cloud: str, cluster: str, options: CloudOptions | None = None,
                      target: ClusterTarget | None = None) -> list[NodeGroupInfo]:
     """Every node group of the cluster, Karpenter's included (`scaling` says which: cloud, karpenter or both)."""
-    from gpuctl.model.naming import check_name
     from gpuctl.ops.nodegroups import cluster_client, list_groups
 
     check_name(cluster, "--cluster")
@@ -272,7 +263,6 @@ def render(spec: PlatformSpec, out: Path | None, field: str = "--out",
 
 def gpu_status(nodegroup: str | None = None, target: ClusterTarget | None = None) -> list[dict[str, Any]]:
     """One row per GPU node (of `nodegroup`): what it offers, its sharing, MIG state and device plugin."""
-    from gpuctl.model.naming import check_name
     from gpuctl.ops.status import gpu_status as status
 
     if nodegroup is not None:
@@ -303,8 +293,6 @@ def top(prometheus: str | None = None, since: str = "1h", nodegroup: str | None 
     """The GPUs at work, from Prometheus (`prometheus`, else $GPUCTL_PROMETHEUS_URL, else a sim cluster's
     own): per node and GPU (and MIG instance) SM activity, utilisation, memory and pods; per tenant the GPUs
     held against its quota and how busy they were over `since` (gpuctl.ops.metrics.top)."""
-    from gpuctl.model.naming import check_name
-    from gpuctl.model.tenant import check_tenant_name
     from gpuctl.ops.metrics.gpu_metrics import prometheus_for
     from gpuctl.ops.metrics.top import top as read_top
 
@@ -348,7 +336,6 @@ def advice_text(result: dict[str, Any]) -> str:
 def validate_cluster(nodegroup: str | None = None, image: str = SMOKE_IMAGE, timeout: float = 120.0,
                      target: ClusterTarget | None = None) -> list[Check]:
     """The platform's checks (capacity, node config, one device plugin, the CUDA smoke test)."""
-    from gpuctl.model.naming import check_duration, check_name, check_text
     from gpuctl.ops.validate import validate_cluster as validate
 
     if nodegroup is not None:
@@ -397,7 +384,6 @@ def add_tenant(given: Mapping[str, Any], flags: Mapping[str, str], target: Clust
     maps its fields to the flags for errors. A quota lowered below what the team's pods request now is
     refused (exit 2) unless `shrink`. Every input is judged before the cluster is read."""
     from gpuctl.kube.dra import dra_mode
-    from gpuctl.model.tenant import merged_entry, tenant_changes
     from gpuctl.ops.tenancy.tenants import check_shrink, read_tenant
 
     specfile.load_tenant(merged_entry(None, given), flags)  # the flags alone, before any request
@@ -422,8 +408,6 @@ def remove_tenant(name: str, target: ClusterTarget | None = None, timeout: float
     then wait up to `timeout` seconds until its namespace is gone (None: do not wait; exit 7 when it is still
     terminating then). NO_CHANGE where there is no such tenant: nothing to remove. `confirm` is called once
     every input is judged, before the cluster is read (it raises to stop)."""
-    from gpuctl.model.naming import check_duration
-    from gpuctl.model.tenant import check_tenant_name
     from gpuctl.ops.tenancy.tenants import remove_tenant as remove
     from gpuctl.ops.tenancy.tenants import wait_namespace_gone
 

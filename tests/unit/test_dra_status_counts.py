@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from gpuctl.kube import dra as kube_dra
 from gpuctl.kube.kube import Kube
 from gpuctl.model import dra as model_dra
 from gpuctl.model.catalog import get_gpu
@@ -59,7 +58,7 @@ def test_the_quota_warning_counts_the_devices_status_counts(monkeypatch: pytest.
     slices = [a_slice("a", ["gpu-0", "gpu-1"], generation=1),  # outdated by generation 2
               a_slice("a", ["gpu-0", "gpu-1"], generation=2),
               a_slice("b", ["gpu-0", "gpu-1"], generation=1, count=2)]  # its second slice is not published yet
-    monkeypatch.setattr(kube_dra, "list_slices", lambda client: slices)
+    monkeypatch.setattr(tenant_claims, "list_slices", lambda client: slices)  # the name tenant_claims reads
     assert {n: len(ds) for n, ds in model_dra.slice_devices(slices).items()} == {"a": 2}
     assert tenant_claims.published_devices(Kube(None)) == {
         "nvidia.com/gpu": 2, model_dra.quota_key(model_dra.GPU_CLASS): 2}

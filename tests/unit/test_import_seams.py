@@ -35,7 +35,7 @@ SEAMS: dict[tuple[str, str], str] = {
 # Not yet moved to the module head (others rework these files): at most this many function-level gpuctl
 # imports per file (per folder for a key ending in /). Lower an entry as its file is done, drop it at 0; the goal is SEAMS alone.
 NOT_YET_MOVED: dict[str, int] = {
-    "gpuctl/api.py": 65,
+    "gpuctl/api.py": 48,
 }
 
 
