@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuctl.kube.kube import Kube
-from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.stack.existing import (
     NOT_DEVICE_PLUGINS,
@@ -33,7 +31,7 @@ from gpuctl.stack.values import NAMESPACE
 from gpuctl.util.errors import ExitCode, GpuctlError
 
 __all__ = ["NOT_DEVICE_PLUGINS", "OURS", "RELEASE_ANNOTATION", "ExistingStackError", "StackPlan",
-           "check_single_owners", "is_device_plugin", "list_daemon_sets"]
+           "check_single_owners", "is_device_plugin"]
 
 EKSCTL_PLUGIN = ("kube-system", "nvidia-device-plugin-daemonset")  # eksctl's GPU node groups
 
@@ -64,11 +62,6 @@ class StackPlan:
     def nfd_note(self) -> str:
         assert self.nfd is not None
         return f"NFD: {self.nfd.describe()} (not gpuctl's; used as it is, no second NFD installed)"
-
-
-def list_daemon_sets(kube: Kube) -> list[KubeObject]:
-    """Every DaemonSet, in every namespace, as JSON."""
-    return kube.list("apps/v1", "DaemonSet", what="listing DaemonSets")
 
 
 def _plugin_error(plugin: Workload) -> ExistingStackError:
