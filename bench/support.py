@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from gpuctl.api import NodeGroupSpec
     from gpuctl.model.catalog import GpuModel
+    from gpuctl.model.spec import NodeGroupSpec
     from gpuctl.model.taints import Taint
 
 ROOT = Path(__file__).resolve().parent.parent

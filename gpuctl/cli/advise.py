@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
+from gpuctl import api
 from gpuctl.cli.options import Prometheus, Since
 from gpuctl.cli.settings import settings
 from gpuctl.util.output import emit, is_table, out
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 
 def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h") -> None:
@@ -27,8 +21,8 @@ def advise(ctx: typer.Context, prometheus: Prometheus = None, since: Since = "1h
       gpuctl advise --since 7d -o yaml
     """
     opts = settings(ctx)
-    result = gpuctl.advise(prometheus, since, opts.target)
+    result = api.advise(prometheus, since, opts.target)
     if is_table(opts.output):
-        out(gpuctl.advice_text(result) + "\n")
+        out(api.advice_text(result) + "\n")
     else:
         emit(result, opts.output)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.results import print_step, show_result
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import path, seconds
 from gpuctl.model.change import Change
 from gpuctl.util.output import emit, emit_manifests, info, is_table, section
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 SpecFile = Annotated[Path, typer.Option("-f", "--filename", parser=path, metavar="PATH", help="GpuCluster spec file.")]
 
@@ -34,11 +30,11 @@ def apply(
       # Wait up to 10 minutes for another apply on the same cluster, then go on
       gpuctl apply -f gpu-platform.yaml --lock-timeout 600 -o json
     """
-    doc, groups = gpuctl.load_spec(filename)  # every value checked before any cloud or cluster call
-    spec = gpuctl.to_platform(doc, groups)
+    doc, groups = api.load_spec(filename)  # every value checked before any cloud or cluster call
+    spec = api.to_platform(doc, groups)
     opts = settings(ctx)
-    result = gpuctl.apply_platform(spec, opts.target, report=print_step, lock_timeout=lock_timeout,
-                                   write_context=opts.context, timeout=timeout)
+    result = api.apply_platform(spec, opts.target, report=print_step, lock_timeout=lock_timeout,
+                               write_context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {spec.name!r} matches {filename}" + ("" if changed else " (no change)"))
     show_result(spec, result, changed, opts.output, opts.context)
@@ -60,7 +56,7 @@ def render(
       gpuctl render -f gpu-platform.yaml --out rendered/
       gpuctl render -f gpu-platform.yaml --helm-values gpu-operator > gpu-operator.values.yaml
     """
-    result = gpuctl.render(gpuctl.to_platform(*gpuctl.load_spec(filename)), out, helm_values=helm_values)
+    result = api.render(api.to_platform(*api.load_spec(filename)), out, helm_values=helm_values)
     fmt = settings(ctx).output
     if isinstance(result, str):  # manifests (or one release's values): YAML, or with -o json one JSON document
         emit_manifests(result, fmt)
@@ -79,7 +75,7 @@ def plan(ctx: typer.Context, filename: SpecFile) -> None:
       gpuctl plan -f gpu-platform.yaml -o json
     """
     opts = settings(ctx)
-    planned = gpuctl.plan_platform(gpuctl.to_platform(*gpuctl.load_spec(filename)), opts.target, write_context=opts.context)
+    planned = api.plan_platform(api.to_platform(*api.load_spec(filename)), opts.target, write_context=opts.context)
     if not is_table(opts.output):
         emit([p.as_dict() for p in planned], opts.output)
         return

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
 from gpuctl.cli.help import one_of
 from gpuctl.cli.options import (
@@ -43,10 +44,7 @@ from gpuctl.util.errors import GpuctlError
 from gpuctl.util.output import emit, emit_manifests, info, is_table
 
 if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
     from gpuctl.model.target import ClusterTarget
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Create, list and delete GPU clusters.
 
@@ -128,16 +126,16 @@ def create(
         operator={"charts": charts, "nfd": nfd, "migStrategy": mig_strategy, "smokeImage": smoke_image,
                   "validate": validate},
         karpenter=karpenter, kueue=kueue, dra=dra, dra_alpha_sharing=dra_alpha_sharing)
-    spec = gpuctl.to_platform(*gpuctl.load_document(raw, flags))
+    spec = api.to_platform(*api.load_document(raw, flags))
     # What it leaves unsaid of a group the cluster has recorded (a re-run) stays as recorded; a spec file is exact.
     spec = replace(spec, unstated=unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout),
                                             "migStrategy": mig_strategy}))
     cloud = spec.cloud  # as the document reads it: --cloud SIM is sim
     if export_spec:  # the spec a file would hold, as YAML (table, wide, yaml) or JSON: keys as the spec spells them
-        emit_manifests(gpuctl.export_spec(spec), opts.output)
+        emit_manifests(api.export_spec(spec), opts.output)
         return
 
-    result = gpuctl.apply_platform(spec, opts.target, report=print_step, write_context=opts.context, timeout=timeout)
+    result = api.apply_platform(spec, opts.target, report=print_step, write_context=opts.context, timeout=timeout)
     changed = any(s.outcome not in (Change.NO_CHANGE, Change.PASSED) for s in result.steps)
     info(f"cluster {name!r} is ready" + ("" if changed else " (no change)") + f"; kubeconfig: {result.kubeconfig}")
     show_result(spec, result, changed, opts.output, opts.context)
@@ -156,7 +154,7 @@ NEXT_STEP = """next: give a team GPUs and run a GPU job in its namespace:
 def _has_tenants(target: ClusterTarget) -> bool:
     """True when the cluster has a tenant (or cannot be asked: then the hint would only guess)."""
     try:
-        return bool(gpuctl.list_tenants(target))
+        return bool(api.list_tenants(target))
     except GpuctlError:
         return True
 
@@ -170,8 +168,8 @@ def list_(ctx: typer.Context, cloud: Cloud = "sim", region: Region = None, os_cl
       gpuctl cluster list
       gpuctl cluster list --cloud eks --region us-west-2 -o json
     """
-    cloud = gpuctl.check_cloud(cloud)
-    rows = [asdict(c) for c in gpuctl.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
+    cloud = api.check_cloud(cloud)
+    rows = [asdict(c) for c in api.list_clusters(cloud, cloud_options(region, os_cloud, profile))]
     emit(rows, settings(ctx).output, ("name", "cloud", "status", "endpoint", "kubernetes_version"))
 
 
@@ -184,11 +182,11 @@ def delete(ctx: typer.Context, name: Name, cloud: Cloud = "sim", yes: Yes = Fals
       gpuctl cluster delete --name gpuctl --yes
       gpuctl cluster delete --cloud openstack --os-cloud mycloud --name demo
     """
-    cloud = gpuctl.check_cloud(cloud)  # its one spelling, as printed
+    cloud = api.check_cloud(cloud)  # its one spelling, as printed
     options = cloud_options(region, os_cloud, profile)
     opts = settings(ctx)
-    change = gpuctl.delete_cluster(cloud, name, opts.target, options,
-                                   confirm=lambda: confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?"))
+    change = api.delete_cluster(cloud, name, opts.target, options,
+                               confirm=lambda: confirm_or_refuse(yes, f"Delete {cloud} cluster {name!r}?"))
     info(f"cluster {name!r} {change.value}")
     if not is_table(opts.output):
         emit({"cluster": name, "cloud": cloud, "change": change.value}, opts.output)

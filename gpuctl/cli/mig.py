@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.help import one_of
 from gpuctl.cli.options import Gpu
 from gpuctl.cli.results import print_step
@@ -15,11 +16,6 @@ from gpuctl.model.catalog import get_gpu
 from gpuctl.model.mig import parse_layout, plan_rows, render_plan
 from gpuctl.model.stack_spec import MIG_STRATEGY
 from gpuctl.util.output import emit, is_table, out
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Validate, plan and apply MIG layouts.
 
@@ -87,7 +83,7 @@ def apply(
       gpuctl mig apply all-disabled -l pool=training --timeout 600
     """
     opts = settings(ctx)
-    steps, expected = gpuctl.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.target)
+    steps, expected = api.apply_mig(layout, nodegroup, selector, strategy, timeout, print_step, opts.target)
     rows = [{"node": n, "allocatable": r} for n, r in sorted(expected.items())]
     emit(rows if is_table(opts.output) else {"layout": layout, "steps": [s.as_dict() for s in steps], "nodes": rows},
          opts.output, ("node", "allocatable"))

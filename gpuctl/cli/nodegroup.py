@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.documents import cluster_document, labels_document, sharing_document, unstated
 from gpuctl.cli.options import (
     AmiType,
@@ -40,11 +41,8 @@ from gpuctl.util.output import emit, info, is_table
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from gpuctl import api as gpuctl
     from gpuctl.model.cloud_options import CloudOptions
     from gpuctl.model.spec import GroupPlan
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Add, scale, delete and list GPU node groups.
 
@@ -62,7 +60,7 @@ ScaleMax = Annotated[Optional[int], typer.Option("--max-nodes", parser=count, he
 
 def _checked(cloud: str, cluster: str) -> str:
     """The cloud in its one spelling (--cloud SIM is sim); the cluster's name is judged by gpuctl.api."""
-    return gpuctl.check_cloud(cloud)
+    return api.check_cloud(cloud)
 
 
 @app.command()
@@ -95,12 +93,12 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         provider={"region": region, "os_cloud": os_cloud, "profile": profile, "keypair": keypair,
                   "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
-    platform = gpuctl.to_platform(*gpuctl.load_document(raw, flags))
+    platform = api.to_platform(*api.load_document(raw, flags))
     options, cloud = platform.options, platform.cloud
     opts = settings(ctx)
     left = unstated({"labels": label, "taints": taint, "sharing": (slices, sharing, mig_layout)})
-    change = gpuctl.add_node_group(cloud, cluster, platform.groups[0], options, opts.target,
-                                   unstated=left - {"migStrategy"}, report=print_substep)
+    change = api.add_node_group(cloud, cluster, platform.groups[0], options, opts.target,
+                               unstated=left - {"migStrategy"}, report=print_substep)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options, platform.groups)
 
@@ -122,8 +120,8 @@ def scale(ctx: typer.Context, cluster: ClusterName, name: Name, nodes: ScaleNode
     cloud = _checked(cloud, cluster)
     options = cloud_options(region, os_cloud, profile)
     opts = settings(ctx)
-    change = gpuctl.scale_node_group(cloud, cluster, name, nodes, options, opts.target, min_nodes=min_nodes,
-                                     max_nodes=max_nodes)
+    change = api.scale_node_group(cloud, cluster, name, nodes, options, opts.target, min_nodes=min_nodes,
+                                 max_nodes=max_nodes)
     info(f"node group {name!r}: {change.value}")
     _show(ctx, cloud, cluster, name, options)
 
@@ -139,9 +137,9 @@ def delete(ctx: typer.Context, cluster: ClusterName, name: Name, cloud: Cloud = 
     """
     cloud = _checked(cloud, cluster)
     opts = settings(ctx)
-    change = gpuctl.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.target,
-                                      confirm=lambda: confirm_or_refuse(
-                                          yes, f"Delete node group {name!r} of cluster {cluster!r}?"))
+    change = api.delete_node_group(cloud, cluster, name, cloud_options(region, os_cloud, profile), opts.target,
+                                  confirm=lambda: confirm_or_refuse(
+                                      yes, f"Delete node group {name!r} of cluster {cluster!r}?"))
     info(f"node group {name!r}: {change.value}")
     if not is_table(opts.output):
         emit({"nodegroup": name, "cluster": cluster, "change": change.value}, opts.output)
@@ -158,13 +156,13 @@ def list_(ctx: typer.Context, cluster: ClusterName, cloud: Cloud = "sim", region
     """
     cloud = _checked(cloud, cluster)
     opts = settings(ctx)
-    rows = group_rows(gpuctl.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile), opts.target))
+    rows = group_rows(api.list_node_groups(cloud, cluster, cloud_options(region, os_cloud, profile), opts.target))
     emit(rows, opts.output, GROUP_COLUMNS, GROUP_WIDE, rows=table_rows(rows))
 
 
 def _show(ctx: typer.Context, cloud: str, cluster: str, name: str, options: CloudOptions,
           plans: Sequence[GroupPlan] = ()) -> None:
     opts = settings(ctx)
-    group = gpuctl.get_node_group(cloud, cluster, name, options, opts.target)
+    group = api.get_node_group(cloud, cluster, name, options, opts.target)
     rows = group_rows([group] if group else [], plans)
     emit(rows, opts.output, GROUP_COLUMNS, GROUP_WIDE, rows=table_rows(rows))

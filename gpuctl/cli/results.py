@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from gpuctl import api
 from gpuctl.model.labels import GPU_RESOURCE
 from gpuctl.model.mig import advertised_resources
 from gpuctl.model.target import ClusterTarget
@@ -15,11 +16,8 @@ from gpuctl.util.output import emit, info
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from gpuctl import api as gpuctl
     from gpuctl.api import PlatformResult, StepResult
     from gpuctl.model.spec import GroupPlan, PlatformSpec
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 # scaling: cloud (a node group of the cloud's), karpenter (a NodePool: min 0, max its limit, nodes = launched),
 # or cloud+karpenter; nodes and ready_nodes count Karpenter's launched nodes too. gpus_per_node: physical GPUs;
@@ -45,7 +43,7 @@ def print_substep(result: StepResult) -> None:
 
 def group_rows(groups: Sequence[Any], plans: Sequence[GroupPlan] = (),
                mig_strategy: str = "mixed") -> list[dict[str, Any]]:
-    """The node groups (gpuctl.list_node_groups's) as rows, with each one's sharing, slices per GPU and allocatable
+    """The node groups (gpuctl.api.list_node_groups's) as rows, with each one's sharing, slices per GPU and allocatable
     per node where `plans` (the command's spec) says it; unknown (None) otherwise."""
     known = {p.spec.name: p for p in plans}
     rows = []
@@ -76,7 +74,7 @@ def show_result(spec: PlatformSpec, result: PlatformResult, changed: bool, fmt: 
     """What `cluster create` and `apply` print on stdout, once: the node groups as they now are (the steps went by
     on stderr as they ran), or in json and yaml the whole result, steps and checks included."""
     target = ClusterTarget(result.kubeconfig, context)  # the kubeconfig apply wrote
-    groups = group_rows(gpuctl.list_node_groups(spec.cloud, spec.name, spec.options, target),
+    groups = group_rows(api.list_node_groups(spec.cloud, spec.name, spec.options, target),
                         spec.every_group, spec.stack.mig_strategy)
     emit({"cluster": spec.name, "cloud": spec.cloud, "changed": changed, "kubeconfig": str(result.kubeconfig),
           "steps": [s.as_dict() for s in result.steps], "checks": [c.as_dict() for c in result.checks],

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.settings import settings
 from gpuctl.util.output import emit, info
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""The local simulated GPU cluster's tools.
 
@@ -30,7 +25,7 @@ def install(ctx: typer.Context) -> None:
       gpuctl sim install
       gpuctl sim install -o json
     """
-    installed, where = gpuctl.install_sim_tools(progress=info)
+    installed, where = api.install_sim_tools(progress=info)
     info(f"all {len(installed)} tools ready in {where}")
     emit([{**asdict(t), "path": str(t.path)} for t in installed], settings(ctx).output,
          ("name", "version", "source", "path"))

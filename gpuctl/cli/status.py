@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.settings import settings
 from gpuctl.util.output import emit, is_table, section
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 # 80 columns for the common case; -o wide adds the rest. DRA mode: the driver's devices instead of the device
 # plugin's sharing and allocatable.
@@ -36,7 +32,7 @@ def status(
       gpuctl --context demo status
     """
     opts = settings(ctx)
-    rows = gpuctl.gpu_status(nodegroup, opts.target)
+    rows = api.gpu_status(nodegroup, opts.target)
     operator = next((r["gpu_operator"] for r in rows if r.get("gpu_operator")), None)
     nodes = [{k: v for k, v in r.items() if k != "gpu_operator"} for r in rows]  # the operator once, not per node
     dra = any("devices" in r for r in rows)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.documents import tenant_document
 from gpuctl.cli.options import Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
@@ -13,11 +14,6 @@ from gpuctl.cli.types import count, seconds
 from gpuctl.model.change import Change
 from gpuctl.model.tenant import tenant_entry
 from gpuctl.util.output import emit, info, is_table
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 app = typer.Typer(help="""Onboard teams onto the shared GPU pool.
 
@@ -61,7 +57,7 @@ def add(
     """
     given, flags = tenant_document(name, gpus, mig, group, adopt, borrow, lend, cohort)
     opts = settings(ctx)
-    update = gpuctl.add_tenant(given, flags, opts.target, warn=lambda w: info(f"warning: {w}"), shrink=yes)
+    update = api.add_tenant(given, flags, opts.target, warn=lambda w: info(f"warning: {w}"), shrink=yes)
     for line in update.changes:
         info(f"  {line}")
     info(f"tenant {name!r}: {update.change.value}")
@@ -82,7 +78,7 @@ def list_(ctx: typer.Context) -> None:
       gpuctl tenant list -o json
     """
     opts = settings(ctx)
-    rows = gpuctl.list_tenants(opts.target)
+    rows = api.list_tenants(opts.target)
     if is_table(opts.output):  # one cell per team: flavor/resource=used/nominal(+borrowed)
         rows = [{**r, "queue": {f"{flavor}/{res}": f"{u['used']}/{u['nominal']}(+{u['borrowed']})"
                                 for flavor, resources in (r.get("queue") or {}).items()
@@ -109,8 +105,8 @@ def remove(
       gpuctl tenant remove team-b --yes --no-wait
     """
     opts = settings(ctx)
-    change = gpuctl.remove_tenant(name, opts.target, timeout if wait else None,
-                                  confirm=lambda: confirm_or_refuse(yes, f"Delete tenant {name!r}?"))
+    change = api.remove_tenant(name, opts.target, timeout if wait else None,
+                              confirm=lambda: confirm_or_refuse(yes, f"Delete tenant {name!r}?"))
     if change is Change.NO_CHANGE:
         info(f"tenant {name!r}: nothing to remove (no gpuctl tenant of that name; see 'gpuctl tenant list')")
     else:

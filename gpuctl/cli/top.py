@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.options import Prometheus, Since
 from gpuctl.cli.settings import settings
 from gpuctl.util.output import emit, is_table, out
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 
 def top(
@@ -34,8 +30,8 @@ def top(
       gpuctl top --tenant team-a --prometheus http://localhost:9090 -o json
     """
     opts = settings(ctx)
-    view = gpuctl.top(prometheus, since, nodegroup, tenant, opts.target)
+    view = api.top(prometheus, since, nodegroup, tenant, opts.target)
     if is_table(opts.output):
-        out(gpuctl.top_table(view) + "\n")
+        out(api.top_table(view) + "\n")
     else:
         emit(view, opts.output)

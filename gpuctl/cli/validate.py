@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from gpuctl import api
 from gpuctl.cli.settings import settings
 from gpuctl.cli.types import seconds
 from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.util.errors import ValidationFailed
 from gpuctl.util.output import emit
-
-if TYPE_CHECKING:
-    from gpuctl import api as gpuctl
-else:
-    import gpuctl  # the public API: gpuctl.api loads at the first gpuctl.<name> (see gpuctl/cli/__init__.py)
 
 COLUMNS = ("check", "ok", "detail")
 
@@ -36,7 +32,7 @@ def validate(
       gpuctl validate --nodegroup gpu --timeout 300
     """
     opts = settings(ctx)
-    checks = gpuctl.validate_cluster(nodegroup, SMOKE_IMAGE if image is None else image, timeout, opts.target)
+    checks = api.validate_cluster(nodegroup, SMOKE_IMAGE if image is None else image, timeout, opts.target)
     emit([c.as_dict() for c in checks], opts.output, COLUMNS, fit="detail")  # -o wide: each detail whole
     failed = [c for c in checks if not c.ok]
     if failed:

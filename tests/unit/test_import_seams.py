@@ -3,16 +3,18 @@ named lazy seams (issue 29, point 4). Heavy third-party SDKs are not counted her
 gpuctl/util/lazy_import.py's LazyImport at module head (tests/unit/test_lazy_imports.py holds start-up light).
 
 SEAMS lists every function-level import of a gpuctl module that is meant to stay, with its reason; each such
-line carries a `# lazy seam: <why>` comment. Two seams load a module by name, out of this count's sight:
-gpuctl/cli/main.py's make_app (the CLI -> command-module seam) and gpuctl/__init__.__getattr__ (gpuctl.api at
-the first `gpuctl.<name>`, which is how the CLI's command modules call the API: gpuctl/cli/__init__.py).
-NOT_YET_MOVED is the allowance of the parts still being reworked (api.py): a ceiling per file that only
-goes down. Lower or drop an entry when its part is done; a file not listed there may not gain a function-level
-gpuctl import without a SEAMS entry."""
+line carries a `# lazy seam: <why>` comment. Three seams load a module by name, out of this count's sight:
+gpuctl/cli/main.py's make_app (the CLI -> command-module seam), gpuctl/__init__.__getattr__ (gpuctl.api's names
+at the first `gpuctl.<name>`) and gpuctl/api/__init__.__getattr__ (each public name's module, from its one table
+_WHERE, at the name's first use: the CLI's command modules import `from gpuctl import api` at their head, and a
+command loads only the concern it calls). Any other function-level gpuctl import fails here: move it to the
+module head (a heavy SDK through gpuctl.util.lazy_import.LazyImport) or name it in SEAMS."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,11 +34,7 @@ SEAMS: dict[tuple[str, str], str] = {
         "only the chosen cloud's provider package loads (a sim spec renders without the EKS provider)",
 }
 
-# Not yet moved to the module head (others rework these files): at most this many function-level gpuctl
-# imports per file (per folder for a key ending in /). Lower an entry as its file is done, drop it at 0; the goal is SEAMS alone.
-NOT_YET_MOVED: dict[str, int] = {
-    "gpuctl/api.py": 48,
-}
+MOST = 20  # issue 29 point 4: under this many function-level gpuctl imports, each a named seam
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
@@ -66,21 +64,13 @@ def all_function_level_imports() -> dict[str, list[tuple[int, str]]]:
             if (imports := function_level_imports(p))}
 
 
-def test_every_function_level_gpuctl_import_is_a_named_seam_or_not_yet_moved() -> None:
+def test_every_function_level_gpuctl_import_is_a_named_seam() -> None:
     found = all_function_level_imports()
-    new = [f"{path}:{line}: {name}" for path, imports in found.items() if _allowance(path) is None
-           for line, name in imports if (path, name) not in SEAMS]
+    new = [f"{path}:{line}: {name}" for path, imports in found.items() for line, name in imports
+           if (path, name) not in SEAMS]
     assert new == [], ("import these at the module head (a heavy SDK through gpuctl.util.lazy_import.LazyImport), "
                        "or name the seam in SEAMS with its reason")
-    counts = {key: sum(len(imports) for path, imports in found.items() if _allowance(path) == key)
-              for key in NOT_YET_MOVED}
-    over = {key: (counts[key], most) for key, most in NOT_YET_MOVED.items() if counts[key] > most}
-    assert over == {}, "(found, allowed): a part being reworked gained a function-level import"
-
-
-def _allowance(path: str) -> str | None:
-    """The NOT_YET_MOVED key that covers `path`: the file itself, or a folder above it."""
-    return next((key for key in NOT_YET_MOVED if path == key or (key.endswith("/") and path.startswith(key))), None)
+    assert sum(len(imports) for imports in found.values()) < MOST
 
 
 def test_each_seam_is_there_and_says_why() -> None:
@@ -94,11 +84,41 @@ def test_each_seam_is_there_and_says_why() -> None:
         assert reason
 
 
-def test_the_allowance_names_files_that_exist() -> None:
-    assert [p for p in NOT_YET_MOVED if not (ROOT / p).is_file() and not (p.endswith("/") and (ROOT / p).is_dir())] == []
-    assert all(not p.startswith(("gpuctl/kube/", "gpuctl/model/", "gpuctl/util/", "gpuctl/tools/", "gpuctl/stack/",
-                                 "gpuctl/simulator/", "gpuctl/providers/", "gpuctl/cli/", "gpuctl/ops/"))
-               for p in NOT_YET_MOVED), "those parts are done: a new import there is a seam or moves up"
+def _type_checking_imports(path: Path) -> dict[str, str]:
+    """name -> module of every `from M import name` under `if TYPE_CHECKING:` in `path`."""
+    return {alias.asname or alias.name: str(imp.module) for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for imp in node.body if isinstance(imp, ast.ImportFrom) for alias in imp.names}
+
+
+def test_the_api_package_loads_each_public_name_from_its_one_table() -> None:
+    """gpuctl/api/__init__.py's seam: _WHERE maps every name of __all__ (and nothing else) to the module that
+    defines it; mypy's imports under TYPE_CHECKING name the same modules; no concern module is named as a public
+    name (a loaded submodule would shadow it); and importing the package loads none of them."""
+    import importlib
+
+    import gpuctl.api
+
+    where = gpuctl.api._WHERE
+    assert sorted(where) == sorted(gpuctl.api.__all__) and len(set(gpuctl.api.__all__)) == len(gpuctl.api.__all__)
+    assert _type_checking_imports(PACKAGE / "api" / "__init__.py") == where
+    for name, module in where.items():
+        value = getattr(importlib.import_module(module), name)
+        assert getattr(value, "__module__", module) == module, (name, module)  # defined there, not re-exported
+    concerns = {p.stem for p in (PACKAGE / "api").glob("*.py")} - {"__init__"}
+    assert {m.rsplit(".", 1)[1] for m in where.values() if m.startswith("gpuctl.api.")} <= concerns
+    assert concerns & set(where) == set()
+    probe = ("import sys, gpuctl.api; print(sorted(m for m in sys.modules if m.startswith('gpuctl')), "
+             "'yaml' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.strip() == "['gpuctl', 'gpuctl.api'] False", proc.stdout + proc.stderr
+
+
+def test_a_public_name_loads_its_own_concern_only() -> None:
+    probe = ("import sys, gpuctl; gpuctl.load_spec; print(sorted(m for m in sys.modules if m.startswith('gpuctl.api.') "
+             "or m.startswith('gpuctl.ops')), gpuctl.api.load_spec is gpuctl.api.specs.load_spec)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.strip() == "['gpuctl.api.specs'] True", proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -119,9 +139,6 @@ def test_the_count_sees_every_kind_of_import(tmp_path: Path, monkeypatch: pytest
 
 
 def test_a_lazy_import_loads_at_first_use_and_names_a_missing_distribution() -> None:
-    import subprocess
-    import sys
-
     from gpuctl.util.errors import ExitCode, ToolError
     from gpuctl.util.lazy_import import LazyImport
 
