@@ -309,19 +309,12 @@ def remove_overlay(client: Any) -> None:
     """Delete gpuctl's NodeOverlay; wait until it is gone and give Karpenter's overlay controller (it
     reconciles on the delete event) a moment to rebuild its instance types."""
     from kubernetes.client import CustomObjectsApi
-    from kubernetes.client.exceptions import ApiException
 
     custom = CustomObjectsApi(client)
     custom.delete_cluster_custom_object(*OVERLAY, _preload_content=False).drain_conn()
 
     def gone() -> bool:
-        try:
-            custom.get_cluster_custom_object(*OVERLAY, _preload_content=False).drain_conn()
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
+        return not support.exists(custom.get_cluster_custom_object, *OVERLAY, _preload_content=False)
 
     wait_until("the NodeOverlay gone", gone, 60)
     time.sleep(5)

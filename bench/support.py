@@ -113,6 +113,14 @@ def api_client(kubeconfig: Path) -> ApiClient:
     return make(kubeconfig)
 
 
+def exists(read: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether `read(*args, **kwargs)` finds its object: that client raises gpuctl's typed errors, a 404 as
+    KubeNotFound (kubernetes' ApiException never reaches the caller)."""
+    from gpuctl.kube.client import get_or_none
+
+    return get_or_none(read, *args, **kwargs) is not None
+
+
 def publish_dra_slices(client: ApiClient) -> None:
     """The ResourceSlices the DRA driver's kubelet plugin would publish for every GPU node."""
     from gpuctl.kube.kube import Kube
