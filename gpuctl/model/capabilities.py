@@ -17,5 +17,10 @@ class Capabilities:
     instance_type: bool = False  # a node group may name the cloud's instance type (EC2)
     monitoring: bool = False  # runs Prometheus and a DCGM exporter itself: Provider.prometheus_url
 
+    def kueue_chart(self, kueue: bool) -> bool:
+        """Whether a spec asking for Kueue (`kueue`) gets Kueue's Helm chart: the one rule the spec's check, `render`
+        and apply's install-kueue step follow (a provider that runs Kueue itself, the sim, needs none)."""
+        return kueue and not self.runs_kueue
+
 
 CapabilitiesOf = Callable[[str], Capabilities]  # a known cloud's name -> what its provider declares

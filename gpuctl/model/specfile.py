@@ -288,7 +288,7 @@ def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGrou
     chart_ref(GPU_OPERATOR, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     chart_ref(NFD, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
     NFD_OWNER.check(doc.nfd, "spec.gpuOperator.nfd")
-    if doc.kueue and not offers.runs_kueue:  # Kueue's chart, unless the provider runs Kueue itself (the sim)
+    if offers.kueue_chart(doc.kueue):
         if _given(doc.charts, "upstream") == "bundled":
             raise UsageError("spec.kueue.enabled", "there is no bundled Kueue chart (the sim runs Kueue itself)",
                              "use charts upstream, a directory holding kueue/, or an oci:// mirror")

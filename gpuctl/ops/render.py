@@ -98,7 +98,7 @@ def helm_releases(spec: PlatformSpec) -> dict[str, Release]:
     releases.append(operator_release(spec.stack))
     if spec.stack.dra:
         releases.append(dra_release(spec.stack))
-    if spec.kueue and not capabilities_of(spec.cloud).runs_kueue:
+    if capabilities_of(spec.cloud).kueue_chart(spec.kueue):
         releases.append(kueue_release(spec.stack.charts))
     return {r.name: r for r in releases}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from gpuctl.providers import capabilities_of
 from gpuctl.stack.kueue import kueue_release, manager_config
 from gpuctl.util.errors import UsageError
 from tests.conftest import run_gpuctl
@@ -44,3 +45,11 @@ def test_kueue_round_trips_through_the_spec() -> None:
     proc = run_gpuctl("cluster", "create", "--cloud", "sim", "--name", "c", "--gpu", "t4", "--kueue", "--export-spec")
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["spec"]["kueue"] == {"enabled": True}
+
+
+@pytest.mark.parametrize(("cloud", "chart"), [("sim", False), ("eks", True), ("openstack", True)])
+def test_kueue_comes_from_its_chart_unless_the_provider_runs_it(cloud: str, chart: bool) -> None:
+    """One rule (Capabilities.kueue_chart) for the spec's check, `render` and apply's install-kueue step: the sim
+    runs Kueue's CRDs and controller itself; a cloud gets Kueue's chart; no spec asking for no Kueue gets one."""
+    assert capabilities_of(cloud).kueue_chart(True) is chart
+    assert capabilities_of(cloud).kueue_chart(False) is False

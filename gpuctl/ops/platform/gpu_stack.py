@@ -56,10 +56,9 @@ def stack_steps(cluster: Cluster) -> list[Step]:
 
 def kueue_step(provider: Provider, cluster: Cluster) -> Step:
     """install-kueue. Clouds: Kueue's chart as any release; the sim instead runs Kueue's CRDs and controller
-    itself (Capabilities.runs_kueue, which the spec's check and `render` follow too), done once its API is
-    served."""
+    itself (Capabilities.kueue_chart: the spec's check and `render` ask it too), done once its API is served."""
     kube, charts = cluster.client, cluster.spec.stack.charts
-    if not provider.capabilities.runs_kueue:
+    if provider.capabilities.kueue_chart(cluster.spec.kueue):
         return release_step("install-kueue", cluster.helm, lambda: kueue_release(charts))
 
     def observe() -> Observed:
