@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
-from gpuctl.kube.nodes import list_nodes_json, patch_nodes
 from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
@@ -34,6 +33,7 @@ from gpuctl.model.stack_spec import MIG_STRATEGY, GroupSharing, StackSpec, choos
 from gpuctl.ops.devices import NodeDevices, device_type, read_node_devices
 from gpuctl.ops.group_records import read_group_plans
 from gpuctl.ops.platform.gpu_stack import ensure_cluster_policy
+from gpuctl.ops.platform.mig import label_mig_config, wait_for_mig_state
 from gpuctl.ops.platform.results import Reporter, StepResult, run_step
 from gpuctl.stack.existing import Operator, configured_operator
 from gpuctl.stack.helm import HelmTarget, ensure_release
@@ -42,13 +42,11 @@ from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE, STACK_CONFIGMAP, stack
 from gpuctl.util.errors import ClusterError, UsageError, ValidationFailed, shown
 from gpuctl.util.output import info
 from gpuctl.util.progress import waiting
-from gpuctl.util.waiting import Count, Look, wait_until
 
 if TYPE_CHECKING:
     from gpuctl.model.spec import GroupPlan
 
 DEFAULT_TIMEOUT_S = 300.0
-PROGRESS_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -244,40 +242,6 @@ def _write_config(kube: Kube, layout: MigLayout, namespace: str) -> Change:
                            "fix or delete it") from None
     config = {"config.yaml": mig_parted_config([layout], existing)}
     return ensure_config_map_keys(kube, namespace, MIG_CONFIGMAP, config)[0]
-
-
-def label_mig_config(kube: Kube, nodes: Sequence[Mapping[str, Any]], name: str) -> Change:
-    """Point the nodes (as JSON) at the config. Where it changes, clear the old state in the same
-    patch, so the 'success' awaited next is the MIG manager's answer to this config, not the last one."""
-    moving = [n for n in nodes if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
-    patched = patch_nodes(kube, moving, {L.MIG_CONFIG: name, L.MIG_STATE: None}).patched
-    return Change.UPDATED if patched else Change.NO_CHANGE
-
-
-def wait_for_mig_state(kube: Kube, names: list[str], config: str, timeout: float | None) -> Change:
-    """Block until the MIG manager reports success on every node; fail fast on 'failed'. The wait lasts
-    while nodes keep reaching success (gpuctl.util.waiting): WaitTimeout when none does for STALL_S seconds,
-    or after `timeout` (None: the command's --timeout, if any)."""
-    wanted = set(names)
-
-    def look() -> Look:
-        # One LIST, not a GET per node: a thousand nodes are read in one request.
-        nodes = {n["metadata"]["name"]: n for n in list_nodes_json(kube, "") if n["metadata"]["name"] in wanted}
-        states = {n: (nodes[n]["metadata"].get("labels") or {}).get(L.MIG_STATE, "unknown") if n in nodes
-                  else "missing" for n in names}
-        failed = sorted(n for n, s in states.items() if s == "failed")
-        if failed:
-            raise ClusterError(f"the MIG manager failed to apply {config} on {', '.join(failed)}",
-                               "see the nvidia-mig-manager pod logs on those nodes")
-        pending = sorted(n for n, s in states.items() if s != "success")
-        listed = ", ".join(f"{n} ({states[n]})" for n in pending[:5]) + (f" (+{len(pending) - 5} more)"
-                                                                           if len(pending) > 5 else "")
-        return Look(not pending, (Count(f"nodes at {L.MIG_STATE}=success", len(names) - len(pending), len(names)),),
-                    f"MIG config {config} pending on {listed}" if pending else "")
-
-    wait_until(f"{L.MIG_STATE}=success", look, "a node stuck in 'pending' may need its GPU workloads drained",
-               timeout=timeout, every=PROGRESS_EVERY_S)
-    return Change.PASSED
 
 
 def dra_devices(layout: MigLayout, gpus: int) -> dict[str, int]:

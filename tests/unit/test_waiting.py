@@ -194,7 +194,7 @@ class FakeNodes(Kube):
 
 
 def test_the_mig_wait_lasts_while_nodes_reach_success(clock: FakeTime) -> None:
-    from gpuctl.ops.mig_apply import wait_for_mig_state
+    from gpuctl.ops.platform.mig import wait_for_mig_state
 
     # one node every 100 looks (50 s): 10 nodes in 500 s, past the stall period, under no limit
     v1 = FakeNodes([100 * (i + 1) for i in range(10)])
@@ -203,7 +203,7 @@ def test_the_mig_wait_lasts_while_nodes_reach_success(clock: FakeTime) -> None:
 
 
 def test_the_mig_wait_stalls_naming_the_pending_nodes(clock: FakeTime) -> None:
-    from gpuctl.ops.mig_apply import wait_for_mig_state
+    from gpuctl.ops.platform.mig import wait_for_mig_state
 
     v1 = FakeNodes([1, 1, None])
     with pytest.raises(WaitTimeout) as caught:
@@ -215,7 +215,7 @@ def test_the_mig_wait_stalls_naming_the_pending_nodes(clock: FakeTime) -> None:
 
 
 def test_the_mig_wait_keeps_its_limit_and_fails_fast_on_failed(clock: FakeTime) -> None:
-    from gpuctl.ops.mig_apply import wait_for_mig_state
+    from gpuctl.ops.platform.mig import wait_for_mig_state
 
     with pytest.raises(WaitTimeout, match="not done after 20s"):
         wait_for_mig_state(FakeNodes([i * 10 for i in range(1, 100)]), [f"gpu-{i}" for i in range(99)], "c", 20)
