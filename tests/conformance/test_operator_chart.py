@@ -25,12 +25,11 @@ import pytest
 import yaml
 
 from gpuctl.api import load_spec, to_platform
-from gpuctl.model.taints import Taint
-from gpuctl.ops.render import manifests
-from gpuctl.stack.releases import operator_release
-from gpuctl.stack.values import nfd_values
-from gpuctl.tools.installer import ensure_tools, find_tool
-from gpuctl.util.errors import UsageError
+from tests.support.model import Taint
+from tests.support.ops import manifests
+from tests.support.stack import nfd_values, operator_release
+from tests.support.tools import ensure_tools, find_tool
+from tests.support.util import UsageError
 
 pytestmark = pytest.mark.conformance  # the upstream charts rendered by the pinned helm (downloaded once)
 

@@ -16,14 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.kube.prometheus import Prometheus
-from gpuctl.model import promql
-from gpuctl.model.catalog import GPUS
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
-from gpuctl.ops.metrics.advise import advice_of
-from gpuctl.ops.metrics.gpu_metrics import ClusterView, NodeInfo, PodInfo, TenantInfo, read_metrics
-from gpuctl.ops.metrics.top import top_of
-from gpuctl.util.paths import cache_dir
+from gpuctl.api import GroupPlan
+from tests.support.kube import Prometheus
+from tests.support.model import GPUS, NodeGroupSpec, promql
+from tests.support.ops import ClusterView, NodeInfo, PodInfo, TenantInfo, advice_of, read_metrics, top_of
+from tests.support.util import cache_dir
 from tests.unit.fake_prometheus import Canned, fake_prometheus
 
 pytestmark = pytest.mark.conformance  # builds a Go program of upstream code (the Go toolchain, once per version)

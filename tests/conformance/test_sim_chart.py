@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.model.charts import GPU_OPERATOR, chart_ref
-from gpuctl.model.stack_spec import StackSpec
-from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
-from gpuctl.stack.values import operator_values
-from gpuctl.tools.installer import ensure_tools
+from tests.support.model import DEFAULT_GPU_TAINTS, GPU_OPERATOR, StackSpec, Taint, chart_ref
+from tests.support.stack import operator_values
+from tests.support.tools import ensure_tools
 
 pytestmark = pytest.mark.conformance  # the upstream charts rendered by the pinned helm (downloaded once)
 

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.model.charts import DRA_DRIVER, chart_ref
-from gpuctl.model.stack_spec import StackSpec
-from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
-from gpuctl.stack.dra_driver import NAMESPACE, RELEASE, dra_values
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.tools.pins import KUBERNETES_VERSION
+from tests.support.model import DEFAULT_GPU_TAINTS, DRA_DRIVER, StackSpec, Taint, chart_ref
+from tests.support.stack import DRA_DRIVER_NAMESPACE as NAMESPACE
+from tests.support.stack import DRA_DRIVER_RELEASE as RELEASE
+from tests.support.stack import dra_values
+from tests.support.tools import KUBERNETES_VERSION, ensure_tools
 
 pytestmark = pytest.mark.conformance  # the upstream charts rendered by the pinned helm (downloaded once)
 

@@ -13,11 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.model.catalog import GPUS
-from gpuctl.model.mig import config_name, mig_parted_config, parse_layout, place
-from gpuctl.model.sharing import DEFAULT_CONFIG_KEY, Sharing, plugin_configs
-from gpuctl.tools.installer import ensure_tools, find_tool
-from gpuctl.util.errors import UsageError
+from tests.support.model import (
+    DEFAULT_CONFIG_KEY,
+    GPUS,
+    Sharing,
+    config_name,
+    mig_parted_config,
+    parse_layout,
+    place,
+    plugin_configs,
+)
+from tests.support.tools import ensure_tools, find_tool
+from tests.support.util import UsageError
 
 pytestmark = pytest.mark.conformance  # builds a Go program of upstream code (the Go toolchain, once per version)
 

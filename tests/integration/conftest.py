@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpuctl.simulator.kwok import KwokCluster, cluster_names
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.tools.pins import SIM_TOOLS
 from tests.conftest import run_gpuctl
+from tests.support.sim import KwokCluster, cluster_names
+from tests.support.tools import SIM_TOOLS, ensure_tools
 
 CLUSTER = "itest"
 

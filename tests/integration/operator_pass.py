@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuctl.kube.objects import MERGE_PATCH
+from tests.support.kube import MERGE_PATCH
 
 MARK = "nvidia.com/gpu.present"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import PLATFORM_SPEC, Platform
+from tests.support.ops import granted
 
 pytestmark = pytest.mark.integration
 
@@ -77,8 +77,7 @@ def test_export_spec_round_trips(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     exported = tmp_path / "exported.yaml"
     exported.write_text(proc.stdout)
-    from gpuctl.api import load_spec, to_platform
-    from gpuctl.model.specfile import export_spec
+    from gpuctl.api import export_spec, load_spec, to_platform
 
     assert export_spec(to_platform(*load_spec(exported))) == proc.stdout
 
@@ -88,9 +87,8 @@ def test_rendered_manifests_apply_cleanly_to_a_fresh_cluster(sim_env: dict[str, 
     has none of them (14 created), which the shared `platform` cannot show."""
     import subprocess
 
-    from gpuctl.providers.sim.provider import SimProvider
-    from gpuctl.simulator.kwok import KwokCluster
-    from gpuctl.tools.installer import find_tool
+    from tests.support.sim import KwokCluster, SimProvider
+    from tests.support.tools import find_tool
 
     proc = run_gpuctl("render", "-f", str(SPEC), "--out", str(tmp_path / "out"), env=sim_env)
     assert proc.returncode == 0, proc.stderr

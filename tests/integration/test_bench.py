@@ -64,7 +64,7 @@ def test_bench_dra_runs(sim_env: dict[str, str]) -> None:
 def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
     # 8 pods, 4 slices a node: Karpenter launches them with and without the overlay; the counts are printed, not
     # asserted beyond what holds on every run (Karpenter's in-flight re-evaluation may add nodes to either).
-    from gpuctl.tools.installer import ensure_tools
+    from tests.support.tools import ensure_tools
 
     ensure_tools(["karpenter-kwok"], print)  # a first build (minutes on a fresh machine) outside the bench's timeout
     proc = subprocess.run([sys.executable, "-m", "bench.karpenter", "--pods", "8"],

@@ -21,17 +21,14 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client
-from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-from gpuctl.model.catalog import get_gpu
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
 from tests.integration.operator_pass import operator_pass
 from tests.integration.test_dra_agent_real_chart import CHART, CUDA_SAMPLE, RELEASE, TOLERATE_GPU, until
+from tests.support.kube import APPLY_PATCH, MERGE_PATCH, api_client
+from tests.support.model import NodeGroupSpec, get_gpu
+from tests.support.sim import KwokCluster, SimProvider
+from tests.support.tools import ensure_tools
+from tests.support.util import data_dir
 
 pytestmark = pytest.mark.integration
 NAME = "dra-policy"

@@ -21,20 +21,20 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client
-from gpuctl.kube.kube import Kube
-from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import get_gpu
-from gpuctl.model.change import Change
-from gpuctl.model.dra import PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL
-from gpuctl.model.mig import config_name, parse_layout
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.simulator import dra
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.tools.installer import ensure_tools
 from tests.conftest import run_gpuctl
+from tests.support.kube import MERGE_PATCH, Kube, api_client
+from tests.support.model import (
+    PLUGIN_COMPONENT,
+    PLUGIN_COMPONENT_LABEL,
+    Change,
+    NodeGroupSpec,
+    config_name,
+    get_gpu,
+    parse_layout,
+)
+from tests.support.model import labels as L
+from tests.support.sim import KwokCluster, SimProvider, dra
+from tests.support.tools import ensure_tools
 
 pytestmark = pytest.mark.integration
 NAME = "dra-chart"

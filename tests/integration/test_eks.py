@@ -128,7 +128,7 @@ def test_kubeconfig_holds_no_token_and_authenticates_by_eks_token(eks: Eks, tmp_
 
     import requests
 
-    from gpuctl.providers.eks.token import get_token
+    from tests.support.eks import get_token
 
     ca = tmp_path / "ca.crt"
     ca.write_bytes(base64.b64decode(server["certificate-authority-data"]))
@@ -302,7 +302,7 @@ def test_bad_credentials_exit_3_without_the_secret(eks: Eks, tmp_path: Path) -> 
 
 
 def test_cluster_delete_removes_what_was_made(eks: Eks) -> None:
-    from gpuctl.simulator.kwok import KwokCluster
+    from tests.support.sim import KwokCluster
 
     proc = eks.gpuctl("cluster", "delete", *REGION, "--name", "eks1", "--yes")
     assert proc.returncode == 0, proc.stderr

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
-from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
+from tests.support.model import DEFAULT_CONFIG_KEY
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"
@@ -40,10 +40,9 @@ EKSCTL_PLUGIN = {
 def bare(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A sim cluster with two T4 nodes and no GPU stack, as a cloud hands one over (nodes made by the
     provider, as `nodegroup add` does; no gpuctl apply yet)."""
-    from gpuctl.kube.kubeconfig import write_kubeconfig
-    from gpuctl.model.catalog import get_gpu
-    from gpuctl.model.spec import NodeGroupSpec
-    from gpuctl.providers.sim.provider import SimProvider
+    from tests.support.kube import write_kubeconfig
+    from tests.support.model import NodeGroupSpec, get_gpu
+    from tests.support.sim import SimProvider
 
     kubeconfig = tmp_path_factory.mktemp("existing") / "kubeconfig"
     env = dict(sim_env, KUBECONFIG=str(kubeconfig))
@@ -163,7 +162,7 @@ def test_magnum_capi_gpu_operator_is_configured_not_doubled(bare: dict[str, str]
 
     releases = {(r["name"], r["namespace"]) for r in json.loads(helm(bare, "list", "-A", "-o", "json"))}
     assert releases == {("nvidia-gpu-operator", "gpu-operator"), ("node-feature-discovery", "node-feature-discovery")}
-    from gpuctl.stack.owners import is_device_plugin
+    from tests.support.stack import is_device_plugin
 
     _, apps = clients(bare)
     sets = apps.list_daemon_set_for_all_namespaces().items

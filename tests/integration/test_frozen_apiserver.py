@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.util.errors import ExitCode
-from gpuctl.util.timeouts import CONNECT_S, READ_S
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import sim_spec
+from tests.support.sim import KwokCluster
+from tests.support.util import CONNECT_S, READ_S, ExitCode
 
 pytestmark = pytest.mark.integration
 
@@ -108,10 +107,9 @@ def test_frozen_apiserver_ends_each_command_with_exit_7(frozen_target: tuple[str
         print({label: f"{took:.1f}s" for label, (_, took, _) in results.items()})
 
         # Helm (in this process, as apply runs it): its reads are bounded too, and no helm is left behind.
-        from gpuctl.model.stack_spec import StackSpec
-        from gpuctl.stack.helm import HelmTarget, plan_release
-        from gpuctl.stack.releases import operator_release
-        from gpuctl.util.errors import RequestTimeout
+        from tests.support.model import StackSpec
+        from tests.support.stack import HelmTarget, operator_release, plan_release
+        from tests.support.util import RequestTimeout
 
         release = operator_release(StackSpec(charts="bundled"))
         with pytest.MonkeyPatch.context() as patch:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.stack.owners import is_device_plugin
-from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
 from tests.integration.kube_api import core
+from tests.support.stack import is_device_plugin
+from tests.support.util import data_dir
 
 pytestmark = pytest.mark.integration
 
@@ -94,8 +94,8 @@ def test_failing_smoke_test_exits_6_with_diagnostics(stack: dict[str, str]) -> N
 
 
 def test_edited_config_needs_a_device_plugin_restart(stack: dict[str, str]) -> None:
-    from gpuctl.simulator.operator import LOADED
     from tests.integration.operator_pass import operator_pass
+    from tests.support.sim import LOADED
 
     v1 = core(stack)
     loaded = json.loads(v1.read_node("gpu-0").metadata.annotations[LOADED])

@@ -32,7 +32,7 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    from gpuctl.tools.installer import ensure_tools
+    from tests.support.tools import ensure_tools
 
     ensure_tools(["karpenter-kwok"], print)  # a first build (minutes on a fresh machine) outside apply's timeout
     root = tmp_path_factory.mktemp("karp")
@@ -117,8 +117,7 @@ def test_apply_runs_karpenter_and_validates_by_launching_a_node(cluster: dict[st
 
 def test_plan_says_what_apply_does_to_a_karpenter_whose_instance_types_are_stale(cluster: dict[str, str]) -> None:
     """Instance types written by another gpuctl (the catalog changed): plan names the restart, apply makes it."""
-    from gpuctl.simulator.karpenter import get_karpenter_pid, instance_types
-    from gpuctl.simulator.kwok import KwokCluster
+    from tests.support.sim import KwokCluster, get_karpenter_pid, instance_types
 
     stale = next(KwokCluster(CLUSTER).dir.rglob("instance-types.json"))
     stale.write_text(json.dumps(instance_types()[:1], indent=1, sort_keys=True) + "\n")
@@ -231,7 +230,7 @@ def test_without_the_overlay_four_pods_take_four_nodes(from_zero: dict[str, str]
 def test_a_launched_node_whose_plugin_lost_the_config_race_is_named_and_restarted(from_zero: dict[str, str]) -> None:
     """NVIDIA/k8s-device-plugin #1645, turned on for the pool's nodes by the sim's fault annotation: a launched
     node advertises no GPU. validate names the cause; apply restarts that node's plugin pod once, and it serves."""
-    from gpuctl.simulator.operator import CONFIG_RACE
+    from tests.support.sim import CONFIG_RACE
 
     env = from_zero
     pool = ("karpenter.sh", "v1", "nodepools", "gpuctl-slices")

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuctl.kube.errors import KubeConflict, KubeNotFound
-from gpuctl.kube.kube import Kube
+from tests.support.kube import Kube, KubeConflict, KubeNotFound
 
 pytestmark = pytest.mark.integration
 

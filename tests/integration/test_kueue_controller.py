@@ -24,13 +24,11 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from gpuctl.model.catalog import get_gpu
-from gpuctl.simulator.kueue import daemon, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.tools.gobuild import patch_kueue_main
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.util.errors import ToolError
 from tests.conftest import run_gpuctl
+from tests.support.model import get_gpu
+from tests.support.sim import KwokCluster, daemon, get_kueue_pid, kueue_crds_dir, start_kueue, stop_kueue
+from tests.support.tools import ensure_tools, patch_kueue_main
+from tests.support.util import ToolError
 
 pytestmark = pytest.mark.integration
 
@@ -161,8 +159,8 @@ def kueue(sim_env: dict[str, str]) -> Iterator[Kueue]:
     """A sim cluster of its own (one node of 8 A100s) with Kueue's CRDs and its manager running."""
     from kubernetes import config
 
-    from gpuctl.model.spec import NodeGroupSpec
-    from gpuctl.providers.sim.provider import SimProvider
+    from tests.support.model import NodeGroupSpec
+    from tests.support.sim import SimProvider
 
     crds = kueue_crds_dir()  # builds the tool first when absent (minutes)
     provider = SimProvider()

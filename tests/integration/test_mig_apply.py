@@ -128,9 +128,9 @@ def test_the_sim_mig_manager_answers_as_mig_parted_does(mig_env: dict[str, str],
     import yaml
     from kubernetes import client, config
 
-    from gpuctl.kube.objects import MERGE_PATCH
-    from gpuctl.model import labels as L
-    from gpuctl.tools.installer import find_tool
+    from tests.support.kube import MERGE_PATCH
+    from tests.support.model import labels as L
+    from tests.support.tools import find_tool
 
     tool = find_tool("upstreamcheck")
     assert tool is not None  # a sim cluster runs, so `gpuctl sim install` has put it in the cache

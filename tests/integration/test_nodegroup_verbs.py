@@ -137,7 +137,7 @@ def test_scale_to_0_and_back_keeps_the_group_and_its_sharing(env: dict[str, str]
 @pytest.fixture(scope="module")
 def karpenter(env: dict[str, str]) -> dict[str, str]:
     """The same cluster with a Karpenter group `kp` (0 fixed nodes, up to 2 launched, each GPU in 2 slices)."""
-    from gpuctl.tools.installer import ensure_tools
+    from tests.support.tools import ensure_tools
 
     ensure_tools(["karpenter-kwok"], print)  # a first build (minutes) outside create's waits
     proc = run_gpuctl("cluster", "create", *SIM, "--name", CLUSTER, "--gpu", "t4", "--karpenter", "--nodes", "0",

@@ -21,8 +21,8 @@ from keystoneauth1 import adapter
 from openstack import config as os_config
 from openstack import connection
 
-from gpuctl.simulator.kwok import KwokCluster
 from tests.integration.conftest import BED_PASSWORD
+from tests.support.sim import KwokCluster
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.simulator.kwok import KwokCluster
 from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
 from tests.integration.kube_api import core
+from tests.support.sim import KwokCluster
 
 pytestmark = pytest.mark.integration
 

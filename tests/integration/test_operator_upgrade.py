@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"

@@ -21,7 +21,7 @@ TESTS = Path(__file__).resolve().parents[1]
 def _sim_specs() -> list[Path]:
     """The spec files under tests/specs that target the sim (a deliberately invalid one is not applied)."""
     from gpuctl.api import load_spec
-    from gpuctl.util.errors import GpuctlError
+    from tests.support.util import GpuctlError
 
     found = []
     for path in sorted((TESTS / "specs").glob("*.yaml")):
@@ -116,8 +116,9 @@ def _edit_plugin_configs(env: dict[str, str], edit: bool = True, undo: bool = Fa
     taken off again when `undo`); the keys that hold such an edit."""
     from kubernetes import client, config
 
-    from gpuctl.model.sharing import DEFAULT_CONFIG_KEY
-    from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, NAMESPACE
+    from tests.support.model import DEFAULT_CONFIG_KEY
+    from tests.support.stack import DEVICE_PLUGIN_CONFIGMAP
+    from tests.support.stack import OPERATOR_NAMESPACE as NAMESPACE
 
     v1 = client.CoreV1Api(config.new_client_from_config(env["KUBECONFIG"]))
     data = v1.read_namespaced_config_map(DEVICE_PLUGIN_CONFIGMAP, NAMESPACE).data or {}

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
 from tests.integration.test_tenant_fence import BYPASSES, refusal
+from tests.support.ops import granted
 
 pytestmark = pytest.mark.integration
 NAME = "promises"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

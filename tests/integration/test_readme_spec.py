@@ -93,7 +93,7 @@ def test_the_readme_spec_applies_over_a_cluster_create_the_first_time(fresh: dic
 def kubectl_json(env: dict[str, str], *args: str) -> dict[str, Any]:
     import subprocess
 
-    from gpuctl.tools.installer import find_tool
+    from tests.support.tools import find_tool
 
     kubectl = find_tool("kubectl")
     assert kubectl is not None

@@ -48,7 +48,7 @@ def status(env: dict[str, str]) -> dict[str, dict]:
 def kubectl_json(env: dict[str, str], *args: str) -> dict:
     import subprocess
 
-    from gpuctl.tools.installer import find_tool
+    from tests.support.tools import find_tool
 
     out = subprocess.run([str(find_tool("kubectl")), *args, "-o", "json"], env=env, capture_output=True, text=True,
                          check=True).stdout
@@ -93,7 +93,7 @@ def test_a_config_the_real_plugin_refuses_fails_validation(real: dict[str, str])
     import subprocess
     import time
 
-    from gpuctl.tools.installer import find_tool
+    from tests.support.tools import find_tool
 
     create(real, "--slices", "4")
     subprocess.run([str(find_tool("kubectl")), "label", "node", "gpu-0", "--overwrite",

@@ -32,7 +32,7 @@ def spec_text(gpus: int = 2) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    from gpuctl.tools.installer import ensure_tools
+    from tests.support.tools import ensure_tools
 
     ensure_tools(["karpenter-kwok"], print)  # cached under ~/.cache/gpuctl/tools: a build only on a fresh machine
     root = tmp_path_factory.mktemp("render")
@@ -54,7 +54,7 @@ def rendered(env: dict[str, str], spec: str | None = None) -> str:
 
 
 def kubectl(env: dict[str, str], *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
-    from gpuctl.tools.installer import find_tool
+    from tests.support.tools import find_tool
 
     tool = find_tool("kubectl")
     assert tool is not None

@@ -8,14 +8,12 @@ import subprocess
 
 import pytest
 
-from gpuctl.kube.errors import KubeConflict
-from gpuctl.kube.kube import Kube
-from gpuctl.model.catalog import GPUS
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.operator import SimOperator
-from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
+from tests.support.kube import Kube, KubeConflict
+from tests.support.model import GPUS
+from tests.support.sim import KwokCluster, SimOperator
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.simulator.kwok import COMPONENTS, KwokCluster, workdir
-from gpuctl.simulator.procs import operator_stamp
-from gpuctl.tools.installer import find_tool
-from gpuctl.util.resources import data_dir
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import sim_spec
+from tests.support.sim import COMPONENTS, KwokCluster, operator_stamp, workdir
+from tests.support.tools import find_tool
+from tests.support.util import data_dir
 
 pytestmark = pytest.mark.integration
 

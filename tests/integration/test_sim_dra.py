@@ -19,19 +19,11 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client
-from gpuctl.kube.kube import Kube
-from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import get_gpu
-from gpuctl.model.change import Change
-from gpuctl.model.mig import config_name, parse_layout
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.simulator import dra
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.tools.pins import KUBERNETES_VERSION
+from tests.support.kube import APPLY_PATCH, MERGE_PATCH, Kube, api_client
+from tests.support.model import Change, NodeGroupSpec, config_name, get_gpu, parse_layout
+from tests.support.model import labels as L
+from tests.support.sim import KwokCluster, SimProvider, dra
+from tests.support.tools import KUBERNETES_VERSION, ensure_tools
 
 pytestmark = pytest.mark.integration
 
@@ -224,7 +216,7 @@ def test_slice_leaves_with_the_gpus(cluster: DraCluster) -> None:
     # a node that is no GPU node any more: its slice is deleted
     v1.patch_node("spare-1", {"metadata": {"labels": {L.GPU_MODEL: None, L.GPU_PRODUCT: None}}},
                   _content_type=MERGE_PATCH)
-    from gpuctl.kube.nodes import list_nodes_json
+    from tests.support.kube import list_nodes_json
 
     assert dra.publish_slices(Kube(cluster.client), list_nodes_json(v1, f"{L.NODEGROUP}=spare")) == Change.DELETED
     assert "spare-1" not in slices(cluster) and "spare-0" in slices(cluster)

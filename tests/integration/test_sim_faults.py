@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.supervisor import SUPERVISED, component_pid
-from gpuctl.util.errors import ExitCode
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import sim_spec
+from tests.support.sim import SUPERVISED, KwokCluster, component_pid
+from tests.support.util import ExitCode
 
 pytestmark = pytest.mark.integration
 

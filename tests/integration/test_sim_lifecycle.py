@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuctl.simulator.kwok import KwokCluster
 from tests.conftest import run_gpuctl
+from tests.support.sim import KwokCluster
 
 pytestmark = pytest.mark.integration
 

@@ -33,10 +33,8 @@ UTIL, MEMORY = "sim.gpuctl.dev/gpu-utilization", "sim.gpuctl.dev/gpu-memory-mib"
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    from gpuctl.simulator.kwok import KwokCluster, workdir
-    from gpuctl.simulator.procs import cluster_procs
-    from gpuctl.simulator.prometheus import ensure_monitoring
-    from gpuctl.tools.installer import ensure_tools
+    from tests.support.sim import KwokCluster, cluster_procs, ensure_monitoring, workdir
+    from tests.support.tools import ensure_tools
 
     ensure_tools(["prometheus"], print)  # a first build (minutes) outside the timings below
     root = tmp_path_factory.mktemp("mon")
@@ -174,8 +172,13 @@ def top(env: dict[str, str], *args: str) -> dict[str, Any]:
 def test_the_exporter_speaks_prometheus_text_and_monitoring_is_idempotent(cluster: dict[str, str]) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpuctl.simulator.dcgm_exporter import dcgm_exporter_address, get_dcgm_exporter_pid
-    from gpuctl.simulator.prometheus import ensure_monitoring, get_prometheus_pid, monitoring_url
+    from tests.support.sim import (
+        dcgm_exporter_address,
+        ensure_monitoring,
+        get_dcgm_exporter_pid,
+        get_prometheus_pid,
+        monitoring_url,
+    )
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"http://{dcgm_exporter_address(CLUSTER)}/metrics", timeout=5) as response:

@@ -20,20 +20,13 @@ from typing import Any
 import pytest
 from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client
-from gpuctl.kube.errors import KubeApiError, KubeNotFound
-from gpuctl.kube.kube import Kube
-from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
-from gpuctl.model import labels as L
-from gpuctl.model.catalog import get_gpu
-from gpuctl.model.mig import config_name, parse_layout
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.ops.tenancy.tenants import granted
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.simulator import dra
-from gpuctl.simulator.kwok import KwokCluster
 from tests.conftest import run_gpuctl
 from tests.integration.test_sim_dra import render_device_classes
+from tests.support.kube import APPLY_PATCH, MERGE_PATCH, Kube, KubeApiError, KubeNotFound, api_client
+from tests.support.model import NodeGroupSpec, config_name, get_gpu, parse_layout
+from tests.support.model import labels as L
+from tests.support.ops import granted
+from tests.support.sim import KwokCluster, SimProvider, dra
 
 pytestmark = pytest.mark.integration
 NAME = "tdra"
@@ -62,7 +55,7 @@ class Cluster:
 def cluster(sim_env: dict[str, str]) -> Iterator[Cluster]:
     from kubernetes.client import ResourceV1Api
 
-    from gpuctl.simulator.kueue import ensure_kueue
+    from tests.support.sim import ensure_kueue
 
     started = time.monotonic()
     provider = SimProvider()

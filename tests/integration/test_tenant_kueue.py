@@ -88,7 +88,7 @@ def refused(env: dict[str, str], team: str, job: str) -> dict[str, Any] | None:
 
 
 def wait(what: str, probe: Any) -> Any:
-    from gpuctl.simulator.kwok import KwokCluster
+    from tests.support.sim import KwokCluster
 
     deadline = time.monotonic() + WAIT_S
     while not (value := probe()):
@@ -168,13 +168,13 @@ def workload(env: dict[str, str], namespace: str, job: str) -> dict[str, Any] | 
 
 
 def gpuctl_client(env: dict[str, str]) -> Any:
-    from gpuctl.kube.kube import Kube
+    from tests.support.kube import Kube
 
     return Kube.connect(Path(env["KUBECONFIG"]))
 
 
 def test_a_job_written_without_a_queue_is_queued_in_default_and_admitted(cluster: dict[str, str]) -> None:
-    from gpuctl.ops.tenancy.default_queue import wait_default_queue_in_force
+    from tests.support.ops import wait_default_queue_in_force
 
     wait_default_queue_in_force(gpuctl_client(cluster), "team-c")  # (what `tenant add` waits for)
     batch, _ = clients(cluster)
@@ -238,7 +238,7 @@ def serving(port: int, ca_bundle: bytes) -> str:
 def manager_port() -> int:
     import yaml
 
-    from gpuctl.simulator.kwok import KwokCluster
+    from tests.support.sim import KwokCluster
 
     return int(yaml.safe_load((KwokCluster(CLUSTER).dir / "kueue" / "config.yaml").read_text())["webhook"]["port"])
 
@@ -259,7 +259,7 @@ def test_the_webhooks_call_the_manager_on_loopback_with_its_certificate(cluster:
 
 
 def test_after_a_restart_the_webhooks_call_the_new_manager(cluster: dict[str, str]) -> None:
-    from gpuctl.simulator.kueue import get_kueue_pid, start_kueue, stop_kueue
+    from tests.support.sim import get_kueue_pid, start_kueue, stop_kueue
 
     before = kueue_webhooks(cluster)["mjob.kb.io"].client_config
     old = get_kueue_pid(CLUSTER)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 KUEUE_CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "upstream" / "kueue-v0.19.2"

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster, sim_spec
+from tests.support.ops import granted
 
 pytestmark = pytest.mark.integration
 

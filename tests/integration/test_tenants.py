@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from gpuctl.ops.tenancy.tenants import granted
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
+from tests.support.ops import granted
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    from gpuctl.tools.installer import ensure_tools
+    from tests.support.tools import ensure_tools
 
     ensure_tools(["prometheus"], print)  # a first build (minutes) outside the waits below
     root = tmp_path_factory.mktemp("watch")

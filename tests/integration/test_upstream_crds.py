@@ -19,19 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.model.catalog import get_gpu
-from gpuctl.model.mig import parse_layout
-from gpuctl.model.sharing import Sharing
-from gpuctl.model.spec import GroupPlan, NodeGroupSpec
-from gpuctl.model.taints import DEFAULT_GPU_TAINTS, Taint
-from gpuctl.providers.eks.karpenter import AMI_ALIASES, EC2_NODE_CLASS, render_ec2nodeclass
-from gpuctl.providers.eks.provider import NODEGROUP_LABEL
-from gpuctl.stack.karpenter import render_nodeoverlay, render_nodepool
-from gpuctl.tools.installer import ensure_tools
-from gpuctl.util.resources import data_dir
+from gpuctl.api import GroupPlan
 from tests.conformance.test_operator_chart import CASES, OPERATOR_CHART, UPSTREAM, helm_template, only, spec_text
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import SimCluster
+from tests.support.eks import AMI_ALIASES, EC2_NODE_CLASS, NODEGROUP_LABEL, render_ec2nodeclass
+from tests.support.model import DEFAULT_GPU_TAINTS, NodeGroupSpec, Sharing, Taint, get_gpu, parse_layout
+from tests.support.stack import render_nodeoverlay, render_nodepool
+from tests.support.tools import ensure_tools
+from tests.support.util import data_dir
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.tools.installer import find_tool
 from tests.conftest import run_gpuctl
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"

@@ -28,8 +28,8 @@ def test_the_layer_contracts_are_kept() -> None:
 
 
 def _copy_tree(tmp_path: Path) -> None:
-    """gpuctl, bench and pyproject.toml (import-linter's root packages and contracts) under tmp_path."""
-    for package in ("gpuctl", "bench"):
+    """gpuctl, bench, tests and pyproject.toml (import-linter's root packages and contracts) under tmp_path."""
+    for package in ("gpuctl", "bench", "tests"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "_data"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
 
@@ -52,6 +52,19 @@ def test_a_benchmark_reaching_below_the_api_breaks_the_build(tmp_path: Path) -> 
     proc = _lint_imports(tmp_path)
     assert proc.returncode != 0
     assert "bench.create -> gpuctl.kube.client" in proc.stdout, proc.stdout
+
+
+def test_an_integration_test_reaching_below_the_api_breaks_the_build(tmp_path: Path) -> None:
+    """An integration test importing an operation itself, not through tests.support, fails the tests' contract,
+    naming the import; tests.support's own imports below the API are what the contract lets through."""
+    _copy_tree(tmp_path)
+    quickstart = tmp_path / "tests" / "integration" / "test_quickstart.py"
+    quickstart.write_text(quickstart.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.ops import status  # noqa\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    assert "the tests use gpuctl.api and tests.support BROKEN" in proc.stdout, proc.stdout
+    assert "tests.integration.test_quickstart -> gpuctl.ops.status" in proc.stdout, proc.stdout
+    assert "tests.support." not in proc.stdout.split("Broken contracts")[-1], proc.stdout  # its own imports pass
 
 
 def test_the_simulator_outside_the_sim_provider_breaks_the_build(tmp_path: Path) -> None:

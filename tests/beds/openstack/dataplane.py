@@ -26,14 +26,14 @@ from tests.emulators.openstack.dataplane import FLAVORS, MAGNUM_NODEGROUP, MAGNU
 def _core(sim: str):
     from kubernetes.client import CoreV1Api
 
-    from gpuctl.kube.client import api_client
-    from gpuctl.simulator.kwok import KwokCluster
+    from tests.support.kube import api_client
+    from tests.support.sim import KwokCluster
 
     return CoreV1Api(api_client(KwokCluster(sim).kubeconfig_path))
 
 
 def _label(sim: str, node: str, nodegroup: str, labels: dict[str, str] | None = None) -> None:
-    from gpuctl.kube.objects import MERGE_PATCH
+    from tests.support.kube import MERGE_PATCH
 
     labels = {**(labels or {}), MAGNUM_NODEGROUP: nodegroup, MAGNUM_ROLE: "worker"}
     _core(sim).patch_node(node, {"metadata": {"labels": labels}}, _content_type=MERGE_PATCH)
@@ -41,10 +41,8 @@ def _label(sim: str, node: str, nodegroup: str, labels: dict[str, str] | None = 
 
 def create_cluster(sim: str, ca_cert: Path, ca_key: Path) -> dict[str, object]:
     """The sim cluster on Magnum's CA, its system node labelled as default-worker."""
-    from gpuctl.providers.sim.provider import SimProvider
-    from gpuctl.simulator.kwok import KwokCluster
-    from gpuctl.simulator.nodes import SYSTEM_NODE
-    from gpuctl.tools.pins import KUBERNETES_VERSION
+    from tests.support.sim import SYSTEM_NODE, KwokCluster, SimProvider
+    from tests.support.tools import KUBERNETES_VERSION
 
     SimProvider(ca=(ca_cert.read_bytes(), ca_key.read_bytes())).ensure_cluster(sim)
     _label(sim, SYSTEM_NODE, "default-worker")
@@ -56,11 +54,9 @@ def ensure_nodes(sim: str, nodegroup: str, flavor_name: str, count: int, node_la
     """Converge a node group's kwok nodes to `count` (a CPU flavor has none beyond the system node). New
     nodes register with the group's node_taints; every node gets its node_labels and any node_taint it
     lacks (a taint dropped from the group stays on nodes that have it, as kubelet's registration taints do)."""
-    from gpuctl.kube.objects import MERGE_PATCH
-    from gpuctl.model.labels import NODEGROUP
-    from gpuctl.model.spec import NodeGroupSpec
-    from gpuctl.model.taints import Taint
-    from gpuctl.providers.sim.provider import SimProvider
+    from tests.support.kube import MERGE_PATCH
+    from tests.support.model import NODEGROUP, NodeGroupSpec, Taint
+    from tests.support.sim import SimProvider
 
     flavor = FLAVORS.get(flavor_name)
     if flavor is None:
@@ -86,7 +82,7 @@ def ensure_nodes(sim: str, nodegroup: str, flavor_name: str, count: int, node_la
 
 
 def delete_nodes(sim: str, nodegroup: str) -> dict[str, object]:
-    from gpuctl.model.labels import NODEGROUP
+    from tests.support.model import NODEGROUP
 
     v1 = _core(sim)
     nodes = v1.list_node(label_selector=f"{NODEGROUP}={nodegroup}").items
@@ -96,7 +92,7 @@ def delete_nodes(sim: str, nodegroup: str) -> dict[str, object]:
 
 
 def delete_cluster(sim: str) -> dict[str, object]:
-    from gpuctl.simulator.kwok import KwokCluster
+    from tests.support.sim import KwokCluster
 
     if KwokCluster(sim).exists:
         KwokCluster(sim).delete()

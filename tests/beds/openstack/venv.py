@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpuctl.util.paths import cache_dir
+from tests.support.util import cache_dir
 
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 PIP_TIMEOUT_S = 1800.0

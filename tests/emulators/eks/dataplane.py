@@ -24,18 +24,14 @@ import yaml
 from kubernetes.client import CoreV1Api
 from moto.eks.models import Cluster, EKSBackend, Nodegroup
 
-from gpuctl.kube.client import api_client
-from gpuctl.kube.nodes import node_patch
-from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.model import labels as L
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.model.taints import Taint
-from gpuctl.providers.eks.nodegroups import EKS_EFFECTS, catalog_instance
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.emulators.eks.crds import install_karpenter_crds
 from tests.emulators.eks.webhook import TokenWebhook
+from tests.support.eks import EKS_EFFECTS, catalog_instance
+from tests.support.kube import MERGE_PATCH, api_client, node_patch
+from tests.support.model import NodeGroupSpec, Taint
+from tests.support.model import labels as L
+from tests.support.sim import KwokCluster, SimProvider
+from tests.support.tools import KUBERNETES_VERSION
 
 K8S_EFFECTS = {v: k for k, v in EKS_EFFECTS.items()}
 EKS_NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"

@@ -16,14 +16,9 @@ from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes.client import CoreV1Api
 
-from gpuctl.kube.client import api_client
-from gpuctl.kube.objects import MERGE_PATCH
-from gpuctl.model.catalog import GPUS, GpuModel
-from gpuctl.model.labels import NODEGROUP
-from gpuctl.model.spec import NodeGroupSpec
-from gpuctl.providers.sim.provider import SimProvider
-from gpuctl.simulator.kwok import KwokCluster
-from gpuctl.simulator.nodes import SYSTEM_NODE
+from tests.support.kube import MERGE_PATCH, api_client
+from tests.support.model import GPUS, NODEGROUP, GpuModel, NodeGroupSpec
+from tests.support.sim import SYSTEM_NODE, KwokCluster, SimProvider
 
 MAGNUM_NODEGROUP = "magnum.openstack.org/nodegroup"
 MAGNUM_ROLE = "magnum.openstack.org/role"
