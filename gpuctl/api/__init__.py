@@ -2,7 +2,8 @@
 
 One module per concern, each importing what it needs at its head: specs (a GpuCluster read, validated and made a
 PlatformSpec; a cloud's name judged), manifests (render), platform (plan, apply), clusters, nodegroups, status,
-metrics (top, advise), validate, mig, tenants, sim (its tools); reach is how they reach a cluster or a cloud.
+metrics (top, advise), validate, health (doctor), mig, tenants, sim (its tools); reach is how they reach a cluster
+or a cloud.
 The public names are this package's (`gpuctl.api.<name>`, and `gpuctl.<name>` through gpuctl/__init__.py): each
 loads its module at its first use, by name, from _WHERE (the API's one lazy seam), so that a command loads only
 the concern it calls (`cluster create --export-spec` no operation; tests/unit/test_lazy_imports.py, bench/startup).
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the same names, for mypy: gpuctl.api.apply_platform keeps its signature
     from gpuctl.api.clusters import delete_cluster, list_clusters
+    from gpuctl.api.health import doctor
     from gpuctl.api.manifests import render
     from gpuctl.api.metrics import advice_text, advise, top, top_table
     from gpuctl.api.mig import apply_mig
@@ -46,7 +48,8 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
            "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-           "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget"]
+           "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget",
+           "doctor"]
 
 # module -> the public names it defines (the API's concerns, then the model's types and the results' types,
 # which load with the model or with the operations that make them)
@@ -60,6 +63,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "gpuctl.api.status": ("gpu_status", "status_columns"),
     "gpuctl.api.metrics": ("top", "top_table", "advise", "advice_text"),
     "gpuctl.api.validate": ("validate_cluster",),
+    "gpuctl.api.health": ("doctor",),
     "gpuctl.api.mig": ("apply_mig",),
     "gpuctl.api.tenants": ("ensure_tenant", "add_tenant", "list_tenants", "remove_tenant"),
     "gpuctl.api.sim": ("install_sim_tools",),

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpus": ("gpus", "gpus"),
     "status": ("status", "status"),
     "validate": ("validate", "validate"),
+    "doctor": ("doctor", "doctor"),
     "top": ("top", "top"),
     "advise": ("advise", "advise"),
     "cluster": ("cluster", "app"),

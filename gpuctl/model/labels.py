@@ -26,6 +26,10 @@ MPS_CAPABLE = "nvidia.com/mps.capable"
 # The MIG manager's config choice and its answer.
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
+# The GPU Operator's per-operand deploy labels on GPU nodes (nvidia.com/gpu.deploy.device-plugin=true ...); the MIG
+# manager sets those of the operands that hold GPUs to this value while it changes the MIG layout, then restores them.
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+PAUSED_FOR_MIG = "paused-for-mig-change"
 # The `app` label (and name) of the GPU Operator's device-plugin DaemonSet and pods.
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 # Written by Node Feature Discovery for NVIDIA's PCI vendor id.

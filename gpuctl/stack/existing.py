@@ -323,7 +323,11 @@ def configured_operator(kube: Kube) -> Operator | None:
     """Another's GPU Operator that gpuctl configures through its ClusterPolicy (none when gpuctl's own
     release is there, or no operator is)."""
     # The ClusterPolicies' own Helm annotations say whose they are: no need to read release Secrets here.
-    operators = find_operators([], read_policies(kube), read_operator_deployments(kube))
+    return configured_of(find_operators([], read_policies(kube), read_operator_deployments(kube)))
+
+
+def configured_of(operators: Sequence[Operator]) -> Operator | None:
+    """Of `operators`, another's that gpuctl configures through its ClusterPolicy (none beside gpuctl's own)."""
     foreign = [o for o in operators if not o.ours and o.policy]
     return foreign[0] if foreign and not any(o.ours for o in operators) else None
 
@@ -331,5 +335,8 @@ def configured_operator(kube: Kube) -> Operator | None:
 def config_namespace(kube: Kube) -> str:
     """Where the device plugin and MIG manager read gpuctl's ConfigMaps: the namespace of the GPU
     Operator gpuctl configures (its own release's, or the one it found), gpu-operator without one."""
-    operator = configured_operator(kube)
+    return config_namespace_of(configured_operator(kube))
+
+
+def config_namespace_of(operator: Operator | None) -> str:
     return operator.namespace if operator else NAMESPACE

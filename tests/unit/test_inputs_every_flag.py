@@ -30,6 +30,7 @@ BASE: dict[str, tuple[list[str], list[str]]] = {
     "gpus": ([], []),
     "status": ([], []),
     "validate": ([], []),
+    "doctor": ([], []),
     "top": ([], ["--prometheus", "http://127.0.0.1:1"]),
     "advise": ([], ["--prometheus", "http://127.0.0.1:1"]),
     "cluster create": ([], ["--cloud", "sim", "--gpu", "t4"]),

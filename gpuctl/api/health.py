@@ -1,0 +1,30 @@
+"""The health of a running GPU platform: what is wrong, and its safe repairs (gpuctl.ops.doctor)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuctl.api.reach import client
+from gpuctl.model.naming import check_duration, check_name, check_text
+from gpuctl.ops.doctor.doctor import FIX_TIMEOUT_S
+from gpuctl.ops.doctor.doctor import doctor as diagnose
+from gpuctl.ops.doctor.doctor import fix as repair
+
+if TYPE_CHECKING:
+    from gpuctl.model.target import ClusterTarget
+    from gpuctl.ops.doctor.findings import Finding
+
+
+def doctor(nodegroup: str | None = None, node: str | None = None, fix: bool = False,
+           timeout: float = FIX_TIMEOUT_S, target: ClusterTarget | None = None) -> list[Finding]:
+    """The findings (read-only); with `fix`, the safe repairs done first (each said on stderr) and the findings
+    read again: what is left."""
+    if nodegroup is not None:
+        check_name(nodegroup, "--nodegroup")
+    if node is not None:
+        check_text(node, "--node")
+    check_duration(timeout, "--timeout")
+    kube = client(target)
+    findings = diagnose(kube, nodegroup, node)
+    return repair(kube, findings, nodegroup, node, timeout) if fix and any(f.fixable for f in findings) \
+        else findings

@@ -1,0 +1,51 @@
+"""`gpuctl doctor`: what is wrong with the running GPU platform, why, and its repair (exit 6 when anything is)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from gpuctl import api
+from gpuctl.cli.settings import settings
+from gpuctl.cli.types import seconds
+from gpuctl.util.errors import ValidationFailed
+from gpuctl.util.output import emit, info, is_table, section
+
+COLUMNS = ("check", "object", "cause")
+WIDE = ("severity", "evidence", "reference", "repair")
+
+
+def doctor(
+    ctx: typer.Context,
+    nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", metavar="NAME", help="Look at this node group's nodes only.")] = None,
+    node: Annotated[Optional[str], typer.Option("--node", metavar="NODE", help="Look at this GPU node only.")] = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Do the safe repairs (restart a device plugin that serves nothing, re-apply a deleted tenant policy), each said first; then look again.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds --fix waits for its repairs to take.")] = 120.0,
+) -> None:
+    """Find what is wrong with the running GPU platform: each finding with its evidence, its cause, the upstream
+    issue or bulletin, and the command that repairs it. Read-only unless --fix.
+
+    Checks: the stack's versions against NVIDIA's security bulletins, MIG changes that failed or wedged, device
+    plugins that serve no GPU, GPU nodes' taints against their node groups, the tenants' GPU fence and
+    tolerations. Exit 0 when nothing is wrong, 6 when something is (after --fix: something is left).
+
+    Examples:
+      gpuctl doctor
+      gpuctl doctor --nodegroup gpu -o json
+      gpuctl doctor --fix
+    """
+    opts = settings(ctx)
+    findings = api.doctor(nodegroup, node, fix, timeout, opts.target)
+    rows = [f.as_dict() for f in findings]
+    if not rows and is_table(opts.output):
+        info("doctor: nothing wrong found")
+        return
+    emit(rows, opts.output, COLUMNS, WIDE, fit="cause")
+    if rows and opts.output == "table":
+        section("\n".join(f"{r['object']}: {r['repair']}" for r in rows))
+    if findings:
+        first = findings[0]
+        raise ValidationFailed(f"{len(findings)} {'finding' if len(findings) == 1 else 'findings'}: "
+                               f"{first.check} on {first.object}: {first.cause}",
+                               f"repair: {first.repair}")

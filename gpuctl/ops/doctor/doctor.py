@@ -1,0 +1,114 @@
+"""`gpuctl doctor`: read the cluster once (one LIST per kind, never one per node), run the checks of findings.py,
+and with --fix do the safe repairs: restart a device-plugin pod that serves nothing, re-apply a tenant admission
+policy deleted by hand. Each repair is said before it is done; the findings are then read again."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from gpuctl.kube.errors import KubeNotFound, requesting
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.model.tenant import TENANT_LABEL
+from gpuctl.ops.devices import PLUGIN_SELECTOR, pods_by_node
+from gpuctl.ops.doctor.findings import ADMISSION_API, FENCE_KINDS, TOLERATION_KINDS, Finding, Snapshot, diagnose
+from gpuctl.ops.group_records import read_group_plans
+from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
+from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
+from gpuctl.stack.existing import (
+    config_namespace_of,
+    configured_of,
+    find_operators,
+    read_operator_deployments,
+    read_policies,
+)
+from gpuctl.util.errors import UsageError
+from gpuctl.util.output import info
+from gpuctl.util.waiting import Count, Look, wait_until
+
+FIX_TIMEOUT_S = 120.0
+
+
+def _admission(kube: Kube) -> dict[str, set[str]]:
+    """kind -> names, for the fence's and the tolerations' kinds the server serves."""
+    found: dict[str, set[str]] = {}
+    for kind in FENCE_KINDS + TOLERATION_KINDS:
+        try:
+            found[kind] = {o.name for o in kube.list(ADMISSION_API, kind, what=f"listing {kind}s")}
+        except KubeNotFound:
+            continue  # not served by this API server
+    return found
+
+
+def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> Snapshot:
+    """The cluster as the checks read it; --nodegroup and --node narrow the nodes (the stack and the tenants'
+    policies are the cluster's)."""
+    nodes = gpu_nodes(kube, nodegroup)
+    if node is not None:
+        nodes = [n for n in nodes if n.name == node]
+        if not nodes:
+            where = f" in node group {nodegroup!r}" if nodegroup else ""
+            raise UsageError("--node", f"no GPU node {node!r}{where}", "see 'gpuctl status' for the GPU nodes")
+    policies, deployments = read_policies(kube), read_operator_deployments(kube)
+    namespace = config_namespace_of(configured_of(find_operators([], policies, deployments)))
+    tenants = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
+    return Snapshot(
+        nodes=nodes,
+        plugin_pods=pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin"),
+        daemon_sets=kube.list("apps/v1", "DaemonSet", what="listing DaemonSets"),
+        deployments=deployments,
+        policies=policies,
+        plans=read_group_plans(kube, namespace),
+        tenants=sorted(n.name for n in tenants if not n.deleting),
+        admission=_admission(kube),
+        now=datetime.now(timezone.utc))
+
+
+def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> list[Finding]:
+    """What is wrong with the GPU platform, read-only."""
+    return diagnose(read_snapshot(kube, nodegroup, node))
+
+
+def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node: str | None = None,
+        timeout: float = FIX_TIMEOUT_S) -> list[Finding]:
+    """Do the safe repairs among `findings` (each said first), wait until they took, and read the findings
+    again."""
+    restarted: list[str] = []
+    tenants: list[str] = []
+    for finding in findings:
+        if not finding.action:
+            continue
+        kind, *args = finding.action
+        if kind == "restart-plugin":
+            name, namespace, pod = args
+            info(f"fix: {finding.object}: restarting device-plugin pod {namespace}/{pod} "
+                 f"(its DaemonSet starts a new one)")
+            with requesting(f"deleting device-plugin pod {namespace}/{pod}"):
+                kube.delete("v1", "Pod", pod, namespace)  # gone already: its successor registers
+            restarted.append(name)
+        elif kind == "ensure-fence":
+            tenants = finding.evidence["tenants"]
+            info(f"fix: re-applying the GPU fence ({', '.join(finding.evidence['missing'])})")
+            ensure_fence(kube)
+            wait_fence_in_force(kube, tenants[0])
+        elif kind == "ensure-tolerations":
+            tenants = finding.evidence["tenants"]
+            info(f"fix: re-applying the GPU tolerations ({', '.join(finding.evidence['missing'])})")
+            converge_tolerations(kube, cluster_groups(kube), tenants[0], new_namespace=True)
+    if restarted:
+        wait_serving(kube, restarted, timeout)
+    return doctor(kube, nodegroup, node)
+
+
+def wait_serving(kube: Kube, names: list[str], timeout: float) -> None:
+    """Until each of the nodes `names` advertises GPUs again (its new device-plugin pod registered them)."""
+    def look() -> Look:
+        nodes: list[KubeObject] = [n for n in gpu_nodes(kube) if n.name in names]
+        serving = [n.name for n in nodes if gpu_resources(n)]
+        waiting = sorted(set(names) - set(serving))
+        return Look(not waiting, (Count("nodes serve GPUs again", len(serving), len(names)),),
+                    f"still none on {', '.join(waiting)}" if waiting else "")
+
+    wait_until("device plugins restarted", look, "see 'gpuctl status -o wide' (column DEVICE_PLUGIN)",
+               timeout=timeout)

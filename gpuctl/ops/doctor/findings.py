@@ -1,0 +1,277 @@
+"""What `gpuctl doctor` finds wrong with a running GPU platform: each check a function over the cluster's objects as
+JSON (a Snapshot, read with one LIST per kind by doctor.py), returning Findings: the check, its severity, the
+object, the evidence (label values, image tags, counts), the cause in one line, the upstream issue or bulletin,
+and the command that repairs it ("gpuctl doctor --fix" where it is one of the safe repairs).
+
+Upstream facts relied on:
+- NVIDIA/gpu-operator #2833 (open): the MIG manager wedges with nvidia.com/mig.config.state=pending and the
+  operand deploy labels (nvidia.com/gpu.deploy.*) left at `paused-for-mig-change`; NVIDIA/mig-parted #484 (MIG
+  manager v0.15.1): it ends in `failed` with the labels restored. Either way the node lacks the layout.
+- NVIDIA/k8s-device-plugin #1645 (open): the config label set, the plugin pod running, and nvidia.com/gpu 0
+  until the plugin pod restarts.
+- gpuctl's own: a node group's taints (recorded in gpuctl-node-groups) are what the GPU Operator's operands and
+  the tenants' GPU tolerations tolerate; a tenant namespace is fenced and tolerated by two cluster-scoped
+  admission policies, each with its binding (ops/tenancy/fence.py, tolerations.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuctl.kube.gpu_nodes import gpu_resources, nodegroup_of
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.objects import count
+from gpuctl.model import labels as L
+from gpuctl.model.security import POLICY_SECTIONS, broken_floors, component_of, parse_version, version_text
+from gpuctl.model.sharing import CONFIG_LABEL
+from gpuctl.model.spec import GroupPlan, all_taints
+from gpuctl.model.taints import DEFAULT_GPU_TAINTS, TRANSIENT_TAINTS, Taint, node_taint
+from gpuctl.ops.devices import plugin_state
+from gpuctl.ops.platform.capacity import RACE_GRACE_S  # a plugin just started has not registered yet
+from gpuctl.ops.tenancy import fence, tolerations
+from gpuctl.stack.existing import is_device_plugin
+
+FIX = "gpuctl doctor --fix"
+GPU_OPERATOR_ISSUE_2833 = "https://github.com/NVIDIA/gpu-operator/issues/2833"
+MIG_PARTED_ISSUE_484 = "https://github.com/NVIDIA/mig-parted/issues/484"
+DEVICE_PLUGIN_ISSUE_1645 = "https://github.com/NVIDIA/k8s-device-plugin/issues/1645"
+ADMISSION_API = "admissionregistration.k8s.io/v1"
+FENCE_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+TOLERATION_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong, as a user reads it; `action` is what --fix does (empty: not one of the safe repairs)."""
+
+    check: str
+    severity: str  # error | warning
+    object: str  # "node gpu-0", "DaemonSet gpu-operator/nvidia-device-plugin-daemonset", ...
+    evidence: dict[str, Any]
+    cause: str
+    repair: str
+    reference: str | None = None
+    node: str | None = None
+    gpu: int | None = None  # the GPU's index on the node, where known
+    action: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def fixable(self) -> bool:
+        return bool(self.action)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "severity": self.severity, "object": self.object, "node": self.node,
+                "gpu": self.gpu, "evidence": self.evidence, "cause": self.cause, "reference": self.reference,
+                "repair": self.repair, "fixable": self.fixable}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as the checks read it, each kind listed once."""
+
+    nodes: list[KubeObject]  # the GPU nodes in scope (--nodegroup, --node)
+    plugin_pods: dict[str, KubeObject]  # node -> its device-plugin pod
+    daemon_sets: list[KubeObject]
+    deployments: list[KubeObject]  # the GPU Operator's
+    policies: list[KubeObject]  # ClusterPolicies
+    plans: dict[str, GroupPlan]  # the recorded node groups
+    tenants: list[str]  # tenant namespaces
+    admission: dict[str, set[str]]  # kind -> names of its objects; a kind the server does not serve is absent
+    now: datetime
+
+
+# -- a. the security floor of the running stack --------------------------------------------------------------
+
+
+def _seen_versions(snap: Snapshot) -> dict[str, list[tuple[tuple[int, ...], str, str]]]:
+    """component -> (version, where, image or field value) for each running image and ClusterPolicy version."""
+    seen: dict[str, list[tuple[tuple[int, ...], str, str]]] = {}
+    workloads = [("DaemonSet", d) for d in snap.daemon_sets] + [("Deployment", d) for d in snap.deployments]
+    for kind, obj in workloads:
+        for container in obj.at("spec", "template", "spec", "containers", default=[]):
+            image = str(container.get("image") or "")
+            found = component_of(image)
+            if found is None or (found[0] == "k8s-device-plugin" and not is_device_plugin(obj.name)):
+                continue  # GPU Feature Discovery runs the device plugin's image: the plugin's own DaemonSet says it
+            version = parse_version(*found)
+            if version is not None:
+                seen.setdefault(found[0], []).append((version, f"{kind} {obj.namespace}/{obj.name}", image))
+    for policy in snap.policies:
+        for section, component in POLICY_SECTIONS.items():
+            text = str((policy.spec.get(section) or {}).get("version") or "")
+            version = parse_version(component, text) if text else None
+            if version is not None:
+                seen.setdefault(component, []).append(
+                    (version, f"ClusterPolicy {policy.name} spec.{section}.version", text))
+    return seen
+
+
+def _upgrade(component: str, fixed: str, snap: Snapshot) -> str:
+    section = next((s for s, c in POLICY_SECTIONS.items() if c == component), None)
+    if section is not None and snap.policies:
+        body = json.dumps({"spec": {section: {"version": f"v{fixed}"}}}, separators=(",", ":"))
+        return f"kubectl patch clusterpolicy {snap.policies[0].name} --type merge -p '{body}'"
+    if component == "gpu-operator":
+        return f"upgrade the GPU Operator's Helm release to v{fixed} or later (gpuctl apply installs v26.7.0)"
+    return f"upgrade {component} to {fixed} or later"
+
+
+def check_security_floor(snap: Snapshot) -> list[Finding]:
+    """Each component of the stack that runs (or whose ClusterPolicy asks for) a version below its floor."""
+    found = []
+    for component, versions in sorted(_seen_versions(snap).items()):
+        version, where, value = min(versions)
+        floors = broken_floors(component, version)
+        if not floors:
+            continue
+        fixed = floors[0].fixed_text
+        advisories = [f.advisory for f in floors]
+        found.append(Finding(
+            "security-floor", "error", where,
+            {"component": component, "image": value, "version": version_text(version), "fixedVersion": fixed,
+             "advisories": advisories, "seenAt": sorted({w for _, w, _ in versions})},
+            f"{component} {version_text(version)} is below {fixed}, the first release without "
+            f"{', '.join(advisories)}",
+            _upgrade(component, fixed, snap), floors[0].source))
+    return found
+
+
+# -- b. a MIG change not finishing -----------------------------------------------------------------------------
+
+
+def check_mig_changes(snap: Snapshot) -> list[Finding]:
+    """Nodes whose MIG change failed, or is pending with the operands paused for it (the MIG manager wedged)."""
+    found = []
+    for node in snap.nodes:
+        labels = node.labels
+        state = labels.get(L.MIG_STATE)
+        paused = {k: v for k, v in sorted(labels.items()) if k.startswith(L.DEPLOY_PREFIX) and v == L.PAUSED_FOR_MIG}
+        evidence: dict[str, Any] = {L.MIG_CONFIG: labels.get(L.MIG_CONFIG), L.MIG_STATE: state}
+        plan = snap.plans.get(nodegroup_of(node) or "")
+        group = nodegroup_of(node)
+        again = f"gpuctl mig apply {plan.mig.name} --nodegroup {group}" if plan is not None and plan.mig and group \
+            else f"kubectl label node {node.name} {L.MIG_CONFIG}={labels.get(L.MIG_CONFIG, 'all-disabled')} --overwrite"
+        if state == "failed":
+            found.append(Finding(
+                "mig-change-failed", "error", f"node {node.name}", evidence,
+                "the MIG manager could not apply the node's MIG config: the node lacks its layout",
+                f"read 'kubectl logs -n <operator namespace> -l app=nvidia-mig-manager', then {again}",
+                MIG_PARTED_ISSUE_484, node.name))
+        elif state == "pending" and paused:
+            restore = " ".join(f"{k}=true" for k in paused)
+            found.append(Finding(
+                "mig-change-wedged", "error", f"node {node.name}", {**evidence, "paused": paused},
+                "the MIG change is pending with the GPU operands paused for it: the MIG manager has wedged",
+                f"kubectl label node {node.name} {restore} --overwrite; then {again}",
+                GPU_OPERATOR_ISSUE_2833, node.name))
+    return found
+
+
+# -- c. a device plugin serving nothing ---------------------------------------------------------------------
+
+
+def _age(pod: KubeObject, now: datetime) -> float | None:
+    started = pod.status.get("startTime")
+    if not started:
+        return None
+    return (now - datetime.fromisoformat(str(started).replace("Z", "+00:00"))).total_seconds()
+
+
+def check_plugins_serving(snap: Snapshot) -> list[Finding]:
+    """GPU nodes whose device-plugin config label is set and whose plugin pod has run for a while, ready, yet
+    which advertise no nvidia.com/gpu nor MIG resource."""
+    found = []
+    for node in snap.nodes:
+        pod = snap.plugin_pods.get(node.name)
+        key = node.labels.get(CONFIG_LABEL)
+        if not key or pod is None or gpu_resources(node) or node.labels.get(L.MIG_STATE) == "pending":
+            continue
+        age = _age(pod, snap.now)
+        if plugin_state(pod) != "ready" or age is None or age < RACE_GRACE_S:
+            continue
+        allocatable = {k: count(v) for k, v in sorted((node.status.get("allocatable") or {}).items())
+                       if k == L.GPU_RESOURCE or k.startswith("nvidia.com/mig-")}
+        found.append(Finding(
+            "plugin-serves-nothing", "error", f"node {node.name}",
+            {CONFIG_LABEL: key, "allocatable": allocatable or {L.GPU_RESOURCE: 0},
+             "pod": f"{pod.namespace}/{pod.name}", "podSeconds": int(age)},
+            "the device plugin runs but registered no GPU after its config changed; it does once restarted",
+            f"{FIX} (kubectl -n {pod.namespace} delete pod {pod.name})", DEVICE_PLUGIN_ISSUE_1645, node.name,
+            action=("restart-plugin", node.name, pod.namespace or "", pod.name)))
+    return found
+
+
+# -- d. GPU taints --------------------------------------------------------------------------------------------
+
+
+def _taints(node: KubeObject) -> list[Taint]:
+    return [node_taint(t) for t in node.spec.get("taints") or [] if not str(t["key"]).startswith(TRANSIENT_TAINTS)]
+
+
+def check_taints(snap: Snapshot) -> list[Finding]:
+    """GPU nodes lacking their group's taints (in no recorded group: with no NoSchedule or NoExecute taint at all),
+    and, where node groups are recorded, GPU nodes with a taint no node group declares."""
+    found = []
+    declared_anywhere = set(all_taints(tuple(snap.plans.values())))
+    for node in snap.nodes:
+        taints = _taints(node)
+        group = nodegroup_of(node)
+        plan = snap.plans.get(group or "")
+        have = {"taints": [str(t) for t in taints], "nodegroup": group}
+        if plan is not None:
+            declared, missing = set(plan.spec.taints), [t for t in plan.spec.taints if t not in taints]
+        else:
+            declared = declared_anywhere
+            blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in taints)
+            missing = [] if blocked else sorted(declared_anywhere) or list(DEFAULT_GPU_TAINTS)
+        if missing:
+            found.append(Finding(
+                "gpu-taint-missing", "warning", f"node {node.name}",
+                {**have, "missing": [str(t) for t in missing]},
+                "the GPU node lacks its group's taint: pods that asked for no GPU can land on it",
+                f"kubectl taint node {node.name} {' '.join(map(str, missing))}", None, node.name))
+        stray = [t for t in taints if t not in declared] if snap.plans else []
+        if stray:
+            found.append(Finding(
+                "gpu-taint-undeclared", "warning", f"node {node.name}",
+                {**have, "undeclared": [str(t) for t in stray], "declared": sorted(map(str, declared))},
+                "no node group declares this taint: the GPU operands and the tenants' GPU pods do not tolerate it",
+                f"kubectl taint node {node.name} {' '.join(f'{t.key}:{t.effect}-' for t in stray)}", None, node.name))
+    return found
+
+
+# -- e. the tenants' admission policies -----------------------------------------------------------------------
+
+
+def check_tenant_policies(snap: Snapshot) -> list[Finding]:
+    """With tenant namespaces: the GPU fence and the GPU tolerations, each a policy and its binding, in place
+    (the tolerations only where the server serves MutatingAdmissionPolicy)."""
+    if not snap.tenants:
+        return []
+    found = []
+    for check, name, kinds, action, does in (
+            ("tenant-fence-missing", fence.NAME, FENCE_KINDS, "ensure-fence",
+             "the API server no longer refuses a tenant pod that reaches GPUs without requesting them"),
+            ("tenant-tolerations-missing", tolerations.NAME, TOLERATION_KINDS, "ensure-tolerations",
+             "tenant GPU pods are no longer given the GPU nodes' tolerations, and stay Pending")):
+        if any(kind not in snap.admission for kind in kinds):
+            continue  # not served (MutatingAdmissionPolicy before Kubernetes 1.36): teams add tolerations by hand
+        missing = [f"{kind} {name}" for kind in kinds if name not in snap.admission[kind]]
+        if missing:
+            found.append(Finding(
+                check, "error", missing[-1], {"missing": missing, "tenants": snap.tenants},
+                f"{' and '.join(missing)} deleted: {does}",
+                FIX, None,
+                action=(action,)))
+    return found
+
+
+CHECKS = (check_security_floor, check_mig_changes, check_plugins_serving, check_taints, check_tenant_policies)
+
+
+def diagnose(snap: Snapshot) -> list[Finding]:
+    """Every check's findings, in the checks' order."""
+    return [finding for check in CHECKS for finding in check(snap)]
