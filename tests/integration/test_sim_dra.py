@@ -218,7 +218,8 @@ def test_slice_leaves_with_the_gpus(cluster: DraCluster) -> None:
                   _content_type=MERGE_PATCH)
     from tests.support.kube import list_nodes_json
 
-    assert dra.publish_slices(Kube(cluster.client), list_nodes_json(v1, f"{L.NODEGROUP}=spare")) == Change.DELETED
+    kube = Kube(cluster.client)
+    assert dra.publish_slices(kube, list_nodes_json(kube, f"{L.NODEGROUP}=spare")) == Change.DELETED
     assert "spare-1" not in slices(cluster) and "spare-0" in slices(cluster)
     # a deleted node takes its slice along (the garbage collector follows the owner reference)
     provider.delete_node_group(NAME, "spare")
