@@ -52,6 +52,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from bench import support
@@ -63,7 +64,6 @@ GROUP = "gpu"
 NS = "bench"
 TEMPLATE = "one-gpu"
 EXTENDED = "nvidia.com/gpu"
-WATCH_S = 60  # one watch request's timeoutSeconds; it is opened again from the last resourceVersion
 
 
 def render_device_classes() -> list[dict[str, Any]]:
@@ -114,32 +114,14 @@ class Seen:
 
 
 def watch(list_call: Any, resource_version: str, seen: Seen, stop: threading.Event, on_object: Any) -> None:
-    """Follow a namespaced LIST's watch from `resource_version` (raw JSON, no typed models), calling
-    on_object(object, time received) for each added or modified object, until `stop`."""
-    from kubernetes.watch.watch import iter_resp_lines
-
+    """Follow a namespaced LIST's watch from `resource_version`, calling on_object(object, time received) for each
+    added or modified object, until `stop`."""
     try:
-        while not stop.is_set():
-            resp = list_call(NS, watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-                             timeout_seconds=WATCH_S, _preload_content=False)
-            try:
-                for line in iter_resp_lines(resp):
-                    now = time.perf_counter()
-                    if not line:
-                        continue
-                    event = json.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"watch failed: {obj.get('message', obj)}")
-                    resource_version = obj["metadata"]["resourceVersion"]
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        with seen.lock:
-                            on_object(obj, now)
-                            seen.check_done()
-                    if stop.is_set():
-                        break
-            finally:
-                resp.release_conn()
+        for kind, obj, now in support.watch_events(partial(list_call, NS), resource_version, stop):
+            if kind != "DELETED":
+                with seen.lock:
+                    on_object(obj, now)
+                    seen.check_done()
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread
         seen.error = exc
         seen.done.set()

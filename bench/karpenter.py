@@ -62,7 +62,6 @@ OVERLAY = ("karpenter.sh", "v1alpha1", "nodeoverlays", POOL)
 EXTENDED = "nvidia.com/gpu"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 OVERLAY_APPLIED = "karpenter.sh/capacity-overlay-applied"
-WATCH_S = 60  # one watch request's timeoutSeconds; it is opened again from the last resourceVersion
 
 
 def create_cluster(args: argparse.Namespace, env: dict[str, str]) -> None:
@@ -125,31 +124,12 @@ class Seen:
 
 
 def watch(list_call: Any, resource_version: str, seen: Seen, stop: threading.Event, on_event: Any) -> None:
-    """Follow a LIST's watch from `resource_version` (raw JSON), calling on_event(type, object, time) for
-    each event, until `stop`."""
-    from kubernetes.watch.watch import iter_resp_lines
-
+    """Follow a LIST's watch from `resource_version`, calling on_event(type, object, time) for each event, until
+    `stop`."""
     try:
-        while not stop.is_set():
-            resp = list_call(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-                             timeout_seconds=WATCH_S, _preload_content=False)
-            try:
-                for line in iter_resp_lines(resp):
-                    now = time.perf_counter()
-                    if not line:
-                        continue
-                    event = json.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"watch failed: {obj.get('message', obj)}")
-                    resource_version = obj["metadata"]["resourceVersion"]
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        with seen.lock:
-                            on_event(event["type"], obj, now)
-                    if stop.is_set():
-                        break
-            finally:
-                resp.release_conn()
+        for kind, obj, now in support.watch_events(list_call, resource_version, stop):
+            with seen.lock:
+                on_event(kind, obj, now)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread
         seen.error = exc
         seen.done.set()

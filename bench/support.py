@@ -8,7 +8,11 @@ first line, imports included, as kubectl's are.
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,3 +164,33 @@ def configure_gpu_nodes(client: ApiClient, selector: str, replicas: int) -> None
     group = GroupPlan(node_group("gpu", "t4", 0, 1), sharing)
     stack = StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS, shares_gpus=True)
     write_gpu_config(kube, PlatformSpec("bench", "sim", (group,), stack))
+
+
+WATCH_S = 60  # one watch request's timeoutSeconds; it is opened again from the last resourceVersion
+
+
+def watch_events(list_call: Any, resource_version: str,
+                 stop: threading.Event) -> Iterator[tuple[str, dict[str, Any], float]]:
+    """Follow a LIST's watch (`list_call(watch=True, ...)`, raw JSON, no typed models) from `resource_version` until
+    `stop`: (type, object, time received) for each ADDED, MODIFIED or DELETED event; an ERROR event raises."""
+    from kubernetes.watch.watch import iter_resp_lines
+
+    while not stop.is_set():
+        resp = list_call(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                         timeout_seconds=WATCH_S, _preload_content=False)
+        try:
+            for line in iter_resp_lines(resp):
+                now = time.perf_counter()
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch failed: {obj.get('message', obj)}")
+                resource_version = obj["metadata"]["resourceVersion"]
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    yield event["type"], obj, now
+                if stop.is_set():
+                    break
+        finally:
+            resp.release_conn()
