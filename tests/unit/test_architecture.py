@@ -35,7 +35,8 @@ def _copy_tree(tmp_path: Path) -> None:
 
 
 def test_an_upward_import_breaks_the_build(tmp_path: Path) -> None:
-    """A model module importing the CLI (the layer at the top) fails the contract, naming both."""
+    """A model module importing the CLI (the layer at the top) fails the contract, naming both. (A tree of its own: an
+    upward import makes every module above the model reach the CLI, which the other contracts would report too.)"""
     _copy_tree(tmp_path)
     catalog = tmp_path / "gpuctl" / "model" / "catalog.py"
     catalog.write_text(catalog.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.cli import main  # noqa\n")
@@ -44,53 +45,43 @@ def test_an_upward_import_breaks_the_build(tmp_path: Path) -> None:
     assert "gpuctl.model is not allowed to import gpuctl.cli" in proc.stdout, proc.stdout
 
 
-def test_a_benchmark_reaching_below_the_api_breaks_the_build(tmp_path: Path) -> None:
-    """A benchmark importing a lower layer itself, not through bench.support, fails its contract."""
+# One shortcut past each forbidden contract: (file it goes into, the import, the contract's line, the import
+# lint-imports names, and the prefix of the imports the contract lets through, which must not be named).
+SHORTCUTS = [
+    ("bench/create.py", "from gpuctl.kube import client", "the benchmarks use gpuctl.api and bench.support BROKEN",
+     "bench.create -> gpuctl.kube.client", "bench.support ->"),
+    ("tests/integration/test_quickstart.py", "from gpuctl.ops import status",
+     "the tests use gpuctl.api and tests.support BROKEN", "tests.integration.test_quickstart -> gpuctl.ops.status",
+     "tests.support."),
+    ("gpuctl/providers/eks/provider.py", "from gpuctl.simulator import kwok",
+     "only the sim provider uses gpuctl.simulator BROKEN", "gpuctl.providers.eks.provider -> gpuctl.simulator.kwok",
+     "gpuctl.providers.sim"),
+    ("gpuctl/ops/status.py", "from kubernetes import client", "only gpuctl.kube imports the kubernetes package BROKEN",
+     "gpuctl.ops.status -> kubernetes", "gpuctl.kube."),
+]
+
+
+def test_each_shortcut_past_a_contract_breaks_the_build(tmp_path: Path) -> None:
+    """A benchmark or an integration test reaching below the API, another provider using the simulator, an operation
+    importing the kubernetes package: each fails its contract, naming the import, while what the contract lets
+    through (bench.support's, tests.support's, the sim provider's, gpuctl.kube's own imports) is not named. One copy
+    of the tree carries all four: lint-imports reports every broken contract."""
     _copy_tree(tmp_path)
-    create = tmp_path / "bench" / "create.py"
-    create.write_text(create.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.kube import client  # noqa\n")
+    for path, line, *_ in SHORTCUTS:
+        module = tmp_path / path
+        module.write_text(module.read_text() + f"\n\ndef _shortcut() -> None:\n    {line}  # noqa\n")
     proc = _lint_imports(tmp_path)
     assert proc.returncode != 0
-    assert "bench.create -> gpuctl.kube.client" in proc.stdout, proc.stdout
-
-
-def test_an_integration_test_reaching_below_the_api_breaks_the_build(tmp_path: Path) -> None:
-    """An integration test importing an operation itself, not through tests.support, fails the tests' contract,
-    naming the import; tests.support's own imports below the API are what the contract lets through."""
-    _copy_tree(tmp_path)
-    quickstart = tmp_path / "tests" / "integration" / "test_quickstart.py"
-    quickstart.write_text(quickstart.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.ops import status  # noqa\n")
-    proc = _lint_imports(tmp_path)
-    assert proc.returncode != 0
-    assert "the tests use gpuctl.api and tests.support BROKEN" in proc.stdout, proc.stdout
-    assert "tests.integration.test_quickstart -> gpuctl.ops.status" in proc.stdout, proc.stdout
-    assert "tests.support." not in proc.stdout.split("Broken contracts")[-1], proc.stdout  # its own imports pass
-
-
-def test_the_simulator_outside_the_sim_provider_breaks_the_build(tmp_path: Path) -> None:
-    """Another provider reaching gpuctl.simulator (which the layers allow: providers sit above it) fails the sim
-    contract, naming the import; the sim provider's own imports of it are what the contract lets through."""
-    _copy_tree(tmp_path)
-    eks = tmp_path / "gpuctl" / "providers" / "eks" / "provider.py"
-    eks.write_text(eks.read_text() + "\n\ndef _shortcut() -> None:\n    from gpuctl.simulator import kwok  # noqa\n")
-    proc = _lint_imports(tmp_path)
-    assert proc.returncode != 0
-    assert "only the sim provider uses gpuctl.simulator BROKEN" in proc.stdout, proc.stdout
-    assert "gpuctl.providers.eks.provider -> gpuctl.simulator.kwok" in proc.stdout, proc.stdout
-    assert "gpuctl.providers.sim" not in proc.stdout.split("Broken contracts")[-1], proc.stdout
-
-
-def test_the_kubernetes_package_outside_gpuctl_kube_breaks_the_build(tmp_path: Path) -> None:
-    """An operation importing the kubernetes package itself, not through the door (gpuctl.kube's Kube), fails the
-    contract, naming the import; gpuctl.kube's own imports of it are what the contract lets through."""
-    _copy_tree(tmp_path)
-    status = tmp_path / "gpuctl" / "ops" / "status.py"
-    status.write_text(status.read_text() + "\n\ndef _shortcut() -> None:\n    from kubernetes import client  # noqa\n")
-    proc = _lint_imports(tmp_path)
-    assert proc.returncode != 0
-    assert "only gpuctl.kube imports the kubernetes package BROKEN" in proc.stdout, proc.stdout
-    assert "gpuctl.ops.status -> kubernetes" in proc.stdout, proc.stdout
-    assert "gpuctl.kube." not in proc.stdout.split("Broken contracts")[-1], proc.stdout
+    for _, _, contract, _, _ in SHORTCUTS:
+        assert contract in proc.stdout, (contract, proc.stdout)
+    broken = proc.stdout.split("Broken contracts")[-1]
+    names = [contract.removesuffix(" BROKEN") for _, _, contract, _, _ in SHORTCUTS]
+    starts = sorted(broken.index(name) for name in names)  # each contract's report, up to the next one's
+    for name, (_, _, _, named, allowed) in zip(names, SHORTCUTS, strict=True):
+        at = broken.index(name)
+        report = broken[at:next((s for s in starts if s > at), len(broken))]
+        assert named in report, (named, report)
+        assert allowed not in report, (allowed, report)
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
