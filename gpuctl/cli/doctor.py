@@ -12,8 +12,8 @@ from gpuctl.cli.types import seconds
 from gpuctl.util.errors import ValidationFailed
 from gpuctl.util.output import emit, info, is_table, section
 
-COLUMNS = ("check", "object", "cause")
-WIDE = ("severity", "evidence", "reference", "repair")
+COLUMNS = ("check", "node", "cause")  # a finding of no node (the stack, a policy) names its object in its cause
+WIDE = ("severity", "object", "evidence", "reference", "repair")
 
 
 def doctor(

@@ -1,5 +1,5 @@
 """The output contract (docs/reference.md, "Output") on one sim cluster, through the real CLI: cluster create's
-summary, apply, status, tenant add and list, nodegroup list and validate, in json, yaml, table and wide."""
+summary, apply, status, tenant add and list, nodegroup list, validate and doctor, in json, yaml, table and wide."""
 
 from __future__ import annotations
 
@@ -109,6 +109,13 @@ def test_nodegroup_list_and_validate_keep_the_contract(cluster: SimCluster) -> N
     assert capacity.endswith("what was configured: nvidia.com/gpu=4"), capacity
     text = gpuctl(cluster, "validate").stdout
     assert table_faults(text) == [] and " yes " in text
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_doctor_on_a_healthy_cluster_is_an_empty_list(cluster: SimCluster, fmt: str) -> None:
+    """(Findings in the contract's form, with every field: tests/integration/test_doctor.py.)"""
+    data = parsed(gpuctl(cluster, "-o", fmt, "doctor").stdout, fmt)
+    assert data == [] and faults(data) == []
 
 
 def test_apply_prints_its_steps_once_and_a_summary(cluster: SimCluster, tmp_path: Path) -> None:

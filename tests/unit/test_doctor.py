@@ -13,6 +13,7 @@ import pytest
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
+from gpuctl.model.mig import parse_layout
 from gpuctl.model.security import broken_floors, component_of, parse_version
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
@@ -163,6 +164,11 @@ def test_a_failed_mig_change_is_named() -> None:
     finding = only(diagnose(snapshot(nodes=[node(), broken])), "mig-change-failed")
     assert (finding.node, finding.reference) == ("gpu-1", MIG_PARTED_ISSUE_484)
     assert finding.evidence == {L.MIG_CONFIG: "all-1g.5gb", L.MIG_STATE: "failed"}
+    assert finding.repair.startswith(f"read 'kubectl logs -n {NS} -l app=nvidia-mig-manager', then kubectl label")
+    mig_group = GroupPlan(NodeGroupSpec("gpu", GPUS["a100-40gb"], 0, 1), mig=parse_layout("all-balanced",
+                                                                                          GPUS["a100-40gb"]))
+    again = only(diagnose(snapshot(nodes=[broken], plans={"gpu": mig_group})), "mig-change-failed")
+    assert again.repair.endswith("then gpuctl mig apply all-balanced --nodegroup gpu"), again.repair
 
 
 def test_a_pending_change_with_operands_paused_is_a_wedge_and_pending_alone_is_not() -> None:

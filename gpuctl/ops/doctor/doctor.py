@@ -62,7 +62,8 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
         plans=read_group_plans(kube, namespace),
         tenants=sorted(n.name for n in tenants if not n.deleting),
         admission=_admission(kube),
-        now=datetime.now(timezone.utc))
+        now=datetime.now(timezone.utc),
+        namespace=namespace)
 
 
 def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> list[Finding]:

@@ -81,6 +81,7 @@ class Snapshot:
     tenants: list[str]  # tenant namespaces
     admission: dict[str, set[str]]  # kind -> names of its objects; a kind the server does not serve is absent
     now: datetime
+    namespace: str = "gpu-operator"  # the GPU Operator's, where its operands run
 
 
 # -- a. the security floor of the running stack --------------------------------------------------------------
@@ -158,7 +159,7 @@ def check_mig_changes(snap: Snapshot) -> list[Finding]:
             found.append(Finding(
                 "mig-change-failed", "error", f"node {node.name}", evidence,
                 "the MIG manager could not apply the node's MIG config: the node lacks its layout",
-                f"read 'kubectl logs -n <operator namespace> -l app=nvidia-mig-manager', then {again}",
+                f"read 'kubectl logs -n {snap.namespace} -l app=nvidia-mig-manager', then {again}",
                 MIG_PARTED_ISSUE_484, node.name))
         elif state == "pending" and paused:
             restore = " ".join(f"{k}=true" for k in paused)
