@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.unit.allow_list import assert_listed
+
 TESTS = Path(__file__).resolve().parents[1]
 
 # (file under tests/, the call's source line stripped): why a fixed pause is right there
@@ -73,12 +75,8 @@ def test_every_fixed_sleep_in_tests_is_listed_with_its_reason() -> None:
     found = {(str(path.relative_to(TESTS)), line): number
              for path in sorted(TESTS.rglob("*.py"))
              for number, line in fixed_sleeps(path.read_text())}
-    unlisted = [f"tests/{path}:{number}: {line}" for (path, line), number in sorted(found.items())
-                if (path, line) not in ALLOWED]
-    assert not unlisted, ("a fixed sleep where a test should wait for the component's own decision (or list it "
-                          "in ALLOWED with its reason):\n" + "\n".join(unlisted))
-    stale = [key for key in ALLOWED if key not in found]
-    assert not stale, f"ALLOWED lists sites that are gone: {stale}"
+    assert_listed(found, ALLOWED, "a fixed sleep where a test should wait for the component's own decision (or list "
+                                  "it in ALLOWED with its reason)")
 
 
 def test_the_scan_tells_a_poll_from_a_fixed_sleep() -> None:

@@ -17,6 +17,8 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.unit.allow_list import assert_listed
+
 TESTS = Path(__file__).resolve().parents[1]
 _WRAPPERS = {"sorted", "list", "set", "tuple", "enumerate", "reversed", "zip", "iter", "frozenset"}
 _VIEWS = {"items", "values", "keys", "splitlines"}  # empty only when the receiver is
@@ -198,12 +200,8 @@ def scan(root: Path) -> dict[tuple[str, str], int]:
 
 def test_every_loop_and_quantifier_over_runtime_data_is_shown_non_empty() -> None:
     found = scan(TESTS)
-    unlisted = [f"tests/{path}:{number}: {line}" for (path, line), number in sorted(found.items())
-                if (path, line) not in ALLOWED]
-    assert not unlisted, ("a check that passes when its data is empty: assert the data's size or members before "
-                          "it (or list it in ALLOWED with why it cannot be empty):\n" + "\n".join(unlisted))
-    stale = [key for key in ALLOWED if key not in found]
-    assert not stale, f"ALLOWED lists sites that are gone: {stale}"
+    assert_listed(found, ALLOWED, "a check that passes when its data is empty: assert the data's size or members "
+                                  "before it (or list it in ALLOWED with why it cannot be empty)")
 
 
 def test_the_scan_tells_a_checked_loop_from_a_vacuous_one(tmp_path: Path) -> None:
