@@ -31,8 +31,6 @@ from gpuctl.util.progress import waiting
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass(frozen=True)
@@ -224,13 +222,6 @@ class Kube:
             path = self.resource(api_version, kind).path(namespace, name, subresource)
             return KubeObject(self.request("PATCH", path, body=patch, query={"fieldManager": L.MANAGER},
                                            content_type=content_type))
-
-    def replace(self, obj: Mapping[str, Any]) -> KubeObject:
-        """PUT `obj`: it carries the resourceVersion it was read at, so a concurrent change is a KubeConflict."""
-        meta = obj["metadata"]
-        with requesting(f"updating {obj['kind']} {meta['name']}"):
-            path = self._of(obj).path(meta.get("namespace"), meta["name"])
-            return KubeObject(self.request("PUT", path, body=dict(obj), query={"fieldManager": L.MANAGER}))
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
                propagation: str | None = None, grace_seconds: int | None = None,

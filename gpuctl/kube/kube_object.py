@@ -1,7 +1,7 @@
 """A Kubernetes object as the API server sends it: JSON, with a few typed accessors.
 
 The object is the JSON itself (a dict), so `obj["spec"]["taints"]` reads what the API defines; the accessors name
-the fields every object has (kr8s's `APIObject.raw` with `.name` and `.labels` is the model). gpuctl reads the
+the fields every object has (kr8s's `APIObject` with `.name` and `.labels` is the model). gpuctl reads the
 cluster in this one form: the kubernetes package's typed models cost a thousand-node read most of its time and
 type every field Optional, even those the API server always sets.
 """
@@ -13,10 +13,6 @@ from typing import Any
 
 class KubeObject(dict[str, Any]):
     """One object (a Node, a Pod, a ClusterQueue ...) as JSON."""
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        return self
 
     @property
     def api_version(self) -> str:
