@@ -145,11 +145,7 @@ def on_claim(seen: Seen) -> Any:
 
 
 def wait_until(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            sys.exit(f"bench.dra: {what} not reached after {timeout:.0f}s")
-        time.sleep(0.1)
+    support.wait_until("bench.dra", what, check, timeout, every=0.1)
 
 
 def prepare(client: Any, dra: bool, nodes: list[str], gpus: int, classes: list[dict[str, Any]],

@@ -160,11 +160,7 @@ def on_claim(seen: Seen) -> Any:
 
 
 def wait_until(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            sys.exit(f"bench.karpenter: {what} not reached after {timeout:.0f}s")
-        time.sleep(0.2)
+    support.wait_until("bench.karpenter", what, check, timeout, every=0.2)
 
 
 def items(response: Any) -> list[dict[str, Any]]:

@@ -194,3 +194,12 @@ def watch_events(list_call: Any, resource_version: str,
                     break
         finally:
             resp.release_conn()
+
+
+def wait_until(bench: str, what: str, check: Any, timeout: float, every: float) -> None:
+    """Poll `check()` every `every` seconds until it holds; after `timeout`, end the benchmark `bench` naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            sys.exit(f"{bench}: {what} not reached after {timeout:.0f}s")
+        time.sleep(every)
