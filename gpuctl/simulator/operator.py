@@ -208,6 +208,8 @@ class SimOperator:
         state = json.dumps([key, policy.mig_strategy, policy.plugin_config, mig_enabled])
         inputs = hashlib.sha256(state.encode()).hexdigest()[:12]
         loaded = json.loads(annotations.get(LOADED, "null"))
+        if plugin_pod is None and loaded is not None and policy.enabled(DEVICE_PLUGIN):
+            plugin_pod = self._running_plugin_pod(node.name)
         pod_uid = plugin_pod.uid if plugin_pod is not None else None
         if plugin_pod is not None and (loaded is None or loaded["pod"] != pod_uid or loaded["inputs"] != inputs
                                        or loaded.get("error")):
@@ -295,6 +297,15 @@ class SimOperator:
             self.kube.patch("v1", "Node", node.name, {
                 "metadata": {"resourceVersion": version},
                 "spec": {"taints": [t for t in taints if t.get("key") != DEVICES_PENDING.key]}})
+
+    def _running_plugin_pod(self, node: str) -> KubeObject | None:
+        """The device-plugin pod Running on `node` now. The pass's pod list was read before its slow config
+        loads: a node served before and without a pod in that list may have its DaemonSet's replacement pod
+        running by now, and zeroing its GPUs from the stale list would land after the rollout completed (a
+        kubelet reports the new plugin's devices, not the gap it no longer has)."""
+        pods = self.kube.list("v1", "Pod", self.namespace, labels=f"app={L.DEVICE_PLUGIN_APP}",
+                              fields=f"spec.nodeName={node}")
+        return next((p for p in pods if p.status.get("phase") == "Running" and not p.deleting), None)
 
     def _mig_apply(self, model: GpuModel, text: str, name: str, gpus: int) -> MigApplied:
         """mig-parted's apply of config `name` on this node's GPUs, asked once per distinct input."""

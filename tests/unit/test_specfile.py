@@ -106,7 +106,7 @@ BROKEN = [
 ]
 
 
-@pytest.mark.parametrize("path,value,expected", BROKEN, ids=[f"{p}={v!r}"[:60] for p, v, _ in BROKEN])
+@pytest.mark.parametrize("path,value,expected", BROKEN, ids=[f"{p}={'(deleted)' if v is DELETE else repr(v)}"[:60] for p, v, _ in BROKEN])
 def test_broken_spec_fails_with_its_field_path(path: str, value: object, expected: str) -> None:
     with pytest.raises(UsageError) as err:
         validate(apply_defaults(parse(edit(path, value)), capabilities_of), capabilities_of)

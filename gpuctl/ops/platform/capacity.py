@@ -85,15 +85,17 @@ class CapacityState:
 def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
     """Allocatable against the configuration and the device plugin rolled out and ready; in DRA mode the
     devices the DRA driver's slices publish and its kubelet plugins ready."""
+    # The rollout before the nodes: allocatable read after a rollout looked complete is the new plugins' (or
+    # the gap a restart left), never the old plugins' count read before they were replaced.
+    found = None if dra else device_plugin_rollouts(kube)
     nodes = kube.list("v1", "Node", labels=selector)
     if not nodes:  # a group Karpenter launches, before its first node: nothing serves or waits yet
         none = "no nodes yet (Karpenter launches them for pending pods)"
         return CapacityState(Check("capacity", True, none), Check("device-plugin", True, none), ())
     plugin, mig = read_configs(kube)
-    if dra:
+    if found is None:
         return _dra_check(kube, nodes, mig)
     expected = {n.name: expected_resources(n, plugin, mig) for n in nodes}
-    found = device_plugin_rollouts(kube)
     counts = [Count("nodes advertise their GPUs", sum(gpu_resources(n) == expected[n.name] for n in nodes),
                     len(nodes))]
     agents = check_device_plugins(kube, found)
