@@ -52,3 +52,17 @@ def model_of(labels: Mapping[str, str]) -> GpuModel | None:
     product = labels.get(L.GPU_PRODUCT, "")
     return GPUS.get(labels.get(L.GPU_MODEL, "")) or next(
         (m for m in GPUS.values() if product == m.product or product.startswith(m.product + "-")), None)
+
+
+def unhealthy_gpus(node: Mapping[str, Any]) -> dict[str, int]:
+    """Unhealthy devices per GPU resource of a node (as JSON): capacity minus allocatable, non-zero only.
+
+    The kubelet's own record: its device manager counts every device a plugin lists in capacity and only the
+    Healthy ones in allocatable (Kubernetes pkg/kubelet/cm/devicemanager/manager.go, GetCapacity:
+    capacity = len(devices), allocatable = len(healthyDevices)). A plugin marks a device Unhealthy on a
+    critical XID (k8s-device-plugin internal/rm/health.go), so an unhealthy GPU shared N ways is N here and
+    an unhealthy MIG device is 1 of its profile's resource. The one rule status, top, advise and doctor read."""
+    capacity = gpu_resources(node, "capacity")
+    allocatable = gpu_resources(node, "allocatable")
+    missing = {k: n - allocatable.get(k, 0) for k, n in capacity.items()}
+    return {k: n for k, n in missing.items() if n > 0}
