@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Optional
 
 import typer
 
 from gpuctl import api
 from gpuctl.cli.settings import settings
-from gpuctl.util.output import emit, is_table, section
+from gpuctl.util.output import TABLE_WIDTH, emit, is_table, section
+from gpuctl.util.words import plural
 
 # 80 columns for the common case; -o wide adds the rest. DRA mode: the driver's devices instead of the device
 # plugin's sharing and allocatable.
@@ -24,6 +27,9 @@ def status(
 ) -> None:
     """Show the GPU nodes: node group, product, sharing, MIG config and state, allocatable GPUs and taints.
 
+    GPUs the device plugin reports unhealthy are marked `!` (GPUS `3/4!`: 3 of 4 healthy) and listed below the
+    table; in -o json, `unhealthy` per resource.
+
     In DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable.
 
     Examples:
@@ -36,7 +42,33 @@ def status(
     operator = next((r["gpu_operator"] for r in rows if r.get("gpu_operator")), None)
     nodes = [{k: v for k, v in r.items() if k != "gpu_operator"} for r in rows]  # the operator once, not per node
     dra = any("devices" in r for r in rows)
+    table_rows = [{**r, "gpus": gpus_cell(r)} for r in nodes]
     emit({"gpuOperator": operator, "nodes": nodes}, opts.output, DRA_COLUMNS if dra else COLUMNS,
-         DRA_WIDE if dra else WIDE, rows=nodes)
+         DRA_WIDE if dra else WIDE, rows=table_rows)
+    if is_table(opts.output) and (unhealthy := unhealthy_section(nodes)) is not None:
+        section(unhealthy)
     if operator is not None and is_table(opts.output):
         section(operator["summary"])
+
+
+def gpus_cell(row: Mapping[str, Any]) -> str:
+    """The GPUS cell: `4`; `3/4!` (healthy of all) where whole GPUs are unhealthy; `4!` where only MIG devices are
+    (a MIG device is not a whole GPU). As wide as the header up to 9 GPUs: the mark costs the table no column."""
+    if not row.get("unhealthy"):
+        return str(row["gpus"])
+    broken = row.get("unhealthy_gpus") or 0
+    return f"{max(row['gpus'] - broken, 0)}/{row['gpus']}!" if broken else f"{row['gpus']}!"
+
+
+def unhealthy_section(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The nodes with unhealthy devices, one line each (None: none has any): how many of each resource, as the
+    kubelet counts them (its capacity less its allocatable), and the whole GPUs among them."""
+    lines = [f"  {r['node']}: " + ", ".join(f"{n} of {r['allocatable'].get(k, 0) + n} {k}"
+                                            for k, n in r["unhealthy"].items())
+             + (f" ({plural(r['unhealthy_gpus'], 'GPU')})" if r.get("unhealthy_gpus") else "")
+             for r in rows if r.get("unhealthy")]
+    if not lines:
+        return None
+    heading = ("! unhealthy: the device plugin reports them failed, the kubelet keeps them in capacity, not in "
+               "allocatable; 'gpuctl doctor' says why")
+    return "\n".join([*textwrap.wrap(heading, TABLE_WIDTH, subsequent_indent="  "), *lines])

@@ -3,15 +3,21 @@
 In DRA mode (gpuctl.kube.dra.dra_mode) a node's GPUs are the devices the DRA driver's kubelet plugin publishes
 in the node's ResourceSlice, and what is in use is what the scheduler allocated to ResourceClaims; each
 row then also says `kubelet_plugin`, `devices`, `allocated` and `free` (read by ops.devices).
+
+Unhealthy devices are the kubelet's record (gpuctl.kube.gpu_nodes.unhealthy_gpus): a device the device plugin
+reports Unhealthy stays in the node's capacity and leaves its allocatable (Kubernetes
+pkg/kubelet/cm/devicemanager/manager.go, GetCapacity). `unhealthy` counts them by resource as allocatable does
+(a GPU shared N ways is N), `unhealthy_gpus` the whole GPUs among them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuctl.kube.dra import dra_mode
-from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.model import labels as L
 from gpuctl.model.taints import node_taint
@@ -42,6 +48,8 @@ def gpu_status(kube: Kube, nodegroup: str | None = None) -> list[dict[str, Any]]
     rows = []
     for node in gpu_nodes(kube, nodegroup):
         labels = node.labels
+        replicas = int(labels.get("nvidia.com/gpu.replicas", "1"))
+        unhealthy = unhealthy_gpus(node)
         row = {
             "node": node.name,
             "nodegroup": nodegroup_of(node),
@@ -49,11 +57,13 @@ def gpu_status(kube: Kube, nodegroup: str | None = None) -> list[dict[str, Any]]
             "product": labels.get(L.GPU_PRODUCT),
             "gpus": int(labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or 0),
             "sharing": labels.get("nvidia.com/gpu.sharing-strategy", "none"),
-            "replicas": int(labels.get("nvidia.com/gpu.replicas", "1")),
+            "replicas": replicas,
             "mig_config": labels.get(L.MIG_CONFIG),
             "mig_state": labels.get(L.MIG_STATE),
             "device_plugin": plugin_state(pods.get(node.name)),
             "allocatable": gpu_resources(node),
+            "unhealthy": unhealthy,
+            "unhealthy_gpus": whole_gpus(unhealthy, replicas, labels.get(L.MIG_CONFIG)),
             "taints": [str(node_taint(t)) for t in node.spec.get("taints") or []],
             "gpu_operator": operator.as_dict() if operator else None,
         }
@@ -63,6 +73,15 @@ def gpu_status(kube: Kube, nodegroup: str | None = None) -> list[dict[str, Any]]
                         "devices": len(mine.devices), "allocated": mine.in_use, "free": mine.free})
         rows.append(row)
     return rows
+
+
+def whole_gpus(unhealthy: Mapping[str, int], replicas: int, mig_config: str | None) -> int:
+    """The whole GPUs among a row's unhealthy devices: nvidia.com/gpu's count over its replicas (the device
+    plugin marks every replica of a failed GPU), none where the node runs MIG (nvidia.com/gpu, under MIG's
+    single strategy, and nvidia.com/mig-* are MIG devices)."""
+    if mig_config not in (None, "all-disabled"):
+        return 0
+    return math.ceil(unhealthy.get(L.GPU_RESOURCE, 0) / max(replicas, 1))
 
 
 def status_columns(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
