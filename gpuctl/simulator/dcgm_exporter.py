@@ -16,6 +16,7 @@ Run: python -m gpuctl.simulator.dcgm_exporter --kubeconfig FILE --listen 127.0.0
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -58,6 +59,7 @@ from gpuctl.simulator.procs import (
     is_dcgm_exporter,
     read_argv,
 )
+from gpuctl.simulator.xid import FAULT_XID, last_xid, parse_faults
 from gpuctl.util.errors import ClusterError, UsageError
 from gpuctl.util.lazy_import import LazyImport
 
@@ -155,10 +157,13 @@ class Exporter:
                 continue
             layout, configs = self._layout(labels, configs, model)
             try:
-                devices += node_devices(name, model, int(count), labels, layout, gpu_uuid, pci_address)
+                found = node_devices(name, model, int(count), labels, layout, gpu_uuid, pci_address)
             except (UsageError, KeyError) as exc:  # a layout the GPU cannot hold: the MIG manager would fail it
                 log.warning("node %s: MIG config %s: %s", name, labels.get(L.MIG_CONFIG), exc)
-                devices += node_devices(name, model, int(count), labels, None, gpu_uuid, pci_address)
+                found = node_devices(name, model, int(count), labels, None, gpu_uuid, pci_address)
+            faults, _ = parse_faults(node.annotations.get(FAULT_XID))
+            devices += [dataclasses.replace(d, xid=last_xid(faults, d.index, d.instance_id if d.profile else None))
+                        if faults else d for d in found]
         claims: dict[str, list[Claim]] = {}
         for pod in pods:
             claims.setdefault(pod["spec"].get("nodeName") or "", []).extend(_claims(pod))

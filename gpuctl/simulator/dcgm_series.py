@@ -67,6 +67,7 @@ class Device:
     profile: str = ""  # MIG profile of an instance (label GPU_I_PROFILE)
     instance_id: int = -1  # its GPU instance ID (label GPU_I_ID)
     dra_name: str = ""  # the device the sim's DRA driver publishes for it (a ResourceClaim's allocation names it)
+    xid: int = 0  # the last XID of the GPU or instance (simulator/xid.py FAULT_XID); 0: none since its reset
 
     @property
     def key(self) -> str:
@@ -254,7 +255,7 @@ def render_samples(devices: list[Device], claims: Iterable[Claim], assignment: A
         want_memory = sum(c.memory_mib for c in pods.values())
         util = min(100.0, want_util)
         used = min(float(device.memory_mib), want_memory)
-        values = {"DCGM_FI_DEV_GPU_UTIL": round(util), "DCGM_FI_DEV_XID_ERRORS": 0,
+        values = {"DCGM_FI_DEV_GPU_UTIL": round(util), "DCGM_FI_DEV_XID_ERRORS": device.xid,
                   "DCGM_FI_DEV_FB_FREE": device.memory_mib - round(used), "DCGM_FI_DEV_FB_USED": round(used),
                   "DCGM_FI_PROF_GR_ENGINE_ACTIVE": util / 100}
         base = {"gpu": str(device.index), "UUID": device.uuid, "pci_bus_id": device.pci_bus_id,

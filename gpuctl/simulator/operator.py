@@ -53,7 +53,9 @@ from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
 from gpuctl.model.dra import API_VERSION as DRA_API_VERSION
 from gpuctl.model.dra import DRIVER
+from gpuctl.model.mig import layout_from_counts, place, resource_name
 from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
+from gpuctl.simulator.dcgm_series import instance_id
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
 from gpuctl.simulator.mig_manager import MigApplied, apply_mig_config, mig_resources
@@ -69,6 +71,7 @@ from gpuctl.simulator.operands import (
     render_daemon_set,
 )
 from gpuctl.simulator.supervisor import Supervisor
+from gpuctl.simulator.xid import FAULT_XID, XID_DECISIONS, SimDevice, mark_unhealthy, parse_faults
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.tools.installer import find_tool
 from gpuctl.util.errors import UsageError
@@ -236,6 +239,7 @@ class SimOperator:
         product = model.product
         mig_wanted = labels.get(L.MIG_CONFIG) or want_labels.get(L.MIG_CONFIG)
         mig_state = labels.get(L.MIG_STATE)
+        mig_gpus: tuple[dict[str, int] | None, ...] | None = None  # the MIG devices the plugin lists, GPU by GPU
         first_look = node.name not in self.mig_seen
         self.mig_seen.add(node.name)
         if mig_wanted and mig_wanted != applied:
@@ -265,6 +269,7 @@ class SimOperator:
             else:
                 if made.mig_enabled:
                     sharing = NO_SHARING
+                    mig_gpus = made.gpus
                     if policy.mig_strategy == "single" and made.profiles:
                         product = f"{model.product}-MIG-{made.profiles[0]}"
                 else:
@@ -279,6 +284,13 @@ class SimOperator:
             # dynamicresources/extendeddynamicresources.go:240-249). The sim removes the keys anyway, so that
             # a node in DRA mode looks like one whose device plugin never ran.
             resources = {}
+        unhealthy: dict[str, int] = {}
+        if serving and loaded is not None and plugin_pod is not None and (FAULT_XID in annotations
+                                                                          or loaded.get("unhealthy")):
+            unhealthy = self._health_check(node, model, gpus, sharing.replicas, mig_gpus, policy.mig_strategy,
+                                           plugin_pod, loaded, want_annotations)
+        elif XID_DECISIONS in annotations and FAULT_XID not in annotations:
+            want_annotations[XID_DECISIONS] = None
         if sharing.replicas > 1:
             product += "-SHARED"
         want_labels.update({
@@ -287,7 +299,7 @@ class SimOperator:
             "nvidia.com/gpu.sharing-strategy": sharing.strategy,
             L.MPS_CAPABLE: str(sharing.strategy == "mps").lower(),
         })
-        version = self._patch_node(node, want_labels, want_annotations, resources)
+        version = self._patch_node(node, want_labels, want_annotations, resources, unhealthy)
         mig_state = want_labels.get(L.MIG_STATE) or labels.get(L.MIG_STATE)
         settled = model.mig is None or not mig_wanted or mig_state in ("success", "failed")
         taints = node.spec.get("taints") or []
@@ -297,6 +309,43 @@ class SimOperator:
             self.kube.patch("v1", "Node", node.name, {
                 "metadata": {"resourceVersion": version},
                 "spec": {"taints": [t for t in taints if t.get("key") != DEVICES_PENDING.key]}})
+
+    def _health_check(self, node: KubeObject, model: GpuModel, gpus: int, replicas: int,
+                      mig_gpus: tuple[dict[str, int] | None, ...] | None, strategy: str, plugin_pod: KubeObject,
+                      loaded: dict[str, Any], want_annotations: dict[str, str | None]) -> dict[str, int]:
+        """The device plugin's health check (xid.py, k8s-device-plugin internal/rm/health.go) on the node's XID
+        faults: the devices it marks Unhealthy stay so for as long as its pod runs (they are kept in LOADED, which
+        a new pod starts afresh), and the kubelet leaves them out of allocatable: per resource, how many."""
+        devices: list[SimDevice] = []
+        for index in range(gpus):
+            counts = mig_gpus[index] if mig_gpus is not None and index < len(mig_gpus) else None
+            if counts is None or model.mig is None:
+                devices.append(SimDevice(index, L.GPU_RESOURCE))
+                continue
+            for p in place(layout_from_counts(f"gpu-{index}", counts).profiles, model):
+                devices.append(SimDevice(index, L.GPU_RESOURCE if strategy == "single" else resource_name(p.profile),
+                                         instance_id(model.mig.memory_slots, p.start, p.width)))
+        faults, bad = parse_faults(node.annotations.get(FAULT_XID))
+        env = {str(e.get("name")): str(e.get("value") or "") for c in plugin_pod.spec.get("containers") or []
+               if c.get("name") == L.DEVICE_PLUGIN_APP for e in c.get("env") or []}
+        marked, decisions = mark_unhealthy(faults, devices, env)
+        decisions |= {entry: "ignored: not <gpu index>[/<gpu instance id>]:<xid>" for entry in bad}
+        for fault, decision in sorted(decisions.items()):
+            if json.loads(node.annotations.get(XID_DECISIONS) or "{}").get(fault) != decision:
+                log.info("device plugin on %s: XID fault %s: %s", node.name, fault, decision)
+        kept = sorted(set(loaded.get("unhealthy") or []) | marked)  # no way back from Unhealthy (server.go)
+        if kept != (loaded.get("unhealthy") or []):
+            loaded["unhealthy"] = kept
+            want_annotations[LOADED] = json.dumps(loaded, sort_keys=True)
+        text = json.dumps(decisions, sort_keys=True) if decisions else None
+        if text != node.annotations.get(XID_DECISIONS):
+            want_annotations[XID_DECISIONS] = text
+        unhealthy: dict[str, int] = {}
+        for device in devices:
+            if device.key in kept:
+                unhealthy[device.resource] = unhealthy.get(device.resource, 0) + \
+                    (replicas if device.instance is None else 1)
+        return unhealthy
 
     def _running_plugin_pod(self, node: str) -> KubeObject | None:
         """The device-plugin pod Running on `node` now. The pass's pod list was read before its slow config
@@ -320,8 +369,10 @@ class SimOperator:
         return self.mig_answers[key]
 
     def _patch_node(self, node: KubeObject, labels: dict[str, str | None], annotations: dict[str, str | None],
-                    resources: dict[str, int]) -> str:
-        """Write what differs; the node's resourceVersion after the writes."""
+                    resources: dict[str, int], unhealthy: dict[str, int] | None = None) -> str:
+        """Write what differs; the node's resourceVersion after the writes. `unhealthy` devices are in capacity
+        and not in allocatable, as the kubelet counts them (Kubernetes pkg/kubelet/cm/devicemanager/manager.go
+        GetCapacity: capacity = every device a plugin lists, allocatable = its Healthy ones)."""
         # Every write is conditional on the node as read (resourceVersion): what was decided from a node
         # that has changed since (gpuctl relabelled it meanwhile) must not land, as the real operator's do not
         # (gpu-operator v25 controllers/state_manager.go labelGPUNodes: Client.Update of the node it listed,
@@ -337,14 +388,16 @@ class SimOperator:
             meta["resourceVersion"] = version
             version = self.kube.patch("v1", "Node", node.name, {"metadata": meta}).resource_version
         allocatable = node.status.get("allocatable") or {}
+        capacity = node.status.get("capacity") or {}
         want = {k: str(v) for k, v in resources.items()}
-        listed = {*allocatable, *(node.status.get("capacity") or {})}
+        want_free = {k: str(max(0, v - (unhealthy or {}).get(k, 0))) for k, v in resources.items()}
+        listed = {*allocatable, *capacity}
         stale = {k: None for k in listed if GPU_REQUEST.match(k) and k not in want}
-        if stale or any(allocatable.get(k) != v for k, v in want.items()):
-            status = {**want, **stale}
-            version = self.kube.patch("v1", "Node", node.name, {"metadata": {"resourceVersion": version},
-                                                                "status": {"capacity": status, "allocatable": status}},
-                                      subresource="status").resource_version
+        if stale or any(allocatable.get(k) != want_free[k] or capacity.get(k) != v for k, v in want.items()):
+            version = self.kube.patch("v1", "Node", node.name, {
+                "metadata": {"resourceVersion": version},
+                "status": {"capacity": {**want, **stale}, "allocatable": {**want_free, **stale}}},
+                subresource="status").resource_version
         return str(version)
 
     # -- the CUDA runtime ------------------------------------------------------------------
