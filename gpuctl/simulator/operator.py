@@ -58,6 +58,7 @@ from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.simulator.dcgm_series import instance_id
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
+from gpuctl.simulator.kubelet_devices import sync_device_health
 from gpuctl.simulator.mig_manager import MigApplied, apply_mig_config, mig_resources
 from gpuctl.simulator.nodes import CUDA_VERSION, DEVICES_PENDING
 from gpuctl.simulator.operands import (
@@ -126,7 +127,10 @@ class SimOperator:
 
     def reconcile(self) -> None:
         """One pass: the GPU Operator's part (with a ClusterPolicy), the DRA driver's kubelet plugins (with
-        or without one), the CUDA runtime. A part that fails is logged and does not hold up the others."""
+        or without one), the CUDA runtime. A part that fails is logged and does not hold up the others.
+        The kubelets' device managers go first, with or without a ClusterPolicy: a node whose device plugin went
+        (or that Karpenter launched with GPUs no plugin registered) stops offering them (kubelet_devices.py)."""
+        self._guarded("kubelet-device-manager", lambda: sync_device_health(self.kube, LOADED))
         policy = self._guarded("gpu-operator", self._reconcile_operator)
         self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.kube))
         self._guarded("cuda-samples", lambda: self._run_cuda_samples(device_plugin=policy is not None))

@@ -28,6 +28,7 @@ from typing import Any
 from gpuctl.kube.errors import KubeApiError, KubeNotFound
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
+from gpuctl.model import labels as L
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
 
 RELEASE_ANNOTATION = "meta.helm.sh/release-name"
@@ -48,6 +49,7 @@ NOT_DEVICE_PLUGINS = ("nvidia-device-plugin-mps-control-daemon", "nvidia-sandbox
 OPERAND_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
 # Taints the DaemonSet controller tolerates on every DaemonSet pod (node lifecycle and pressure).
 DAEMONSET_TOLERATED = "node.kubernetes.io/"
+KARPENTER_INITIALIZED = "karpenter.sh/initialized"  # Karpenter initialized the node (its resources registered)
 
 
 def is_device_plugin(name: str) -> bool:
@@ -270,12 +272,30 @@ def can_run_on(pod_spec: dict[str, Any], node: dict[str, Any]) -> bool:
     return True
 
 
+def registering(node: dict[str, Any]) -> bool:
+    """A node Karpenter launched and has not initialized: Karpenter marks it initialized only once every
+    extended resource its NodeClaim asked for is allocatable (kubernetes-sigs/karpenter
+    pkg/controllers/nodeclaim/lifecycle/initialization.go RequestedResourcesRegistered); until then the GPUs in its
+    status may be the NodeClaim's (the kwok provider writes them: cloudprovider.go toNode), not a plugin's."""
+    labels = _labels(node)
+    return L.KARPENTER_NODEPOOL in labels and labels.get(KARPENTER_INITIALIZED) != "true"
+
+
+def host_plugin_nodes(nodes: Sequence[dict[str, Any]], plugin_sets: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """Nodes that offer GPUs where no device-plugin DaemonSet can run: a plugin on the host advertises them.
+    Offer as the kubelet does: allocatable above 0. A plugin that went away (the GPU Operator's release
+    uninstalled, its pod evicted) leaves its GPUs in capacity with allocatable 0, then capacity 0 after 5 minutes
+    (Kubernetes pkg/kubelet/cm/devicemanager manager.go PluginDisconnected, GetCapacity; types.go
+    endpointStopGracePeriod): that is no host plugin, and a re-run apply reinstalls the stack."""
+    templates = [((d.get("spec") or {}).get("template") or {}).get("spec") or {} for d in plugin_sets]
+    return tuple(sorted(n["metadata"]["name"] for n in nodes
+                        if gpu_allocatable(n) and not registering(n) and not any(can_run_on(t, n) for t in templates)))
+
+
 def find_stack(releases: list[HelmRelease], policies: Sequence[dict[str, Any]], deployments: Sequence[dict[str, Any]],
                daemon_sets: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]]) -> ExistingStack:
     plugin_sets = [d for d in daemon_sets if is_device_plugin(d["metadata"]["name"])]
-    templates = [((d.get("spec") or {}).get("template") or {}).get("spec") or {} for d in plugin_sets]
-    host = tuple(sorted(n["metadata"]["name"] for n in nodes
-                        if gpu_allocatable(n) and not any(can_run_on(t, n) for t in templates)))
+    host = host_plugin_nodes(nodes, plugin_sets)
     return ExistingStack(
         operators=find_operators(releases, policies, deployments),
         plugins=tuple(workload_of(d) for d in plugin_sets),

@@ -146,6 +146,27 @@ def test_host_device_plugin_is_refused_with_its_fix() -> None:
     assert "--ami-type AL2023_x86_64_NVIDIA" in message and "settings.kubelet-device-plugins.nvidia" in message
 
 
+def test_gpus_a_departed_plugin_left_in_capacity_are_no_host_plugin() -> None:
+    """`helm uninstall gpu-operator`: the kubelet marks the plugin's devices unhealthy (allocatable 0, capacity
+    kept), and 0 in both after 5 minutes; neither is a plugin on the host, so apply reinstalls the stack."""
+    unhealthy = node("gpu-0", labels={DEPLOY_PLUGIN: "true"}, taints=[GPU_TAINT])
+    unhealthy["status"]["capacity"]["nvidia.com/gpu"] = "4"
+    unhealthy["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    removed = node("gpu-1", labels={DEPLOY_PLUGIN: "true"}, taints=[GPU_TAINT])
+    removed["status"]["capacity"]["nvidia.com/gpu"] = removed["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    stack = find_stack([], [], [], [], [unhealthy, removed])
+    assert stack == ExistingStack() and check_single_owners(stack, STACK).operator is None
+
+
+def test_a_node_karpenter_has_not_initialized_is_still_registering_not_a_host_plugin() -> None:
+    """Karpenter's kwok provider writes the NodeClaim's GPUs into a node it launches before any plugin runs there;
+    Karpenter initializes it only once they are allocatable from a plugin. Initialized, it is judged as any node."""
+    launched = node("gpu-0", 1, {"karpenter.sh/nodepool": "gpu"})
+    assert find_stack([], [], [], [], [launched]).host_plugin_nodes == ()
+    initialized = node("gpu-0", 1, {"karpenter.sh/nodepool": "gpu", "karpenter.sh/initialized": "true"})
+    assert find_stack([], [], [], [], [initialized]).host_plugin_nodes == ("gpu-0",)
+
+
 def test_a_plugin_daemonset_that_cannot_reach_the_node_leaves_it_a_host_plugin() -> None:
     # The operator's plugin is kept off the node (deploy label false) or does not tolerate its taint.
     off = node("gpu-0", 1, {DEPLOY_PLUGIN: "false"})
