@@ -66,3 +66,19 @@ def unhealthy_gpus(node: Mapping[str, Any]) -> dict[str, int]:
     allocatable = gpu_resources(node, "allocatable")
     missing = {k: n - allocatable.get(k, 0) for k, n in capacity.items()}
     return {k: n for k, n in missing.items() if n > 0}
+
+
+def unhealthy_devices(resource: str, n: int, replicas: int, mig_config: str | None) -> int:
+    """The devices behind `n` unhealthy units of `resource` (unhealthy_gpus' counts): a whole GPU shared N ways
+    (nvidia.com/gpu without MIG; the device plugin marks every replica of a failed GPU) is N units; a MIG device
+    (nvidia.com/mig-*, or nvidia.com/gpu under MIG's single strategy) is one."""
+    whole = resource == L.GPU_RESOURCE and mig_config in (None, "all-disabled")
+    return -(-n // max(replicas, 1)) if whole else n
+
+
+def unhealthy_whole_gpus(unhealthy: Mapping[str, int], replicas: int, mig_config: str | None) -> int:
+    """The whole GPUs among a node's unhealthy devices (unhealthy_gpus): none where it runs MIG, whose devices
+    are MIG devices."""
+    if mig_config not in (None, "all-disabled"):
+        return 0
+    return unhealthy_devices(L.GPU_RESOURCE, unhealthy.get(L.GPU_RESOURCE, 0), replicas, mig_config)

@@ -8,6 +8,7 @@ default counters (etc/default-counters.csv) and its metric template (internal/pk
 - DCGM_FI_DEV_GPU_UTIL: percent of time a kernel ran; not reported for MIG instances;
 - DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE: framebuffer MiB (used + free: the total less what the driver
   reserves).
+- DCGM_FI_DEV_XID_ERRORS: the value of the last XID error the GPU raised (0: none), also per MIG instance.
 
 Labels of each series: gpu (index on the node), UUID, pci_bus_id, device, modelName (NVML's name, e.g.
 "Tesla T4"), Hostname (the node: NODE_NAME; spelled `hostname` after dcgm-exporter #655, both are read),
@@ -36,6 +37,7 @@ SM_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
+XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
 NODE_LABELS = ("Hostname", "hostname")  # dcgm-exporter up to 4.5.3-4.8.2 / after #655
 DEVICE_LABELS = ("Hostname", "hostname", "gpu", "UUID", "modelName", "GPU_I_PROFILE", "GPU_I_ID")
 WORKLOAD_LABELS = ("pod", "namespace")  # after _workload: the pod's, whatever the scrape set-up
@@ -149,6 +151,12 @@ def fb_total_now(where: Where = Where()) -> str:
     return f"{_device(FB_USED, where)} + {_device(FB_FREE, where)}"
 
 
+def xid_now(where: Where = Where()) -> str:
+    """The last XID error per device (0: none): which GPU the device plugin's health check took out (a critical
+    XID, k8s-device-plugin internal/rm/health.go), where the node says one is unhealthy."""
+    return _device(XID_ERRORS, where)
+
+
 def pods_now(where: Where = Where()) -> str:
     """One series per (device, pod) for the pods on each device now."""
     return f"group by ({', '.join(DEVICE_LABELS + WORKLOAD_LABELS)}) ({_series(FB_USED, where)})"
@@ -227,7 +235,7 @@ def tenant_busy_avg(where: Where = Where()) -> str:
 
 
 DEVICE_NOW = {"sm_active": sm_active_now, "gpu_util": gpu_util_now, "fb_used_mib": fb_used_now,
-              "fb_total_mib": fb_total_now}
+              "fb_total_mib": fb_total_now, "xid": xid_now}
 DEVICE_WINDOW = {"sm_active_avg": sm_active_avg, "sm_active_peak": sm_active_peak, "gpu_util_avg": gpu_util_avg,
                  "gpu_util_peak": gpu_util_peak, "fb_used_peak_mib": fb_used_peak}
 TENANT_WINDOW = {"allocated_avg": tenant_allocated_avg, "allocated_peak": tenant_allocated_peak,

@@ -12,12 +12,11 @@ pkg/kubelet/cm/devicemanager/manager.go, GetCapacity). `unhealthy` counts them b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuctl.kube.dra import dra_mode
-from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of, unhealthy_gpus
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of, unhealthy_gpus, unhealthy_whole_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.model import labels as L
 from gpuctl.model.taints import node_taint
@@ -63,7 +62,7 @@ def gpu_status(kube: Kube, nodegroup: str | None = None) -> list[dict[str, Any]]
             "device_plugin": plugin_state(pods.get(node.name)),
             "allocatable": gpu_resources(node),
             "unhealthy": unhealthy,
-            "unhealthy_gpus": whole_gpus(unhealthy, replicas, labels.get(L.MIG_CONFIG)),
+            "unhealthy_gpus": unhealthy_whole_gpus(unhealthy, replicas, labels.get(L.MIG_CONFIG)),
             "taints": [str(node_taint(t)) for t in node.spec.get("taints") or []],
             "gpu_operator": operator.as_dict() if operator else None,
         }
@@ -73,15 +72,6 @@ def gpu_status(kube: Kube, nodegroup: str | None = None) -> list[dict[str, Any]]
                         "devices": len(mine.devices), "allocated": mine.in_use, "free": mine.free})
         rows.append(row)
     return rows
-
-
-def whole_gpus(unhealthy: Mapping[str, int], replicas: int, mig_config: str | None) -> int:
-    """The whole GPUs among a row's unhealthy devices: nvidia.com/gpu's count over its replicas (the device
-    plugin marks every replica of a failed GPU), none where the node runs MIG (nvidia.com/gpu, under MIG's
-    single strategy, and nvidia.com/mig-* are MIG devices)."""
-    if mig_config not in (None, "all-disabled"):
-        return 0
-    return math.ceil(unhealthy.get(L.GPU_RESOURCE, 0) / max(replicas, 1))
 
 
 def status_columns(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

@@ -80,12 +80,15 @@ def device(node: str, gpu: int = 0, model: str = "Tesla T4", mig: tuple[str, int
 def add_device(canned: Canned, labels: dict[str, str], *, sm: float, util: float | None, used: float, total: float,
                pods: Sequence[tuple[str, str]] = (), sm_avg: float | None = None, sm_peak: float | None = None,
                util_avg: float | None = None, util_peak: float | None = None, used_peak: float | None = None,
-               pods_window: list[tuple[str, str]] | None = None, window: str = "1h") -> None:
-    """One device's answers to every device query (percentages as gpuctl's queries give them)."""
+               pods_window: list[tuple[str, str]] | None = None, window: str = "1h", xid: int | None = None) -> None:
+    """One device's answers to every device query (percentages as gpuctl's queries give them); DCGM's last XID
+    where `xid` is given."""
     where = promql.Where(window=window)
     canned.add(promql.sm_active_now(where), labels, sm)
     canned.add(promql.fb_used_now(where), labels, used)
     canned.add(promql.fb_total_now(where), labels, total)
+    if xid is not None:
+        canned.add(promql.xid_now(where), labels, xid)
     canned.add(promql.sm_active_avg(where), labels, sm if sm_avg is None else sm_avg)
     canned.add(promql.sm_active_peak(where), labels, sm if sm_peak is None else sm_peak)
     canned.add(promql.fb_used_peak(where), labels, used if used_peak is None else used_peak)

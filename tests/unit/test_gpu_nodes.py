@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuctl.kube.gpu_nodes import unhealthy_gpus
+from gpuctl.kube.gpu_nodes import unhealthy_devices, unhealthy_gpus, unhealthy_whole_gpus
 
 
 def _node(capacity: dict[str, Any], allocatable: dict[str, Any]) -> dict[str, Any]:
@@ -35,3 +35,13 @@ def test_resource_missing_from_allocatable_is_all_unhealthy() -> None:
 
 def test_node_without_status_is_empty() -> None:
     assert unhealthy_gpus({}) == {}
+
+
+def test_devices_behind_the_counts_fold_a_shared_gpus_replicas_not_mig_devices() -> None:
+    assert unhealthy_devices("nvidia.com/gpu", 4, 4, None) == 1  # one T4 shared 4 ways
+    assert unhealthy_devices("nvidia.com/gpu", 5, 4, "all-disabled") == 2  # a GPU's replicas cut short: still a GPU
+    assert unhealthy_devices("nvidia.com/gpu", 2, 1, "all-1g.5gb") == 2  # MIG's single strategy: MIG devices
+    assert unhealthy_devices("nvidia.com/mig-1g.5gb", 3, 1, "all-1g.5gb") == 3
+    assert unhealthy_whole_gpus({"nvidia.com/gpu": 8}, 4, None) == 2
+    assert unhealthy_whole_gpus({"nvidia.com/mig-1g.5gb": 1}, 1, "all-1g.5gb") == 0
+    assert unhealthy_whole_gpus({}, 1, None) == 0

@@ -23,7 +23,7 @@ from gpuctl.ops.metrics.gpu_metrics import (
     read_devices,
     read_tenant_series,
 )
-from gpuctl.ops.metrics.top import SHARED_NOTE, render_table, top_of
+from gpuctl.ops.metrics.top import SHARED_NOTE, UNHEALTHY_NOTE, UNKNOWN_NOTE, render_table, top_of
 from tests.unit.fake_prometheus import Canned, add_device, add_tenant, device, fake_prometheus
 
 T4_MIB = 15360
@@ -206,3 +206,53 @@ def test_a_window_the_series_cover_in_part_or_not_yet_says_so() -> None:
     assert "cover 40% of the 1h window" in str(coverage_note(Metrics(devices, usage, 0.4), "1h"))
     assert "follow within 15s" in str(coverage_note(Metrics(devices, usage, None), "1h"))  # Prometheus seconds old
     assert coverage_note(Metrics({}, {}, None), "1h") is None  # no series at all: top says that instead
+
+
+def unhealthy_cluster() -> tuple[ClusterView, Canned]:
+    """gpu-1 reports 1 of 4 GPUs unhealthy and DCGM's last XID on GPU 2 is 79 (fallen off the bus); gpu-2 reports
+    one too, shared 4 ways (4 replicas), and no series has an XID; gpu-3 has an XID 13 (an application's, which
+    the device plugin ignores) and reports nothing unhealthy."""
+    nodes = {"gpu-1": NodeInfo("gpu-1", "gpu", GPUS["t4"], "none", 1, None, {"nvidia.com/gpu": 1}),
+             "gpu-2": NodeInfo("gpu-2", "shared", GPUS["t4"], "time-slicing", 4, None, {"nvidia.com/gpu": 4}),
+             "gpu-3": NodeInfo("gpu-3", "gpu", GPUS["t4"], "none", 1, None)}
+    c = Canned()
+    for i in range(4):
+        add_device(c, device("gpu-1", i), sm=0.0, util=0.0, used=0, total=T4_MIB, xid=79 if i == 2 else 0)
+    for i in range(2):
+        add_device(c, device("gpu-2", i), sm=0.0, util=0.0, used=0, total=T4_MIB)  # no XID series
+    add_device(c, device("gpu-3", 0), sm=0.0, util=0.0, used=0, total=T4_MIB, xid=13)
+    return ClusterView(nodes, [], {}), c
+
+
+def test_top_marks_the_gpu_the_node_reports_unhealthy_by_its_xid() -> None:
+    view, c = unhealthy_cluster()
+    devices, usage = read(c)
+    found = top_of(view, devices, usage)
+    health = {(g["node"], g["gpu"]): (g["health"], g["xid"]) for g in found["gpus"]}
+    assert health == {("gpu-1", 0): ("healthy", 0), ("gpu-1", 1): ("healthy", 0), ("gpu-1", 2): ("unhealthy", 79),
+                      ("gpu-1", 3): ("healthy", 0),
+                      # the node's count, no GPU named: either may be the one
+                      ("gpu-2", 0): ("unknown", None), ("gpu-2", 1): ("unknown", None),
+                      ("gpu-3", 0): ("healthy", 13)}  # an XID the device plugin ignores marks nothing
+    assert found["unhealthy"] == [
+        {"node": "gpu-1", "nodegroup": "gpu", "unhealthy": {"nvidia.com/gpu": 1}, "unhealthy_gpus": 1, "unnamed": {}},
+        {"node": "gpu-2", "nodegroup": "shared", "unhealthy": {"nvidia.com/gpu": 4}, "unhealthy_gpus": 1,
+         "unnamed": {"nvidia.com/gpu": 1}}]
+    assert UNHEALTHY_NOTE in found["notes"] and UNKNOWN_NOTE in found["notes"]
+    assert top_of(view, devices, usage, nodegroup="gpu")["unhealthy"][0]["node"] == "gpu-1"
+    text = render_table({"window": "1h", **found})
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    lines = text.splitlines()
+    assert "gpu-1 (node group gpu): unhealthy 1 gpu" in lines and "gpu-2 (node group shared): unhealthy 4 gpu (1 GPU)" in lines
+    assert lines[lines.index("gpu-1 (node group gpu): unhealthy 1 gpu") + 3].split()[0] == "2!", text
+    assert [line.split()[0] for line in lines if line.startswith("  ")][4:6] == ["0?", "1?"], text
+
+
+def test_an_unhealthy_node_without_series_is_still_shown() -> None:
+    view, c = unhealthy_cluster()
+    view.nodes["gpu-4"] = NodeInfo("gpu-4", "gpu", GPUS["t4"], "none", 1, None, {"nvidia.com/gpu": 2})
+    devices, usage = read(c)
+    found = top_of(view, devices, usage)
+    assert found["unhealthy"][-1] == {"node": "gpu-4", "nodegroup": "gpu", "unhealthy": {"nvidia.com/gpu": 2},
+                                      "unhealthy_gpus": 2, "unnamed": {"nvidia.com/gpu": 2}}
+    assert "gpu-4 (node group gpu): unhealthy 2 gpu, no GPU series" in render_table({"window": "1h", **found})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.dra import list_claims, list_slices
 from gpuctl.kube.errors import KubeNotFound
-from gpuctl.kube.gpu_nodes import gpu_nodes, model_of, nodegroup_in
+from gpuctl.kube.gpu_nodes import gpu_nodes, model_of, nodegroup_in, unhealthy_devices, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import count
@@ -234,6 +234,8 @@ class NodeInfo:
     sharing: str  # none | time-slicing | mps (the device plugin's label)
     replicas: int
     mig_config: str | None
+    # devices the device plugin reports unhealthy, by resource (gpuctl.kube.gpu_nodes.unhealthy_gpus)
+    unhealthy: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -310,7 +312,8 @@ def read_cluster(kube: Kube) -> ClusterView:
         name = node["metadata"]["name"]
         nodes[name] = NodeInfo(name, nodegroup_in(labels), model_of(labels),
                                labels.get("nvidia.com/gpu.sharing-strategy", "none"),
-                               int(labels.get("nvidia.com/gpu.replicas", "1") or 1), labels.get(L.MIG_CONFIG))
+                               int(labels.get("nvidia.com/gpu.replicas", "1") or 1), labels.get(L.MIG_CONFIG),
+                               unhealthy_gpus(node))
     pods = [PodInfo(p["metadata"]["namespace"], p["metadata"]["name"], p["spec"].get("nodeName"),
                     str((p.get("status") or {}).get("phase")), _pod_requests(p), bool(p["spec"].get("resourceClaims")))
             for p in kube.list("v1", "Pod", what="listing pods")]
@@ -376,6 +379,41 @@ def attach_claimed(devices: dict[Any, Device], claimed: list[ClaimedDevice]) -> 
                          f"a ResourceClaim; the GPU has {len(matches)} {claim.mig_profile} instances and the series "
                          "do not say which")
     return notes
+
+
+@dataclass(frozen=True)
+class Health:
+    """Which devices the nodes report unhealthy: `devices` (a device's key -> `unhealthy`, or `unknown` where the
+    node has unhealthy devices of its resource that no series names), and per node the unhealthy devices no
+    series names (`unnamed`: resource -> GPUs or MIG devices)."""
+
+    devices: dict[Any, str]
+    unnamed: dict[str, dict[str, int]]
+
+    def of(self, key: Any) -> str:
+        return self.devices.get(key, "healthy")
+
+
+def device_health(devices: dict[Any, Device], view: ClusterView) -> Health:
+    """The node's word on its devices (capacity above allocatable: the kubelet's record of what the device plugin
+    reports unhealthy) pinned to devices by DCGM's last XID (non-zero): on a node with U unhealthy GPUs of a
+    resource, the devices of that resource with an XID are `unhealthy` where at most U have one, else `unknown`
+    (more XIDs than failed GPUs: an old one stays in the gauge); where fewer than U have one, the others are
+    `unknown`. A GPU shared N ways is N unhealthy replicas: one GPU. An XID on a node that reports nothing
+    unhealthy marks nothing: the plugin ignores application XIDs (13, 31, 43, 45, 68, 109)."""
+    marks: dict[Any, str] = {}
+    unnamed: dict[str, dict[str, int]] = {}
+    for node in view.nodes.values():
+        for resource, n in node.unhealthy.items():
+            units = unhealthy_devices(resource, n, node.replicas, node.mig_config)
+            mine = [k for k, d in devices.items() if d.node == node.name and d.resource == resource]
+            flagged = [k for k in mine if devices[k].values.get("xid")]
+            named = flagged if len(flagged) <= units else []
+            marks.update({k: "unhealthy" if named else "unknown" for k in flagged})
+            if len(named) < units:
+                marks.update({k: "unknown" for k in mine if k not in named})
+                unnamed.setdefault(node.name, {})[resource] = units - len(named)
+    return Health(marks, unnamed)
 
 
 def read_queues(kube: Kube, view: ClusterView) -> None:

@@ -4,12 +4,16 @@ tenant the GPUs its pods hold against its quota and how busy they were over a wi
 
 A GPU several pods share (time-slicing, MPS) has one set of figures, the device's: dcgm-exporter cannot
 attribute them per pod (NVIDIA/dcgm-exporter#307), so they are shown once, marked, never split.
+
+A GPU the device plugin reports unhealthy is marked `!` (gpu_metrics.device_health: the node's capacity above its
+allocatable, pinned to the GPU by DCGM's last XID), `?` where the node says so and no series names the GPU.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuctl.kube.gpu_nodes import unhealthy_whole_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.model import promql
 from gpuctl.model.mig import resource_name
@@ -18,19 +22,25 @@ from gpuctl.ops.metrics.gpu_metrics import (
     GPU,
     ClusterView,
     Device,
+    Health,
     attach_claimed,
     check_nodegroup,
     check_tenant,
     coverage_note,
+    device_health,
     read_all,
 )
-from gpuctl.util.words import noun
+from gpuctl.util.words import noun, plural
 
 if TYPE_CHECKING:
     from gpuctl.kube.prometheus import Prometheus
 
 SHARED_NOTE = ("* shared by several pods (time-slicing or MPS): the figures are the whole GPU's; dcgm-exporter "
                "cannot attribute them per pod (NVIDIA/dcgm-exporter#307)")
+UNHEALTHY_NOTE = ("! unhealthy: the device plugin reports it failed (the kubelet keeps it in the node's capacity, "
+                  "not in its allocatable) and DCGM names it by its last XID; 'gpuctl doctor' says why")
+UNKNOWN_NOTE = ("? the node reports unhealthy GPUs that no XID series names: one of those marked, or one without "
+                "series")
 WIDTH = 80
 MIB_PER_GIB = 1024
 
@@ -52,13 +62,23 @@ def top(kube: Kube, prom: Prometheus, window: str, nodegroup: str | None = None,
 
 def top_of(view: ClusterView, devices: dict[Any, Device], usage: dict[str, dict[str, Any]],
            nodegroup: str | None = None, tenant: str | None = None, source: str = "Prometheus") -> dict[str, Any]:
-    """gpus, tenants and notes of what was read, narrowed to `nodegroup` and `tenant`."""
-    gpus = [row for d in sorted(devices.values(), key=_order) if _wanted(row := gpu_row(d, view), nodegroup, tenant)]
+    """gpus, tenants, unhealthy (nodes that report unhealthy devices) and notes of what was read, narrowed to
+    `nodegroup` and `tenant`."""
+    health = device_health(devices, view)
+    gpus = [row for k, d in sorted(devices.items(), key=lambda kd: _order(kd[1]))
+            if _wanted(row := gpu_row(d, view, health.of(k)), nodegroup, tenant)]
     tenants = [tenant_row(name, view, usage.get(name, {}), devices)
                for name in sorted(view.tenants) if tenant is None or name == tenant]
     notes = []
     if any(g["attribution"] == "device" for g in gpus) or any(t["shared_gpus"] for t in tenants):
         notes.append(SHARED_NOTE)
+    shown = {g["node"] for g in gpus}
+    unhealthy = [row for row in unhealthy_nodes(view, health) if (nodegroup is None or row["nodegroup"] == nodegroup)
+                 and (tenant is None or row["node"] in shown)]
+    if any(g["health"] == "unhealthy" for g in gpus):
+        notes.append(UNHEALTHY_NOTE)
+    if any(g["health"] == "unknown" for g in gpus) or any(u["unnamed"] for u in unhealthy):
+        notes.append(UNKNOWN_NOTE)
     if not devices:
         notes.append(f"{source} has no dcgm-exporter series ({promql.FB_USED}): is dcgm-exporter running and "
                      "scraped?")
@@ -66,7 +86,17 @@ def top_of(view: ClusterView, devices: dict[Any, Device], usage: dict[str, dict[
         missing = sorted(set(view.nodes) - {d.node for d in devices.values()})
         if missing and nodegroup is None and tenant is None:
             notes.append(f"no GPU series for {noun(len(missing), 'node')} {', '.join(missing)}")
-    return {"gpus": gpus, "tenants": tenants, "notes": notes}
+    return {"gpus": gpus, "tenants": tenants, "unhealthy": unhealthy, "notes": notes}
+
+
+def unhealthy_nodes(view: ClusterView, health: Health) -> list[dict[str, Any]]:
+    """The nodes that report unhealthy devices: by resource as the kubelet counts them (a GPU shared N ways is N),
+    the whole GPUs among them (as `status` counts them), and the GPUs or MIG devices that no series names
+    (`unnamed`)."""
+    return [{"node": n.name, "nodegroup": n.nodegroup, "unhealthy": n.unhealthy,
+             "unhealthy_gpus": unhealthy_whole_gpus(n.unhealthy, n.replicas, n.mig_config),
+             "unnamed": health.unnamed.get(n.name, {})}
+            for n in sorted(view.nodes.values(), key=lambda n: n.name) if n.unhealthy]
 
 
 def _order(device: Device) -> tuple[str, int, str, int]:
@@ -90,7 +120,7 @@ def _rounded(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def gpu_row(device: Device, view: ClusterView) -> dict[str, Any]:
+def gpu_row(device: Device, view: ClusterView, health: str = "healthy") -> dict[str, Any]:
     node = view.nodes.get(device.node)
     pods = sorted(view.workloads(device.pods))
     v = device.values
@@ -104,6 +134,8 @@ def gpu_row(device: Device, view: ClusterView) -> dict[str, Any]:
         "pods": [f"{ns}/{name}" for ns, name in pods],
         # whose figures these are: one pod's GPU ("pod"), several pods' ("device": not attributable), none
         "attribution": "pod" if len(pods) == 1 else "device" if pods else None,
+        "xid": None if v.get("xid") is None else int(v["xid"] or 0),  # DCGM's last XID (0: none)
+        "health": health,  # healthy | unhealthy | unknown (gpu_metrics.device_health)
     }
 
 
@@ -201,12 +233,14 @@ def render_table(view: dict[str, Any], width: int = WIDTH) -> str:
     entries: list[str | list[str]] = []  # a node's line, or a GPU's cells (its pods last, fitted below)
     pods: list[list[str]] = []
     node = None
+    unhealthy = {u["node"]: u for u in view.get("unhealthy", [])}
     for g in view["gpus"]:
         if g["node"] != node:
             node = g["node"]
-            entries.append(f"{node} (node group {g['nodegroup']})" if g["nodegroup"] else node)
+            entries.append(_node_line(node, g["nodegroup"], unhealthy.get(node)))
         name = str(g["gpu"]) if g["mig_profile"] is None else f"{g['gpu']}/{g['mig_profile']}"
-        entries.append([_fit("  " + name, 16), _pct(g["sm_active"]), _pct(g["gpu_util"]),
+        mark = {"unhealthy": "!", "unknown": "?"}.get(g.get("health", "healthy"), "")
+        entries.append([_fit("  " + name, 16 - len(mark)) + mark, _pct(g["sm_active"]), _pct(g["gpu_util"]),
                         _memory(g["fb_used_mib"], g["fb_total_mib"]), _pct(g["sm_active_avg"])])
         pods.append(g["pods"])
     cells = [e for e in entries if isinstance(e, list)]
@@ -220,6 +254,9 @@ def render_table(view: dict[str, Any], width: int = WIDTH) -> str:
         lines += [_fit(e, width) if isinstance(e, str) else next(formatted) for e in entries]
     else:
         lines.append("no GPU series")
+    shown = {g["node"] for g in view["gpus"]}
+    lines += [_fit(_node_line(u["node"], u["nodegroup"], u) + ", no GPU series", width)
+              for u in unhealthy.values() if u["node"] not in shown]
     tenant_rows = []
     for t in view["tenants"]:
         for i, resource in enumerate(t["resources"] or [GPU]):
@@ -237,6 +274,17 @@ def render_table(view: dict[str, Any], width: int = WIDTH) -> str:
         lines.append("")
         lines += _wrap(note, width)
     return "\n".join(lines)
+
+
+def _node_line(node: str, nodegroup: str | None, unhealthy: dict[str, Any] | None) -> str:
+    """A node's line over its GPUs: `gpu-1 (node group gpu)`, and what it reports unhealthy."""
+    line = f"{node} (node group {nodegroup})" if nodegroup else node
+    if unhealthy:
+        line += ": unhealthy " + ", ".join(f"{n} {r.removeprefix('nvidia.com/')}"
+                                           for r, n in unhealthy["unhealthy"].items())
+        if unhealthy["unhealthy_gpus"] and unhealthy["unhealthy"].get(GPU) != unhealthy["unhealthy_gpus"]:
+            line += f" ({plural(unhealthy['unhealthy_gpus'], 'GPU')})"  # replicas of shared GPUs
+    return line
 
 
 def _wrap(text: str, width: int) -> list[str]:
