@@ -14,9 +14,10 @@ import json
 from dataclasses import replace
 
 from gpuctl.kube.kube import Kube
-from gpuctl.kube.objects import read_config_map_data
+from gpuctl.kube.objects import ensure_config_map_keys, read_config_map_data
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
+from gpuctl.model.change import Change
 from gpuctl.model.mig import config_name, parse_layout
 from gpuctl.model.sharing import CONFIG_LABEL, Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
@@ -30,9 +31,10 @@ GROUPS_CONFIGMAP = "gpuctl-node-groups"
 
 
 def record_of(group: GroupPlan) -> str:
-    """The record of one node group (its node count is the cloud's, not recorded)."""
+    """The record of one node group; `nodes`: the nodes of its own gpuctl last gave it (apply, nodegroup scale),
+    which `doctor` holds its nodes against (0 for a group only Karpenter launches nodes for)."""
     spec = group.spec
-    return json.dumps({"gpu": spec.gpu.name, "gpusPerNode": spec.gpus_per_node,
+    return json.dumps({"gpu": spec.gpu.name, "gpusPerNode": spec.gpus_per_node, "nodes": spec.nodes,
                        "taints": [str(t) for t in spec.taints], "sharing": group.sharing.strategy,
                        "replicas": group.sharing.replicas, "mig": group.mig.name if group.mig else None,
                        "labels": dict(sorted(group.labels.items()))}, sort_keys=True)
@@ -56,6 +58,40 @@ def read_group_plans(kube: Kube, namespace: str) -> dict[str, GroupPlan]:
     """Every node group recorded on the cluster, by name."""
     data = read_config_map_data(kube, namespace, GROUPS_CONFIGMAP) or {}
     return {name: plan for name, text in sorted(data.items()) if (plan := plan_of(name, text)) is not None}
+
+
+def sizes_of(data: dict[str, str]) -> dict[str, int]:
+    """The recorded node count of each node group whose record has one (records written before gpuctl recorded
+    it have none)."""
+    sizes = {}
+    for name, text in sorted(data.items()):
+        try:
+            nodes = json.loads(text).get("nodes")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(nodes, int) and not isinstance(nodes, bool):
+            sizes[name] = nodes
+    return sizes
+
+
+def read_group_sizes(kube: Kube, namespace: str) -> dict[str, int]:
+    """Each recorded node group's node count (sizes_of), by name."""
+    return sizes_of(read_config_map_data(kube, namespace, GROUPS_CONFIGMAP) or {})
+
+
+def record_size(kube: Kube, name: str, nodes: int) -> Change:
+    """After `nodegroup scale`: node group `name`'s record says `nodes` (NO_CHANGE where it has no record)."""
+    namespace = config_namespace(kube)
+    text = (read_config_map_data(kube, namespace, GROUPS_CONFIGMAP) or {}).get(name)
+    try:
+        doc = json.loads(text) if text is not None else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return Change.NO_CHANGE
+    doc["nodes"] = nodes
+    change, _ = ensure_config_map_keys(kube, namespace, GROUPS_CONFIGMAP, {name: json.dumps(doc, sort_keys=True)})
+    return change
 
 
 def read_recorded_groups(kube: Kube) -> dict[str, GroupPlan]:

@@ -27,7 +27,13 @@ from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import GroupPlan, PlatformSpec, all_taints
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.target import ClusterTarget
-from gpuctl.ops.group_records import GROUPS_CONFIGMAP, read_recorded_groups, read_recorded_stack, with_recorded
+from gpuctl.ops.group_records import (
+    GROUPS_CONFIGMAP,
+    read_recorded_groups,
+    read_recorded_stack,
+    record_size,
+    with_recorded,
+)
 from gpuctl.ops.platform.capacity import wait_capacity
 from gpuctl.ops.platform.mig import apply_mig_layout
 from gpuctl.ops.platform.nodes import configure_nodes
@@ -296,6 +302,8 @@ def scale_node_group(provider: Provider, cluster: str, name: str, nodes: int | N
     sharing or MIG layout gpuctl set on their siblings)."""
     client = cache(lambda: cluster_client(provider, cluster, target))  # made once, where needed
     change = scale_group(provider, cluster, name, nodes, min_nodes, max_nodes, client)
+    if nodes is not None and provider.get_node_group(cluster, name) is not None:  # its own nodes, not Karpenter's
+        record_size(client(), name, nodes)  # what `doctor` holds the group's nodes against
     configured = configure_recorded_group(client(), provider.node_selector(name), name)
     return Change.UPDATED if change is Change.NO_CHANGE and configured is not Change.NO_CHANGE else change
 

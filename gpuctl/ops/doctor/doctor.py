@@ -10,10 +10,11 @@ from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.objects import read_config_map_data
 from gpuctl.model.tenant import TENANT_LABEL
 from gpuctl.ops.devices import PLUGIN_SELECTOR, pods_by_node
 from gpuctl.ops.doctor.findings import ADMISSION_API, FENCE_KINDS, TOLERATION_KINDS, Finding, Snapshot, diagnose
-from gpuctl.ops.group_records import read_group_plans
+from gpuctl.ops.group_records import read_group_plans, read_group_sizes
 from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
 from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
 from gpuctl.stack.existing import (
@@ -22,7 +23,9 @@ from gpuctl.stack.existing import (
     find_operators,
     read_operator_deployments,
     read_policies,
+    read_releases,
 )
+from gpuctl.stack.values import STACK_CONFIGMAP
 from gpuctl.util.errors import UsageError
 from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, wait_until
@@ -53,6 +56,8 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
     policies, deployments = read_policies(kube), read_operator_deployments(kube)
     namespace = config_namespace_of(configured_of(find_operators([], policies, deployments)))
     tenants = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
+    sizes = {} if node is not None else {g: n for g, n in read_group_sizes(kube, namespace).items()
+                                         if nodegroup in (None, g)}
     return Snapshot(
         nodes=nodes,
         plugin_pods=pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin"),
@@ -63,6 +68,9 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
         tenants=sorted(n.name for n in tenants if not n.deleting),
         admission=_admission(kube),
         now=datetime.now(timezone.utc),
+        releases=tuple(read_releases(kube)),
+        stack_recorded="stack.json" in (read_config_map_data(kube, namespace, STACK_CONFIGMAP) or {}),
+        sizes=sizes,
         namespace=namespace)
 
 

@@ -12,6 +12,10 @@ Upstream facts relied on:
 - gpuctl's own: a node group's taints (recorded in gpuctl-node-groups) are what the GPU Operator's operands and
   the tenants' GPU tolerations tolerate; a tenant namespace is fenced and tolerated by two cluster-scoped
   admission policies, each with its binding (ops/tenancy/fence.py, tolerations.py).
+- gpuctl's own: the stack record (gpuctl-stack) says gpuctl set up a GPU Operator, which runs as long as its
+  ClusterPolicy and its Deployment exist; each node group's record (gpuctl-node-groups) says how many nodes of its
+  own gpuctl gave it. The kubelet marks every device of a plugin that went unhealthy at once and drops the resource
+  after 5 minutes (Kubernetes pkg/kubelet/cm/devicemanager manager.go PluginDisconnected, GetCapacity).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from gpuctl.model.taints import DEFAULT_GPU_TAINTS, TRANSIENT_TAINTS, Taint, nod
 from gpuctl.ops.devices import plugin_state
 from gpuctl.ops.platform.capacity import RACE_GRACE_S  # a plugin just started has not registered yet
 from gpuctl.ops.tenancy import fence, tolerations
-from gpuctl.stack.existing import is_device_plugin
+from gpuctl.stack.existing import OUR_OPERATOR, HelmRelease, Operator, find_operators, is_device_plugin
 
 FIX = "gpuctl doctor --fix"
 GPU_OPERATOR_ISSUE_2833 = "https://github.com/NVIDIA/gpu-operator/issues/2833"
@@ -82,6 +86,9 @@ class Snapshot:
     admission: dict[str, set[str]]  # kind -> names of its objects; a kind the server does not serve is absent
     now: datetime
     namespace: str = "gpu-operator"  # the GPU Operator's, where its operands run
+    releases: tuple[HelmRelease, ...] = ()  # deployed Helm releases
+    stack_recorded: bool = False  # gpuctl's stack record (gpuctl-stack) is there: gpuctl set up a GPU Operator
+    sizes: dict[str, int] = field(default_factory=dict)  # node group -> nodes of its own recorded (none with --node)
 
 
 # -- a. the security floor of the running stack --------------------------------------------------------------
@@ -270,7 +277,68 @@ def check_tenant_policies(snap: Snapshot) -> list[Finding]:
     return found
 
 
-CHECKS = (check_security_floor, check_mig_changes, check_plugins_serving, check_taints, check_tenant_policies)
+# -- g. the GPU stack and the node groups removed by hand ------------------------------------------------------
+
+
+def _running(operator: Operator, snap: Snapshot) -> dict[str, Any]:
+    """What runs of `operator`: its ClusterPolicy and its Deployment (None where gone)."""
+    deployment = next((f"{d.namespace}/{d.name}" for d in snap.deployments if d.namespace == operator.namespace), None)
+    return {"clusterPolicy": operator.policy, "operatorDeployment": deployment}
+
+
+def check_stack_running(snap: Snapshot) -> list[Finding]:
+    """A GPU Operator that gpuctl's stack record, a Helm release or a ClusterPolicy says should run, and that has
+    no ClusterPolicy or no operator Deployment (its release uninstalled, or parts deleted by hand)."""
+    operators = list(find_operators(list(snap.releases), snap.policies, snap.deployments))
+    if not operators and snap.stack_recorded:
+        release, namespace = OUR_OPERATOR
+        operators = [Operator(release, namespace, namespace, None)]
+    found = []
+    for operator in operators:
+        running = _running(operator, snap)
+        if all(running.values()):
+            continue
+        gone = " and ".join(what for what, key in (("no ClusterPolicy", "clusterPolicy"),
+                                                     ("no operator Deployment", "operatorDeployment"))
+                            if running[key] is None)
+        evidence = {"release": operator.release, "namespace": operator.release_namespace, **running,
+                    "recordedBy": "gpuctl" if snap.stack_recorded else None}
+        repair = ("re-run the 'gpuctl apply -f SPEC' (or 'gpuctl cluster create ...') that made this platform: it "
+                  f"reinstalls release {operator.release} in {operator.release_namespace}") if operator.ours else \
+            (f"reinstall {operator.describe()} as it was installed (helm upgrade --install), then re-run "
+             "'gpuctl apply -f SPEC'")
+        found.append(Finding(
+            "stack-missing", "error", f"GPU Operator {operator.describe()}", evidence,
+            f"the GPU Operator should run and has {gone} (uninstalled or deleted by hand): nothing runs the device "
+            "plugin, and the kubelets stop offering the GPUs of a plugin that went", repair))
+    return found
+
+
+def check_node_groups_whole(snap: Snapshot) -> list[Finding]:
+    """Node groups with fewer nodes of their own (not Karpenter's) than their record says: a node deleted by hand
+    (or one that has not registered)."""
+    have: dict[str, list[str]] = {}
+    for node in snap.nodes:
+        if L.KARPENTER_NODEPOOL not in node.labels and (group := nodegroup_of(node)):
+            have.setdefault(group, []).append(node.name)
+    found = []
+    for group, size in sorted(snap.sizes.items()):
+        present = sorted(have.get(group, []))
+        if len(present) >= size:
+            continue
+        missing = size - len(present)
+        found.append(Finding(
+            "node-missing", "error", f"node group {group}",
+            {"nodegroup": group, "recordedNodes": size, "nodes": len(present), "present": present},
+            f"node group {group} has {len(present)} of its {size} nodes: {missing} deleted by hand or not "
+            "registered, its GPUs lost to the platform",
+            f"re-run the 'gpuctl apply -f SPEC' (or 'gpuctl nodegroup scale {group} --nodes {size}') that made it: "
+            "the cloud makes the node again; where its instance still runs, restarting its kubelet registers it"))
+    return found
+
+
+CHECKS = (check_stack_running, check_node_groups_whole,
+          check_security_floor, check_mig_changes, check_plugins_serving, check_taints, check_tenant_policies)
 
 
 def diagnose(snap: Snapshot) -> list[Finding]:
