@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, cast
 
@@ -17,7 +18,7 @@ from gpuctl.model.mig import parse_layout, place
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import Taint
-from gpuctl.ops.metrics.advise import NOTHING, advice_of, cluster_identity, render_text
+from gpuctl.ops.metrics.advise import NOTHING, advice_of, cluster_identity, render_text, unhealthy_note
 from gpuctl.ops.metrics.gpu_metrics import (
     ClusterView,
     NodeInfo,
@@ -279,3 +280,42 @@ def test_a_window_covered_90_percent_gives_its_advice_unchanged(monkeypatch: Any
     [advice] = result["advice"]
     assert advice["rule"] == "unused-quota" and advice["command"] == "gpuctl tenant add team-a --gpus 1"
     assert render_text(result).startswith("1. tenant team-a: lower its quota")
+
+
+def test_an_unhealthy_gpu_is_not_idle_capacity_to_share() -> None:
+    """4 whole T4s held and idle; gpu-3 reports its GPU unhealthy (capacity 1, allocatable 0) and DCGM's last XID
+    there is 79: the pod on it is stuck, not idle. The advice counts 3 GPUs and says which it left out."""
+    canned = Canned()
+    for i in range(4):
+        add_device(canned, device(f"gpu-{i}"), sm=8.0, util=10.0, used=2048, total=T4_MIB,
+                   pods=[("team-a", f"job-{i}")], xid=79 if i == 3 else 0)
+    view, records = whole_t4s()
+    view.nodes["gpu-3"] = NodeInfo("gpu-3", "gpu", T4, "none", 1, None, {"nvidia.com/gpu": 1})
+    [advice] = run(canned, view, records)
+    assert advice["figures"]["gpus"] == 3 and advice["figures"]["unhealthy_left_out"] == 1
+    assert advice["why"][-1].endswith(": gpu-3 GPU 0") and "3 whole GPUs held" in advice["why"][0]
+    with fake_prometheus(canned) as url:
+        devices = read_devices(Prometheus(url).query_all(queries(promql.Where())))
+    note = unhealthy_note(view, devices)
+    assert note is not None and note.endswith("gpu-3 GPU 0 (XID 79)") and "not idle capacity" in note
+    assert "note: " + note in render_text({"advice": [advice], "notes": [note]})
+
+
+def test_an_unhealthy_mig_instance_is_not_an_idle_one_to_lay_out_again() -> None:
+    """An A100 as 3g.20gb-2x2g.10gb, its 3g.20gb busy, both 2g.10gb instances without a pod but unhealthy (the
+    node's count, no XID series to name them: both left out), pods asking for 1g.5gb Pending: no idle instance,
+    so no new layout from idleness that is a failure."""
+    canned = Canned()
+    node = NodeInfo("training-0", "training", A100, "none", 1, "3g.20gb-2x2g.10gb", {"nvidia.com/mig-2g.10gb": 2})
+    add_device(canned, device(node.name, 0, "NVIDIA A100-SXM4-40GB", mig=("3g.20gb", 1)), sm=60.0, util=None,
+               used=12000, total=20096, pods=[("team-b", "big")])
+    for instance in (5, 6):
+        add_device(canned, device(node.name, 0, "NVIDIA A100-SXM4-40GB", mig=("2g.10gb", instance)), sm=0.0,
+                   util=None, used=0, total=9856)
+    pods = [PodInfo("team-b", "big", node.name, "Running", {"nvidia.com/mig-3g.20gb": 1}),
+            *(PodInfo("team-a", f"small-{i}", None, "Pending", {"nvidia.com/mig-1g.5gb": 1}) for i in range(3))]
+    records = {"training": GroupPlan(NodeGroupSpec("training", A100, 1, 1),
+                                     mig=parse_layout("3g.20gb-2x2g.10gb", A100))}
+    healthy = ClusterView({node.name: replace(node, unhealthy={})}, pods, {})
+    assert [a["rule"] for a in run(canned, healthy, records)] == ["mig-layout"]  # the same devices, healthy
+    assert run(canned, ClusterView({node.name: node}, pods, {}), records) == []

@@ -10,6 +10,10 @@ Rules (thresholds below):
   busy instances and that demand, checked on the GPU's real slot geometry (gpuctl.model.mig);
 - a tenant whose pods held at most a quarter of its quota over the window -> a lower quota.
 
+A GPU or MIG device its node reports unhealthy (gpu_metrics.device_health: `unhealthy`, or `unknown` where the
+node's count names no device) is neither idle nor spare capacity: the rules leave it out, and the advice and a
+note say so.
+
 No advice comes from a window Prometheus covers less than 90 % of (ENOUGH_COVERAGE): its averages would be
 over a part of it (a tenant made a minute ago "held 0.00 on average over 1h"). It says how much of the window
 there is, when advice can follow (the time the window will be 90 % covered), and the longest window that is
@@ -37,6 +41,7 @@ from gpuctl.ops.metrics.gpu_metrics import (
     NodeInfo,
     cluster_of,
     coverage_note,
+    device_health,
     node_groups,
     read_all,
     read_queues,
@@ -73,7 +78,8 @@ def advise(kube: Kube, prom: Prometheus, window: str, context: str | None = None
     read_queues(kube, view)
     identity = cluster_identity(kube.server, context)
     advice = advice_of(view, recorded_groups(kube), metrics.devices, metrics.usage, window, identity)
-    notes = [n for n in (coverage_note(metrics, window), claims_note(view)) if n is not None]
+    notes = [n for n in (coverage_note(metrics, window), claims_note(view), unhealthy_note(view, metrics.devices))
+             if n is not None]
     return {**found, "advice": advice, "withheld": None, "notes": notes}
 
 
@@ -123,19 +129,40 @@ def claims_note(view: ClusterView) -> str | None:
             "GpuConfig sharing), not with --slices")
 
 
+def unhealthy_note(view: ClusterView, devices: dict[Any, Device]) -> str | None:
+    """Where nodes report unhealthy devices: which, and that no rule counted them as idle or spare."""
+    health = device_health(devices, view)
+    named = sorted(f"{d.node} GPU {d.name}" + (f" (XID {d.values['xid']:.0f})" if d.values.get("xid") else "")
+                   for k, d in devices.items() if health.of(k) == "unhealthy")
+    unnamed = [f"{node}: {plural(n, 'unhealthy ' + r.removeprefix('nvidia.com/'))} no series names"
+               for node, counts in sorted(health.unnamed.items()) for r, n in counts.items()]
+    if not named and not unnamed:
+        return None
+    return ("unhealthy devices (the device plugin reports them failed) are not idle capacity; the rules leave "
+            "them out (and, where the node does not say which, its other devices of that resource): "
+            + "; ".join(named + unnamed))
+
+
 def advice_of(view: ClusterView, records: dict[str, GroupPlan], devices: dict[Any, Device],
               usage: dict[str, dict[str, Any]], window: str, identity: tuple[str, str]) -> list[dict[str, Any]]:
     """Every rule on what was read: per node group (its devices), then per tenant."""
     advice: list[dict[str, Any]] = []
+    health = device_health(devices, view)
     for group, nodes in sorted(node_groups(view).items()):
         names = {n.name for n in nodes}
-        mine = [d for d in devices.values() if d.node in names]
+        mine = [d for k, d in devices.items() if d.node in names and health.of(k) == "healthy"]
+        left_out = sorted(f"{d.node} GPU {d.name}" for k, d in devices.items()
+                          if d.node in names and health.of(k) != "healthy")
         if not mine:
             continue
         setup = GroupSetup(group, nodes, records.get(group), *identity)
         for rule in (idle_whole_gpus, saturated_sharing, idle_mig_instances):
             found = rule(setup, mine, view, window)
             if found is not None:
+                if left_out:
+                    found["figures"]["unhealthy_left_out"] = len(left_out)
+                    found["why"].append(f"left out, unhealthy or on a node that reports one without naming it: "
+                                        f"{', '.join(left_out)}")
                 advice.append(found)
     for name in sorted(view.tenants):
         found = unused_quota(name, view, usage.get(name, {}), window)
