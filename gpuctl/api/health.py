@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from gpuctl.api.reach import client
 from gpuctl.model.naming import check_duration, check_name, check_text
-from gpuctl.ops.doctor.doctor import FIX_TIMEOUT_S
+from gpuctl.ops.doctor.doctor import FIX_TIMEOUT_S, GRACE_S
 from gpuctl.ops.doctor.doctor import doctor as diagnose
 from gpuctl.ops.doctor.doctor import fix as repair
 
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def doctor(nodegroup: str | None = None, node: str | None = None, fix: bool = False,
-           timeout: float = FIX_TIMEOUT_S, target: ClusterTarget | None = None) -> list[Finding]:
+           timeout: float = FIX_TIMEOUT_S, target: ClusterTarget | None = None,
+           grace: float = GRACE_S) -> list[Finding]:
     """The findings (read-only); with `fix`, the safe repairs done first (each said on stderr) and the findings
     read again: what is left."""
     if nodegroup is not None:
@@ -24,7 +25,8 @@ def doctor(nodegroup: str | None = None, node: str | None = None, fix: bool = Fa
     if node is not None:
         check_text(node, "--node")
     check_duration(timeout, "--timeout")
+    check_duration(grace, "--grace")
     kube = client(target)
     findings = diagnose(kube, nodegroup, node)
-    return repair(kube, findings, nodegroup, node, timeout) if fix and any(f.fixable for f in findings) \
+    return repair(kube, findings, nodegroup, node, timeout, grace) if fix and any(f.fixable for f in findings) \
         else findings

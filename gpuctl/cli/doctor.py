@@ -20,23 +20,25 @@ def doctor(
     ctx: typer.Context,
     nodegroup: Annotated[Optional[str], typer.Option("--nodegroup", metavar="NAME", help="Look at this node group's nodes only.")] = None,
     node: Annotated[Optional[str], typer.Option("--node", metavar="NODE", help="Look at this GPU node only.")] = None,
-    fix: Annotated[bool, typer.Option("--fix", help="Do the safe repairs (restart a device plugin that serves nothing, re-apply a deleted tenant policy), each said first; then look again.")] = False,
+    fix: Annotated[bool, typer.Option("--fix", help="Do the safe repairs (restart a device plugin that serves nothing, re-apply a deleted tenant policy, cordon a node with a failed GPU and evict its GPU pods, uncordon it once healthy), each said first; then look again.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds --fix waits for its repairs to take.")] = 120.0,
+    grace: Annotated[float, typer.Option("--grace", parser=seconds, help="Seconds --fix waits for PodDisruptionBudgets to allow the eviction of a failed GPU's node's GPU pods.")] = 300.0,
 ) -> None:
     """Find what is wrong with the running GPU platform: each finding with its evidence, its cause, the upstream
     issue or bulletin, and the command that repairs it. Read-only unless --fix.
 
     Checks: the stack's versions against NVIDIA's security bulletins, MIG changes that failed or wedged, device
-    plugins that serve no GPU, GPU nodes' taints against their node groups, the tenants' GPU fence and
-    tolerations. Exit 0 when nothing is wrong, 6 when something is (after --fix: something is left).
+    plugins that serve no GPU, GPUs the device plugin marked unhealthy (with their XID where the DCGM metrics are
+    reachable), GPU nodes' taints against their node groups, the tenants' GPU fence and tolerations. Exit 0 when nothing is wrong, 6 when something is (after --fix: something is left).
 
     Examples:
       gpuctl doctor
       gpuctl doctor --nodegroup gpu -o json
       gpuctl doctor --fix
+      gpuctl doctor --fix --grace 60
     """
     opts = settings(ctx)
-    findings = api.doctor(nodegroup, node, fix, timeout, opts.target)
+    findings = api.doctor(nodegroup, node, fix, timeout, opts.target, grace)
     rows = [f.as_dict() for f in findings]
     if not rows and is_table(opts.output):
         info("doctor: nothing wrong found")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpuctl.kube.errors import KubeUnavailable
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
@@ -18,17 +19,22 @@ from gpuctl.model.security import broken_floors, component_of, parse_version
 from gpuctl.model.sharing import Sharing
 from gpuctl.model.spec import GroupPlan, NodeGroupSpec
 from gpuctl.model.taints import Taint
+from gpuctl.model.xid import XID_CATALOGUE
 from gpuctl.ops.doctor import doctor as doctor_module
+from gpuctl.ops.doctor import gpu_repair
 from gpuctl.ops.doctor.findings import (
+    CORDONED,
     DEVICE_PLUGIN_ISSUE_1645,
     FENCE_KINDS,
     GPU_OPERATOR_ISSUE_2833,
     MIG_PARTED_ISSUE_484,
     TOLERATION_KINDS,
     Finding,
+    GpuXid,
     Snapshot,
     diagnose,
 )
+from gpuctl.util.errors import WaitTimeout
 from gpuctl.util.output import document
 from tests.output_contract import faults
 
@@ -309,3 +315,154 @@ def test_fix_says_each_repair_first_does_only_the_safe_ones_then_looks_again(mon
     assert done[said[1] + 1:said[1] + 3] == ["ensure_fence", "fence in force team-a"]
     assert done[said[2] + 1] == "tolerations team-a"
     assert done[-1] == "wait ['gpu-1']"
+
+
+# -- f. failed GPUs ---------------------------------------------------------------------------------------------
+
+def failed_node(name: str = "gpu-0", allocatable: str = "12", cordoned: str | None = None,
+                unschedulable: bool = False) -> KubeObject:
+    made = node(name, allocatable={"cpu": "4", L.GPU_RESOURCE: allocatable})
+    made["status"]["capacity"] = {"cpu": "4", L.GPU_RESOURCE: "16"}  # 4 GPUs shared 4 ways, one failed
+    if cordoned is not None:
+        made["metadata"]["annotations"] = {CORDONED: cordoned}
+    if unschedulable or cordoned is not None:
+        made["spec"]["unschedulable"] = True
+    return made
+
+
+UUID = "GPU-0b7b0bb2-0000-4000-8000-000000000001"
+
+
+def test_a_failed_gpu_is_named_with_its_xid_meaning_and_a_drain_and_reset_or_replace_repair() -> None:
+    xids = {"gpu-0": [GpuXid(1, UUID, 79), GpuXid(2, "GPU-other", 13)]}  # 13: an application's, not a failure
+    found = only(diagnose(snapshot(nodes=[failed_node(), node("gpu-1")], xids=xids, xids_read=True)), "gpu-failed")
+    assert (found.node, found.gpu, found.severity) == ("gpu-0", 1, "error")
+    assert found.evidence == {"unhealthy": {L.GPU_RESOURCE: 4}, "node": "in service", "gpu": 1, "uuid": UUID,
+                              "xid": 79, "meaning": "GPU has fallen off the bus"}
+    assert "GPU 1 reported XID 79, GPU has fallen off the bus" in found.cause
+    assert "gpuctl doctor --fix --grace 300 (cordons gpu-0" in found.repair
+    assert "nvidia-smi -r -i 1" in found.repair and "replace it" in found.repair
+    assert found.reference == XID_CATALOGUE and found.action == ("drain-gpus", "gpu-0")
+
+
+def test_a_failed_gpu_without_metrics_is_named_by_the_kubelets_record_alone() -> None:
+    found = only(diagnose(snapshot(nodes=[failed_node(), node("gpu-1")])), "gpu-failed")
+    assert found.gpu is None and found.evidence["xid"] == "unknown (DCGM metrics not reachable)"
+    assert "marked 4 nvidia.com/gpu unhealthy" in found.cause and found.fixable
+
+
+def test_a_failed_mig_device_counts_one_of_its_profile() -> None:
+    made = node("gpu-0", allocatable={"nvidia.com/mig-1g.5gb": "6"})
+    made["status"]["capacity"] = {"nvidia.com/mig-1g.5gb": "7"}
+    xids = {"gpu-0": [GpuXid(0, UUID, 48, instance="9")]}
+    found = only(diagnose(snapshot(nodes=[made, node("gpu-1")], xids=xids, xids_read=True)), "gpu-failed")
+    assert found.evidence["unhealthy"] == {"nvidia.com/mig-1g.5gb": 1} and found.evidence["gpuInstance"] == "9"
+    assert "GPU 0 (MIG instance 9) reported XID 48, double-bit ECC error (DBE)" in found.cause
+
+
+def test_a_node_gpuctl_cordoned_is_uncordoned_once_healthy_and_another_cordon_is_left_alone() -> None:
+    healthy_again = failed_node("gpu-0", allocatable="16", cordoned="gpu-failed: GPU 1 XID 79")
+    cordoned_by_someone = failed_node("gpu-1", allocatable="16", unschedulable=True)
+    found = only(diagnose(snapshot(nodes=[healthy_again, cordoned_by_someone])), "gpu-node-cordoned")
+    assert found.node == "gpu-0" and found.action == ("uncordon", "gpu-0") and found.severity == "warning"
+    still_failed = failed_node("gpu-0", cordoned="gpu-failed: GPU 1 XID 79")
+    failed = only(diagnose(snapshot(nodes=[still_failed, node("gpu-1")])), "gpu-failed")
+    assert failed.evidence["node"] == "cordoned by gpuctl" and "--grace" not in failed.repair
+
+
+class FakeDrainKube:
+    """The Kube calls --fix's failed-GPU repair makes, recorded; evictions refused (429) `refusals` times."""
+
+    def __init__(self, nodes: list[KubeObject], pods: list[dict[str, Any]], refusals: int = 0) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.pods = pods
+        self.refusals = refusals
+        self.done: list[str] = []
+
+    def get_or_none(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> KubeObject | None:
+        return self.nodes.get(name)
+
+    def patch(self, api_version: str, kind: str, name: str, patch: Any, namespace: str | None = None) -> KubeObject:
+        self.done.append(f"patch {kind} {name} {patch}")
+        return self.nodes[name]
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, *, labels: str = "",
+             fields: str = "", what: str | None = None) -> list[KubeObject]:
+        return [KubeObject(p) for p in self.pods if fields == f"spec.nodeName={p['spec']['nodeName']}"]
+
+    def create(self, obj: dict[str, Any], *, subresource: str | None = None, name: str | None = None) -> KubeObject:
+        assert (obj["apiVersion"], obj["kind"], subresource) == ("policy/v1", "Eviction", "eviction")
+        if self.refusals:
+            self.refusals -= 1
+            self.done.append(f"refused {name}")
+            raise KubeUnavailable("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
+        self.done.append(f"evict {name}")
+        self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+        return KubeObject(obj)
+
+
+def pod(name: str, on: str, limits: dict[str, str] | None = None, owner: str = "ReplicaSet") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team-a", "ownerReferences": [{"kind": owner}]},
+            "spec": {"nodeName": on, "containers": [{"name": "c", "resources": {"limits": limits or {}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_fix_cordons_with_gpuctls_mark_and_evicts_only_the_nodes_gpu_pods_through_the_eviction_api(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = [pod("train", "gpu-0", {L.GPU_RESOURCE: "1"}), pod("mig", "gpu-0", {"nvidia.com/mig-1g.5gb": "1"}),
+            pod("web", "gpu-0"), pod("gpu-ds", "gpu-0", {L.GPU_RESOURCE: "1"}, owner="DaemonSet"),
+            pod("elsewhere", "gpu-1", {L.GPU_RESOURCE: "1"})]
+    kube = FakeDrainKube([failed_node(), node("gpu-1")], pods, refusals=1)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        kube.done.append("said")
+
+    monkeypatch.setattr(gpu_repair, "info", say)
+    monkeypatch.setattr(gpu_repair.time, "sleep", lambda s: None)
+    found = diagnose(snapshot(nodes=[failed_node(), node("gpu-1")], xids={"gpu-0": [GpuXid(1, UUID, 79)]},
+                              xids_read=True))
+    monkeypatch.setattr(doctor_module, "doctor", lambda kube, nodegroup, node: [])
+    assert doctor_module.fix(kube, found, grace=60) == []  # type: ignore[arg-type]
+    assert kube.done[0] == "said" and kube.done[1].startswith(f"patch Node gpu-0 {{'metadata': {{'annotations': "
+                                                              f"{{'{CORDONED}': 'gpu-failed: GPU 1 XID 79'}}}}")
+    assert "'unschedulable': True" in kube.done[1]
+    evicted = [line for line in kube.done if line.startswith(("evict", "refused"))]
+    assert evicted == ["refused train", "evict mig", "evict train"]  # web, the DaemonSet's and gpu-1's stay
+    assert any("refused (Cannot evict pod" in line and "--grace" in line for line in said)
+    assert said[-1] == "fix: node gpu-0: its GPU pods are evicted (2)"
+
+
+def test_fix_names_the_pods_a_pdb_keeps_past_grace_and_keeps_the_cordon(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeDrainKube([failed_node()], [pod("train", "gpu-0", {L.GPU_RESOURCE: "1"})], refusals=10**6)
+    monkeypatch.setattr(gpu_repair, "info", lambda line: None)
+    times = iter(range(0, 1000, 5))
+    with pytest.raises(WaitTimeout, match=r"node gpu-0: 1 GPU pods left after --grace 60s: team-a/train "
+                                          r"\(Cannot evict pod"):
+        gpu_repair.drain_gpu_pods(kube, "gpu-0", 60, clock=lambda: float(next(times)),  # type: ignore[arg-type]
+                                  sleep=lambda s: None)
+
+
+def test_fix_restarts_the_plugin_of_a_node_gpuctl_cordoned_and_uncordons_it_once_healthy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cordoned = failed_node(cordoned="gpu-failed: GPU 1 XID 79")
+    kube = FakeDrainKube([cordoned], [])
+    restarted: list[str] = []
+    monkeypatch.setattr(gpu_repair, "info", lambda line: None)
+
+    def restart(kube: object, name: str, timeout: float) -> bool:
+        restarted.append(name)
+        return True
+
+    monkeypatch.setattr(doctor_module, "restart_plugin", restart)
+    found = diagnose(snapshot(nodes=[cordoned]))
+    assert [f.check for f in found] == ["gpu-failed"]
+    after = diagnose(snapshot(nodes=[failed_node(allocatable="16", cordoned="gpu-failed: GPU 1 XID 79")]))
+    reads = iter([after, []])
+    monkeypatch.setattr(doctor_module, "doctor", lambda kube, nodegroup, node: next(reads))
+    assert doctor_module.fix(kube, found) == []  # type: ignore[arg-type]
+    assert restarted == ["gpu-0"]
+    assert not any("unschedulable': True" in line for line in kube.done)  # not cordoned again
+    assert kube.done[-1] == f"patch Node gpu-0 {{'metadata': {{'annotations': {{'{CORDONED}': None}}}}, " \
+                            "'spec': {'unschedulable': None}}"

@@ -1,19 +1,30 @@
 """`gpuctl doctor`: read the cluster once (one LIST per kind, never one per node), run the checks of findings.py,
 and with --fix do the safe repairs: restart a device-plugin pod that serves nothing, re-apply a tenant admission
-policy deleted by hand. Each repair is said before it is done; the findings are then read again."""
+policy deleted by hand, cordon a node with a failed GPU and evict its GPU pods (gpu_repair.py), restart the
+device plugin of a node gpuctl cordoned and uncordon it once its GPUs are healthy. Each repair is said before it
+is done; the findings are then read again. The DCGM exporter's XIDs are read only where a GPU is unhealthy."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 from gpuctl.kube.errors import KubeNotFound, requesting
-from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import read_config_map_data
 from gpuctl.model.tenant import TENANT_LABEL
 from gpuctl.ops.devices import PLUGIN_SELECTOR, pods_by_node
-from gpuctl.ops.doctor.findings import ADMISSION_API, FENCE_KINDS, TOLERATION_KINDS, Finding, Snapshot, diagnose
+from gpuctl.ops.doctor.findings import (
+    ADMISSION_API,
+    FENCE_KINDS,
+    TOLERATION_KINDS,
+    Finding,
+    Snapshot,
+    cordoned_by_gpuctl,
+    diagnose,
+)
+from gpuctl.ops.doctor.gpu_repair import cordon, drain_gpu_pods, read_xids, restart_plugin, uncordon
 from gpuctl.ops.group_records import read_group_plans, read_group_sizes
 from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
 from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
@@ -31,6 +42,7 @@ from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, wait_until
 
 FIX_TIMEOUT_S = 120.0
+GRACE_S = 300.0  # --grace: how long --fix waits for a PodDisruptionBudget to allow a GPU pod's eviction
 
 
 def _admission(kube: Kube) -> dict[str, set[str]]:
@@ -58,6 +70,7 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
     tenants = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
     sizes = {} if node is not None else {g: n for g, n in read_group_sizes(kube, namespace).items()
                                          if nodegroup in (None, g)}
+    xids, xids_read = read_xids(kube) if any(unhealthy_gpus(n) for n in nodes) else ({}, False)
     return Snapshot(
         nodes=nodes,
         plugin_pods=pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin"),
@@ -71,7 +84,9 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
         releases=tuple(read_releases(kube)),
         stack_recorded="stack.json" in (read_config_map_data(kube, namespace, STACK_CONFIGMAP) or {}),
         sizes=sizes,
-        namespace=namespace)
+        namespace=namespace,
+        xids=xids,
+        xids_read=xids_read)
 
 
 def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> list[Finding]:
@@ -80,16 +95,23 @@ def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None) ->
 
 
 def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node: str | None = None,
-        timeout: float = FIX_TIMEOUT_S) -> list[Finding]:
+        timeout: float = FIX_TIMEOUT_S, grace: float = GRACE_S) -> list[Finding]:
     """Do the safe repairs among `findings` (each said first), wait until they took, and read the findings
-    again."""
+    again; a node gpuctl cordoned whose GPUs came back meanwhile is uncordoned in the same run."""
     restarted: list[str] = []
     tenants: list[str] = []
+    failed_gpus: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if finding.action and finding.action[0] == "drain-gpus":
+            failed_gpus.setdefault(finding.action[1], []).append(finding)
+    recovered = _repair_failed_gpus(kube, failed_gpus, grace, timeout)
     for finding in findings:
         if not finding.action:
             continue
         kind, *args = finding.action
-        if kind == "restart-plugin":
+        if kind == "uncordon":
+            uncordon(kube, args[0])
+        elif kind == "restart-plugin":
             name, namespace, pod = args
             info(f"fix: {finding.object}: restarting device-plugin pod {namespace}/{pod} "
                  f"(its DaemonSet starts a new one)")
@@ -107,7 +129,32 @@ def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node:
             converge_tolerations(kube, cluster_groups(kube), tenants[0], new_namespace=True)
     if restarted:
         wait_serving(kube, restarted, timeout)
-    return doctor(kube, nodegroup, node)
+    after = doctor(kube, nodegroup, node)
+    back = [f for f in after if f.action[:1] == ("uncordon",) and f.node in recovered]
+    for finding in back:
+        uncordon(kube, finding.action[1])
+    return doctor(kube, nodegroup, node) if back else after
+
+
+def _repair_failed_gpus(kube: Kube, failed: dict[str, list[Finding]], grace: float, timeout: float) -> list[str]:
+    """Per node with failed GPUs: a node gpuctl had cordoned before this run gets its device plugin restarted
+    (the GPU may have been reset or replaced since; the plugin checks afresh); any other is cordoned; then its GPU
+    pods are evicted. The nodes whose GPUs came back healthy."""
+    recovered = []
+    for name, found in sorted(failed.items()):
+        current = kube.get_or_none("v1", "Node", name)
+        if current is None:
+            continue
+        if cordoned_by_gpuctl(current):
+            drain_gpu_pods(kube, name, grace)
+            if restart_plugin(kube, name, timeout):
+                recovered.append(name)
+            continue
+        gpus = sorted({f"GPU {f.gpu} XID {f.evidence.get('xid')}" for f in found if f.gpu is not None})
+        why = "gpu-failed: " + (", ".join(gpus) if gpus else f"unhealthy {found[0].evidence.get('unhealthy')}")
+        cordon(kube, current, why)
+        drain_gpu_pods(kube, name, grace)
+    return recovered
 
 
 def wait_serving(kube: Kube, names: list[str], timeout: float) -> None:

@@ -9,6 +9,12 @@ Upstream facts relied on:
   manager v0.15.1): it ends in `failed` with the labels restored. Either way the node lacks the layout.
 - NVIDIA/k8s-device-plugin #1645 (open): the config label set, the plugin pod running, and nvidia.com/gpu 0
   until the plugin pod restarts.
+- A failed GPU: k8s-device-plugin v0.20.0 internal/rm/health.go marks a device Unhealthy on an XID critical error
+  (not the application XIDs 13, 31, 43, 45, 68, 109, nor those DP_DISABLE_HEALTHCHECKS names), and
+  internal/plugin/server.go never marks it healthy again until the plugin restarts; the kubelet keeps it in
+  capacity and not in allocatable (pkg/kubelet/cm/devicemanager/manager.go GetCapacity), which is the record
+  read here (gpuctl.kube.gpu_nodes.unhealthy_gpus); dcgm-exporter's DCGM_FI_DEV_XID_ERRORS names the XID, whose
+  meaning and repair come from NVIDIA's XID catalogue (gpuctl.model.xid).
 - gpuctl's own: a node group's taints (recorded in gpuctl-node-groups) are what the GPU Operator's operands and
   the tenants' GPU tolerations tolerate; a tenant namespace is fenced and tolerated by two cluster-scoped
   admission policies, each with its binding (ops/tenancy/fence.py, tolerations.py).
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuctl.kube.gpu_nodes import gpu_resources, nodegroup_of
+from gpuctl.kube.gpu_nodes import gpu_resources, nodegroup_of, unhealthy_gpus
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import count
 from gpuctl.model import labels as L
@@ -33,6 +39,7 @@ from gpuctl.model.security import POLICY_SECTIONS, broken_floors, component_of, 
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.spec import GroupPlan, all_taints
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, TRANSIENT_TAINTS, Taint, node_taint
+from gpuctl.model.xid import APPLICATION, XID_CATALOGUE, XIDS, needs_replacement, xid_meaning
 from gpuctl.ops.devices import plugin_state
 from gpuctl.ops.platform.capacity import RACE_GRACE_S  # a plugin just started has not registered yet
 from gpuctl.ops.tenancy import fence, tolerations
@@ -45,6 +52,8 @@ DEVICE_PLUGIN_ISSUE_1645 = "https://github.com/NVIDIA/k8s-device-plugin/issues/1
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 FENCE_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 TOLERATION_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+# On a node gpuctl cordoned for a failed GPU (doctor --fix), why: only a cordon gpuctl made is undone by gpuctl.
+CORDONED = "gpuctl.dev/cordoned"
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,16 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class GpuXid:
+    """One GPU (or MIG instance) with a non-zero DCGM_FI_DEV_XID_ERRORS: its last XID."""
+
+    gpu: int
+    uuid: str
+    xid: int
+    instance: str | None = None  # GPU_I_ID of a MIG instance
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The cluster as the checks read it, each kind listed once."""
 
@@ -89,6 +108,8 @@ class Snapshot:
     releases: tuple[HelmRelease, ...] = ()  # deployed Helm releases
     stack_recorded: bool = False  # gpuctl's stack record (gpuctl-stack) is there: gpuctl set up a GPU Operator
     sizes: dict[str, int] = field(default_factory=dict)  # node group -> nodes of its own recorded (none with --node)
+    xids: dict[str, list[GpuXid]] = field(default_factory=dict)  # node -> its GPUs' last XIDs (DCGM), read where
+    xids_read: bool = False  # the DCGM exporter's series were reachable (read only where a GPU is unhealthy)
 
 
 # -- a. the security floor of the running stack --------------------------------------------------------------
@@ -277,6 +298,72 @@ def check_tenant_policies(snap: Snapshot) -> list[Finding]:
     return found
 
 
+# -- f. failed GPUs -------------------------------------------------------------------------------------------
+
+def cordoned_by_gpuctl(node: KubeObject) -> bool:
+    return CORDONED in node.annotations
+
+
+def _repair(node: str, xid: int | None, gpu: int | None, cordoned: bool, namespace: str) -> str:
+    which = f"GPU {gpu}" if gpu is not None else "the GPU"
+    reset = f"reset {which} (nvidia-smi -r -i {gpu if gpu is not None else '<index>'}, or reboot the node)"
+    if needs_replacement(xid):
+        reset += ", or replace it (or the node) where the XID comes back"
+    drain = "" if cordoned else f"{FIX} --grace 300 (cordons {node}, evicts its GPU pods through the Eviction API); "
+    return (f"{drain}then {reset}; then {FIX} (restarts the node's device plugin in {namespace}, which never "
+            f"marks a device healthy again on its own, and uncordons {node} once its GPUs are healthy)")
+
+
+def check_failed_gpus(snap: Snapshot) -> list[Finding]:
+    """A finding per failed GPU of each node whose kubelet lists unhealthy devices (per node where the DCGM
+    exporter's series do not say which GPU)."""
+    found = []
+    for node in snap.nodes:
+        unhealthy = unhealthy_gpus(node)
+        if not unhealthy:
+            continue
+        cordoned = cordoned_by_gpuctl(node)
+        state = "cordoned by gpuctl" if cordoned else "cordoned" if node.spec.get("unschedulable") else "in service"
+        base: dict[str, Any] = {"unhealthy": unhealthy, "node": state}
+        failed = [x for x in snap.xids.get(node.name, []) if x.xid not in XIDS or XIDS[x.xid].action != APPLICATION]
+        action = ("drain-gpus", node.name)
+        if not failed:
+            source = "no XID series for its GPUs" if snap.xids_read else "DCGM metrics not reachable"
+            found.append(Finding(
+                "gpu-failed", "error", f"node {node.name}", {**base, "xid": f"unknown ({source})"},
+                f"the device plugin marked {_count(unhealthy)} unhealthy (an XID error): the node's other GPUs "
+                "keep taking pods", _repair(node.name, None, None, cordoned, snap.namespace), XID_CATALOGUE,
+                node.name, action=action))
+            continue
+        for x in sorted(failed, key=lambda x: (x.gpu, x.instance or "")):
+            gpu = f"GPU {x.gpu}" + (f" (MIG instance {x.instance})" if x.instance is not None else "")
+            evidence = {**base, "gpu": x.gpu, "uuid": x.uuid, "xid": x.xid, "meaning": xid_meaning(x.xid)}
+            if x.instance is not None:
+                evidence["gpuInstance"] = x.instance
+            found.append(Finding(
+                "gpu-failed", "error", f"node {node.name}", evidence,
+                f"{gpu} reported XID {x.xid}, {xid_meaning(x.xid)}: the device plugin marked it unhealthy",
+                _repair(node.name, x.xid, x.gpu, cordoned, snap.namespace), XID_CATALOGUE, node.name, x.gpu,
+                action=action))
+    return found
+
+
+def check_gpuctl_cordons(snap: Snapshot) -> list[Finding]:
+    """Nodes gpuctl cordoned for a failed GPU whose GPUs are all healthy again: --fix uncordons them."""
+    return [Finding(
+        "gpu-node-cordoned", "warning", f"node {node.name}",
+        {CORDONED: node.annotations[CORDONED], "unschedulable": bool(node.spec.get("unschedulable"))},
+        "gpuctl cordoned the node for a failed GPU; its GPUs are all healthy again",
+        f"{FIX} (uncordons it: kubectl uncordon {node.name})", None, node.name,
+        action=("uncordon", node.name))
+        for node in snap.nodes if cordoned_by_gpuctl(node) and not unhealthy_gpus(node)]
+
+
+def _count(unhealthy: dict[str, int]) -> str:
+    return ", ".join(f"{n} {resource}" for resource, n in sorted(unhealthy.items()))
+
+
+
 # -- g. the GPU stack and the node groups removed by hand ------------------------------------------------------
 
 
@@ -338,7 +425,8 @@ def check_node_groups_whole(snap: Snapshot) -> list[Finding]:
 
 
 CHECKS = (check_stack_running, check_node_groups_whole,
-          check_security_floor, check_mig_changes, check_plugins_serving, check_taints, check_tenant_policies)
+          check_security_floor, check_mig_changes, check_plugins_serving, check_failed_gpus, check_gpuctl_cordons,
+          check_taints, check_tenant_policies)
 
 
 def diagnose(snap: Snapshot) -> list[Finding]:

@@ -1,0 +1,178 @@
+"""doctor's failed-GPU halves that talk to the cluster: the GPUs' last XIDs read from the DCGM exporter's series
+(through Prometheus, where reachable), and --fix's repairs: cordon a node with a failed GPU and evict its GPU pods
+through the Eviction API (PodDisruptionBudgets respected, up to --grace seconds, as `kubectl drain` does), restart
+the device plugin of a node gpuctl cordoned (the plugin never marks a device healthy again on its own:
+k8s-device-plugin v0.20.0 internal/plugin/server.go ListAndWatch), and uncordon a node gpuctl cordoned once its GPUs
+are all healthy. Only a cordon gpuctl made (its CORDONED annotation) is undone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuctl.kube.errors import KubeNotFound, KubeUnavailable, requesting
+from gpuctl.kube.gpu_nodes import gpu_resources, unhealthy_gpus
+from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.model import labels as L
+from gpuctl.ops.devices import PLUGIN_SELECTOR
+from gpuctl.ops.doctor.findings import CORDONED, GpuXid
+from gpuctl.ops.metrics.gpu_metrics import prometheus_for
+from gpuctl.util.errors import GpuctlError, WaitTimeout
+from gpuctl.util.output import info
+from gpuctl.util.waiting import Count, Look, wait_until
+
+XID_QUERY = "max by (Hostname, hostname, gpu, UUID, GPU_I_ID) (DCGM_FI_DEV_XID_ERRORS) > 0"
+EVICT_RETRY_S = 2.0  # between evictions a PodDisruptionBudget refused (kubectl drain waits 5 s)
+RECOVERY_WAIT_S = 30.0  # for a restarted device plugin to list a reset GPU healthy
+
+
+def read_xids(kube: Kube) -> tuple[dict[str, list[GpuXid]], bool]:
+    """node -> the last XID of each of its GPUs (or MIG instances) with one, from dcgm-exporter's
+    DCGM_FI_DEV_XID_ERRORS ("Value of the last XID error encountered", one of its default counters), and whether
+    the series could be read (no Prometheus, or none answering: doctor goes on without them)."""
+    try:
+        samples = prometheus_for(kube, None).query(XID_QUERY)
+    except GpuctlError as exc:
+        info(f"doctor: no GPU metrics to name the failed GPUs' XIDs ({exc.message})")
+        return {}, False
+    found: dict[str, list[GpuXid]] = {}
+    for sample in samples:
+        labels = sample.labels
+        node = labels.get("Hostname") or labels.get("hostname") or ""
+        if not node or not str(labels.get("gpu", "")).isdigit():
+            continue
+        found.setdefault(node, []).append(GpuXid(int(labels["gpu"]), labels.get("UUID", ""), int(sample.value),
+                                                 labels.get("GPU_I_ID")))
+    return found, True
+
+
+def is_gpu_pod(pod: KubeObject) -> bool:
+    """A pod whose containers ask for nvidia.com/gpu or a MIG device (nvidia.com/mig-*)."""
+    containers = (pod.spec.get("containers") or []) + (pod.spec.get("initContainers") or [])
+    for container in containers:
+        resources = container.get("resources") or {}
+        for quantities in (resources.get("limits") or {}, resources.get("requests") or {}):
+            if any(k == L.GPU_RESOURCE or k.startswith("nvidia.com/mig-") for k in quantities):
+                return True
+    return False
+
+
+def _daemon_pod(pod: KubeObject) -> bool:
+    return any(r.get("kind") == "DaemonSet" for r in pod.at("metadata", "ownerReferences", default=[]))
+
+
+def gpu_pods_on(kube: Kube, node: str) -> list[KubeObject]:
+    """The GPU pods on `node` that a drain evicts: running or pending, not a DaemonSet's (kubectl drain leaves
+    those: their DaemonSet would put them back)."""
+    pods = kube.list("v1", "Pod", fields=f"spec.nodeName={node}", what=f"listing the pods on {node}")
+    return [p for p in pods if is_gpu_pod(p) and not _daemon_pod(p)
+            and p.status.get("phase") not in ("Succeeded", "Failed")]
+
+
+def cordon(kube: Kube, node: KubeObject, why: str) -> None:
+    """Mark `node` unschedulable; record that gpuctl did it (and why) only where it was schedulable, so that
+    only gpuctl's own cordon is undone later."""
+    if node.spec.get("unschedulable"):
+        info(f"fix: node {node.name}: already cordoned (not by gpuctl: it stays so after repair)"
+             if CORDONED not in node.annotations else f"fix: node {node.name}: already cordoned by gpuctl")
+        return
+    info(f"fix: node {node.name}: cordoning it ({why}); annotation {CORDONED} records that gpuctl did")
+    kube.patch("v1", "Node", node.name, {"metadata": {"annotations": {CORDONED: why}},
+                                         "spec": {"unschedulable": True}})
+
+
+def uncordon(kube: Kube, name: str) -> None:
+    info(f"fix: node {name}: its GPUs are healthy again: uncordoning it and removing {CORDONED}")
+    kube.patch("v1", "Node", name, {"metadata": {"annotations": {CORDONED: None}}, "spec": {"unschedulable": None}})
+
+
+def _evict(kube: Kube, pod: KubeObject) -> str | None:
+    """POST the pod's eviction; None when accepted (or the pod is gone), else why not (a PDB's 429)."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace}}
+    try:
+        kube.create(body, subresource="eviction", name=pod.name)
+    except KubeNotFound:
+        return None
+    except KubeUnavailable as exc:
+        if exc.status == 429:  # pkg/registry/core/pod/storage/eviction.go: it would violate the pod's PDB
+            return exc.detail
+        raise
+    return None
+
+
+def drain_gpu_pods(kube: Kube, node: str, grace: float, clock: Callable[[], float] | None = None,
+                   sleep: Callable[[float], None] | None = None) -> None:
+    """Evict the GPU pods of `node` through the Eviction API, retrying those a PodDisruptionBudget refuses, and
+    wait until they are gone, for up to `grace` seconds; WaitTimeout naming the pods left after that. `clock` and
+    `sleep` (time.monotonic and time.sleep, looked up at each call) are for tests."""
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    deadline = clock() + grace
+    asked: set[str] = set()
+    refused: dict[str, str] = {}
+    while True:
+        left = gpu_pods_on(kube, node)
+        if not left:
+            if asked:
+                info(f"fix: node {node}: its GPU pods are evicted ({len(asked)})")
+            else:
+                info(f"fix: node {node}: no GPU pods to evict")
+            return
+        for pod in left:
+            key = f"{pod.namespace}/{pod.name}"
+            if pod.deleting:
+                continue
+            if key not in asked:
+                info(f"fix: node {node}: evicting GPU pod {key} (Eviction API: its PodDisruptionBudget applies)")
+                asked.add(key)
+            with requesting(f"evicting pod {key}"):
+                why = _evict(kube, pod)
+            if why is None:
+                refused.pop(key, None)
+            elif key not in refused:
+                info(f"fix: node {node}: eviction of {key} refused ({why}); retrying for up to {grace:.0f}s "
+                     f"(--grace)")
+                refused[key] = why
+            else:
+                refused[key] = why
+        if clock() >= deadline:
+            names = ", ".join(f"{p.namespace}/{p.name}" + (f" ({refused[k]})" if (k := f"{p.namespace}/{p.name}")
+                                                            in refused else "") for p in left)
+            raise WaitTimeout(f"node {node}: {len(left)} GPU pods left after --grace {grace:.0f}s: {names}",
+                              "the node stays cordoned; let the PodDisruptionBudget allow it (more replicas "
+                              "elsewhere) and run 'gpuctl doctor --fix' again, or give a longer --grace")
+        sleep(EVICT_RETRY_S)
+
+
+def restart_plugin(kube: Kube, node: str, timeout: float) -> bool:
+    """Restart the device-plugin pod of `node` (a cordoned node gpuctl drained) so that it checks its GPUs afresh,
+    and wait for the kubelet to list them all healthy; False where one is still unhealthy (still failed)."""
+    pods = [p for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR, fields=f"spec.nodeName={node}",
+                                 what=f"listing the device-plugin pod on {node}") if not p.deleting]
+    if not pods:
+        info(f"fix: node {node}: no device-plugin pod to restart")
+        return False
+    pod = pods[0]
+    info(f"fix: node {node}: restarting device-plugin pod {pod.namespace}/{pod.name}: the plugin never marks "
+         f"a device healthy again until it restarts, then checks every GPU afresh")
+    with requesting(f"deleting device-plugin pod {pod.namespace}/{pod.name}"):
+        kube.delete("v1", "Pod", pod.name, pod.namespace)
+
+    def look() -> Look:
+        current = kube.get_or_none("v1", "Node", node)
+        bad: dict[str, Any] = unhealthy_gpus(current) if current is not None else {}
+        serving = current is not None and bool(gpu_resources(current))  # the new plugin has registered its GPUs
+        done = serving and not bad
+        return Look(done, (Count(f"{node} healthy", int(done), 1),),
+                    f"unhealthy: {bad}" if bad else "" if serving else "its device plugin has not registered yet")
+
+    try:
+        wait_until(f"node {node}'s GPUs healthy after its device plugin restarted", look,
+                   "a GPU still failing needs a reset or a replacement", timeout=min(timeout, RECOVERY_WAIT_S),
+                   stall=min(timeout, RECOVERY_WAIT_S))
+    except WaitTimeout:
+        info(f"fix: node {node}: still unhealthy after its device plugin restarted: the GPU is still failed")
+        return False
+    return True
