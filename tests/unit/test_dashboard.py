@@ -59,6 +59,7 @@ def device_queries(selector: str, window: str) -> list[str]:
         f"max by ({BY}) (DCGM_FI_DEV_GPU_UTIL{selector})",
         f"max by ({BY}) (DCGM_FI_DEV_FB_USED{selector})",
         f"max by ({BY}) (DCGM_FI_DEV_FB_USED{selector}) + max by ({BY}) (DCGM_FI_DEV_FB_FREE{selector})",
+        f"max by ({BY}) (DCGM_FI_DEV_XID_ERRORS{selector})",
         f"100 * avg_over_time((max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{selector}))[{window}])",
         f"100 * max_over_time((max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{selector}))[{window}])",
         f"avg_over_time((max by ({BY}) (DCGM_FI_DEV_GPU_UTIL{selector}))[{window}])",
@@ -89,9 +90,9 @@ def test_the_all_gpus_row_runs_exactly_tops_device_queries(board: dict) -> None:
     assert sorted(all_gpus) == sorted(device_queries("", WINDOW_VARIABLE))
     shown = sorted(q.replace(WINDOW_VARIABLE, "1h:15s") for q in all_gpus)  # the variable's value for 1h
     sent = top_queries()
-    assert len(sent) == 15, sent  # top's 12 device queries and its 3 tenant ones
+    assert len(sent) == 16, sent  # top's 13 device queries and its 3 tenant ones
     assert shown == sorted(q for q in sent if "by (namespace" not in q)  # not the per-tenant sums
-    assert len(shown) == len(set(shown)) == 12
+    assert len(shown) == len(set(shown)) == 13
 
 
 def test_node_group_rows_select_their_gpu_model_and_name_the_groups(board: dict) -> None:

@@ -34,6 +34,7 @@ DEVICE_PANELS: tuple[tuple[str, Callable[[promql.Where], str], str, str], ...] =
     ("GPU utilisation (not for MIG instances)", promql.gpu_util_now, "percent", DEVICE_LEGEND),
     ("Framebuffer used", promql.fb_used_now, "mbytes", DEVICE_LEGEND),
     ("Framebuffer total", promql.fb_total_now, "mbytes", DEVICE_LEGEND),
+    ("Last XID error (0: none)", promql.xid_now, "none", DEVICE_LEGEND),
     ("SM activity, average over ${window:text}", promql.sm_active_avg, "percent", DEVICE_LEGEND),
     ("SM activity, peak over ${window:text}", promql.sm_active_peak, "percent", DEVICE_LEGEND),
     ("GPU utilisation, average over ${window:text}", promql.gpu_util_avg, "percent", DEVICE_LEGEND),
