@@ -161,7 +161,7 @@ def test_every_dashboard_panel_answers_from_the_real_prometheus_as_grafana_asks(
             row = panel["title"].split(" (")[0].split(":")[0]  # "All GPUs", "Tesla T4", "tenant team-a"
         else:
             answered[(row, panel["title"].split(" (")[0])] = ask(panel)
-    assert len(answered) == 12 + 12 + 3 + 3  # all GPUs, the T4 row (both groups are T4s), two tenants
+    assert len(answered) == 13 + 13 + 3 + 3  # all GPUs, the T4 row (both groups are T4s), two tenants
     for row in ("All GPUs", "Tesla T4"):
         assert {s["metric"]["hostname"] for s in answered[(row, "SM activity")]} == {
             "gpu-0", "gpu-1", "gpu-2", "gpu-3", "slices-0"}
