@@ -85,7 +85,8 @@ def load() -> str:
         for gpu in (0, 1):
             labels = {**exporter(node, gpu, t4), **renamed(("team-a", f"job-{node}-{gpu}"))}
             lines += [series(promql.GPU_UTIL, labels, 10), series(promql.SM_ACTIVE, labels, 0.08),
-                      series(promql.FB_USED, labels, 2048), series(promql.FB_FREE, labels, 13312)]
+                      series(promql.FB_USED, labels, 2048), series(promql.FB_FREE, labels, 13312),
+                      series(promql.XID_ERRORS, labels, 79 if (node, gpu) == ("gpu-1", 1) else 0)]
     # node group inference: one time-sliced T4, a series per pod with the GPU's value (KUBERNETES_VIRTUAL_GPUS),
     # the third pod there for the last half hour; dcgm-exporter after #655 (`hostname`), scraped as it is
     for pod, start in ((("team-b", "serve-1"), 0), (("team-b", "serve-2"), 0), (("team-a", "serve-3"), 30)):
@@ -159,6 +160,7 @@ def test_devices_read_through_either_scrape_and_either_node_label(answers: dict[
     t4 = by_name["gpu-0", "1"]
     assert t4.values["sm_active"] == pytest.approx(8) and t4.values["gpu_util"] == 10
     assert t4.values["fb_total_mib"] == 15360 and t4.pods == {("team-a", "job-gpu-0-1")}  # exported_*, not the exporter
+    assert (t4.values["xid"], by_name["gpu-1", "1"].values["xid"]) == (0, 79)  # DCGM's last XID, per GPU
     shared = by_name["inference-0", "0"]
     assert shared.values["gpu_util"] == 50 and shared.values["fb_used_mib"] == 9216  # the GPU's, not 3 x
     assert shared.pods == {("team-b", "serve-1"), ("team-b", "serve-2"), ("team-a", "serve-3")}
@@ -181,6 +183,11 @@ def test_top_from_prometheus_answers(answers: dict[str, list[dict]]) -> None:
     assert tenants["team-a"]["busy_avg"] == pytest.approx(4 * 0.08 + 0.45 * 121 / 240, abs=0.006)
     assert tenants["team-b"]["used_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
     assert set(tenants) == {"team-a", "team-b"}
+    assert {g["health"] for g in view["gpus"]} == {"healthy"}  # an XID where no node reports a failed GPU
+    view = cluster()
+    view.nodes["gpu-1"] = NodeInfo("gpu-1", "gpu", GPUS["t4"], "none", 1, None, {"nvidia.com/gpu": 1})
+    marked = [(g["node"], g["gpu"], g["xid"]) for g in top_of(view, devices, usage)["gpus"] if g["health"] != "healthy"]
+    assert marked == [("gpu-1", 1, 79)]
 
 
 def test_advise_from_prometheus_answers(answers: dict[str, list[dict]]) -> None:
