@@ -351,6 +351,15 @@ def test_a_failed_gpu_without_metrics_is_named_by_the_kubelets_record_alone() ->
     assert "marked 4 nvidia.com/gpu unhealthy" in found.cause and found.fixable
 
 
+def test_devices_unhealthy_while_their_plugin_is_gone_or_starting_are_no_failed_gpu() -> None:
+    # the kubelet marks all of a disconnected plugin's devices unhealthy (devicemanager PluginDisconnected)
+    assert diagnose(snapshot(nodes=[failed_node(allocatable="0"), node("gpu-1")],
+                             plugin_pods={"gpu-1": plugin_pod("gpu-1")})) == []
+    assert diagnose(snapshot(nodes=[failed_node(), node("gpu-1")],
+                             plugin_pods={"gpu-0": plugin_pod("gpu-0", ready=False),
+                                          "gpu-1": plugin_pod("gpu-1")})) == []
+
+
 def test_a_failed_mig_device_counts_one_of_its_profile() -> None:
     made = node("gpu-0", allocatable={"nvidia.com/mig-1g.5gb": "6"})
     made["status"]["capacity"] = {"nvidia.com/mig-1g.5gb": "7"}

@@ -320,7 +320,10 @@ def check_failed_gpus(snap: Snapshot) -> list[Finding]:
     found = []
     for node in snap.nodes:
         unhealthy = unhealthy_gpus(node)
-        if not unhealthy:
+        pod = snap.plugin_pods.get(node.name)
+        if not unhealthy or (snap.plugin_pods and (pod is None or plugin_state(pod) != "ready")):
+            # no plugin serving there now: the kubelet marks every device of a plugin that went unhealthy at once
+            # (devicemanager manager.go PluginDisconnected), which is no GPU failure (a restart, a removed stack)
             continue
         cordoned = cordoned_by_gpuctl(node)
         state = "cordoned by gpuctl" if cordoned else "cordoned" if node.spec.get("unschedulable") else "in service"
