@@ -23,6 +23,7 @@ from gpuctl.cli.options import (
     MinNodes,
     NodeRole,
     Nodes,
+    NoNodeRepair,
     OsCloud,
     Profile,
     Region,
@@ -69,7 +70,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
         profile: Profile = None, flavor: Flavor = None, keypair: Keypair = None, instance_type: InstanceType = None,
         ami_type: AmiType = None, node_role: NodeRole = None, subnet: Subnets = None, min_nodes: MinNodes = None,
         max_nodes: MaxNodes = None, taint: Taints = None, label: Labels = None, slices: Slices = None,
-        sharing: SharingMode = None, mig_layout: MigLayoutOption = None) -> None:
+        sharing: SharingMode = None, mig_layout: MigLayoutOption = None, no_node_repair: NoNodeRepair = False) -> None:
     """Add a GPU node group, or converge an existing one to these values.
 
     What is not given of an existing group, its labels, taints and sharing, stays as recorded. Where gpuctl set
@@ -91,7 +92,7 @@ def add(ctx: typer.Context, cluster: ClusterName, name: Name, gpu: Gpu, nodes: N
                "maxNodes": max_nodes, "flavor": flavor, "instanceType": instance_type, "taints": taint,
                "labels": labels_document(label), "sharing": sharing_document(slices, sharing, mig_layout)},
         provider={"region": region, "os_cloud": os_cloud, "profile": profile, "keypair": keypair,
-                  "ami_type": ami_type, "node_role": node_role, "subnets": subnet},
+                  "ami_type": ami_type, "node_role": node_role, "subnets": subnet, "no_node_repair": no_node_repair},
         operator={}, karpenter=False, group_name_flag="--name", name_flag="--cluster")
     platform = api.to_platform(*api.load_document(raw, flags))
     options, cloud = platform.options, platform.cloud

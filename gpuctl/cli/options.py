@@ -48,6 +48,7 @@ Flavor = Annotated[Optional[str], typer.Option("--flavor", metavar="NAME", rich_
 Keypair = Annotated[Optional[str], typer.Option("--keypair", metavar="NAME", rich_help_panel="OpenStack", help="Nova keypair for the nodes.")]
 InstanceType = Annotated[Optional[str], typer.Option("--instance-type", metavar="TYPE", rich_help_panel="EKS", help="GPU instance type (default: from the catalog).")]
 AmiType = Annotated[Optional[str], typer.Option("--ami-type", metavar="TYPE", rich_help_panel="EKS", help=f"The nodes' AMI type, {one_of_text(AMI_TYPES)} (default: {AMI_TYPES[0]}).")]
+NoNodeRepair = Annotated[bool, typer.Option("--no-node-repair", help="Leave the cloud's node repair off (EKS: the node monitoring agent add-on and node auto repair of the managed node groups; OpenStack: Magnum's auto-healing labels on a new cluster).")]
 NodeRole = Annotated[Optional[str], typer.Option("--node-role", metavar="ARN", rich_help_panel="EKS", help="Node IAM role (default: created with the managed policies it needs).")]
 Subnets = Annotated[Optional[list[str]], typer.Option("--subnet", metavar="ID", rich_help_panel="EKS", help="Subnet of the nodes (repeatable).")]
 MinNodes = Annotated[Optional[int], typer.Option("--min-nodes", parser=count, rich_help_panel="Autoscaling", help="Autoscaler minimum (default: --nodes). A Karpenter node group has none (0).")]

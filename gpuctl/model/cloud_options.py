@@ -42,6 +42,7 @@ OPTIONS: dict[str, Option] = {
     "kubernetes_version": Option("--kubernetes-version", "kubernetesVersion", ("eks",)),
     "karpenter": Option("--karpenter", None, ("eks", "sim")),
     "exec_auth": Option("--exec-auth", "execAuth", ("eks",)),
+    "no_node_repair": Option("--no-node-repair", "noNodeRepair", ("eks", "openstack")),
 }
 ALLOWED: dict[str, frozenset[str]] = {cloud: frozenset(name for name, o in OPTIONS.items() if cloud in o.clouds)
                                       for cloud in CLOUDS}
@@ -62,6 +63,9 @@ class CloudOptions:
     kubernetes_version: str | None = None
     karpenter: bool = False  # Karpenter GPU NodePools (EKS: + EC2NodeClass; sim: + Karpenter itself, kwok provider)
     exec_auth: bool = False  # EKS: kubeconfig with the exec plugin instead of a token
+    # Off: the cloud's node repair (EKS: the node monitoring agent add-on and node auto repair; Magnum: the
+    # auto-healing labels at cluster create), on by default.
+    no_node_repair: bool = False
 
 
 def is_given(value: object) -> bool:

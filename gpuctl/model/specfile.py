@@ -197,7 +197,7 @@ def parse(doc: Any) -> GpuClusterDoc:
             subnets = _str_list(provider.get(key), f"spec.provider.{key}")
             if subnets:
                 options["subnets"] = subnets
-        elif key == "execAuth":
+        elif key in ("execAuth", "noNodeRepair"):
             options[attr] = bool(_typed(provider.get(key), f"spec.provider.{key}", bool, "true"))
         elif key != "cloud" and provider.get(key) is not None:
             options[attr] = _typed(provider[key], f"spec.provider.{key}", str, "a name")

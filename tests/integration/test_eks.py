@@ -76,10 +76,11 @@ def eks(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
 
 def test_create_runs_the_whole_flow_and_validates(eks: Eks) -> None:
     steps = {s["step"]: s["outcome"] for s in eks.first["steps"]}
-    assert list(steps) == ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "apply-karpenter-nodepool",
-                           "configure-nodes/gpu", "write-gpu-config", "install-nfd", "install-gpu-operator",
+    assert list(steps) == ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "enable-node-repair",
+                           "apply-karpenter-nodepool", "configure-nodes/gpu", "write-gpu-config", "install-nfd", "install-gpu-operator",
                            "restart-device-plugin", "wait-capacity/gpu", "validate/gpu"]
     assert steps["ensure-cluster"] == steps["ensure-nodegroup/gpu"] == steps["apply-karpenter-nodepool"] == "created"
+    assert steps["enable-node-repair"] == "created"  # the add-on (and the group's repair: moto drops it at create)
     assert steps["validate/gpu"] == "passed"
     checks = {c["check"]: c["ok"] for c in eks.first["checks"]}
     assert checks == {"node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}, checks
@@ -171,6 +172,41 @@ def test_status_shows_four_gpus_per_node(eks: Eks) -> None:
     assert [n["node"] for n in nodes] == ["gpu-0"]
     assert nodes[0]["allocatable"] == {"nvidia.com/gpu": 4}
     assert nodes[0]["taints"] == ["nvidia.com/gpu=true:NoSchedule"]
+
+
+def test_node_repair_is_on_the_gpu_group_and_the_agent_add_on_is_gpuctls(eks: Eks) -> None:
+    """Issue 31: a node whose GPU fails is marked by the agent (AcceleratedHardwareReady=False) and replaced by
+    EKS node auto repair. The emulator serves the add-on API moto lacks (tests/emulators/eks/addons.py)."""
+    client = eks.emulator.client("eks")
+    group = client.describe_nodegroup(clusterName="eks1", nodegroupName="gpu")["nodegroup"]
+    assert group["nodeRepairConfig"] == {"enabled": True}
+    addon = client.describe_addon(clusterName="eks1", addonName="eks-node-monitoring-agent")["addon"]
+    assert addon["tags"] == {"gpuctl.dev/managed-by": "gpuctl"} and addon["status"] == "ACTIVE"
+    assert "installing EKS add-on 'eks-node-monitoring-agent'" in eks.outputs[1]
+
+
+def _plan(eks: Eks, spec: Path, *flags: str) -> dict[str, dict[str, str]]:
+    exported = eks.gpuctl(*CREATE, *flags, "--export-spec")
+    assert exported.returncode == 0, exported.stderr
+    spec.write_text(exported.stdout)
+    planned = eks.gpuctl("-o", "json", "plan", "-f", str(spec))
+    assert planned.returncode == 0, planned.stderr
+    return {s["step"]: s for s in json.loads(planned.stdout)}
+
+
+def test_plan_names_node_repair_where_it_is_off(eks: Eks, tmp_path: Path) -> None:
+    client = eks.emulator.client("eks")
+    client.delete_addon(clusterName="eks1", addonName="eks-node-monitoring-agent")
+    client.update_nodegroup_config(clusterName="eks1", nodegroupName="gpu", nodeRepairConfig={"enabled": False})
+    step = _plan(eks, tmp_path / "spec.yaml")["enable-node-repair"]
+    assert (step["action"], step["detail"]) == (
+        "created", "install add-on eks-node-monitoring-agent; node auto repair on for gpu")
+    assert "enable-node-repair" not in _plan(eks, tmp_path / "off.yaml", "--no-node-repair")
+    applied = eks.gpuctl("-o", "json", *CREATE)  # back as gpuctl leaves it, for the tests that follow
+    assert applied.returncode == 0, applied.stderr
+    assert {s["step"]: s["outcome"] for s in json.loads(applied.stdout)["steps"]}["enable-node-repair"] == "created"
+    assert client.describe_nodegroup(clusterName="eks1", nodegroupName="gpu")["nodegroup"]["nodeRepairConfig"] == {
+        "enabled": True}
 
 
 def test_second_run_changes_nothing(eks: Eks) -> None:

@@ -65,7 +65,8 @@ def nodegroup(bed: OpenStackBed, cluster: str, name: str) -> dict[str, Any]:
     return resp.json()
 
 
-STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "configure-nodes/gpu", "write-gpu-config",
+STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "check-auto-healing", "configure-nodes/gpu",
+         "write-gpu-config",
          "install-nfd", "install-gpu-operator", "restart-device-plugin", "wait-capacity/gpu", "validate/gpu"]
 
 
@@ -81,6 +82,9 @@ def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, Any], ope
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
     assert cluster["status"] == "UPDATE_COMPLETE" or cluster["status"] == "CREATE_COMPLETE"
     assert cluster["labels"]["nvidia_gpu_enabled"] == "true" and cluster["labels"]["kube_tag"]  # merged
+    # Issue 31: Magnum's auto-healing, as its drivers read it from the cluster's labels (docs/clouds.md)
+    assert (cluster["labels"]["auto_healing_enabled"], cluster["labels"]["auto_healing_controller"]) == (
+        "true", "magnum-auto-healer")
     gpu = nodegroup(openstack_bed, str(cluster["uuid"]), "gpu")
     assert (gpu["flavor_id"], gpu["node_count"], gpu["min_node_count"], gpu["max_node_count"], gpu["role"]) == (
         "g2.5xlarge", 2, 2, 2, "worker")
@@ -119,6 +123,17 @@ def test_status_shows_four_slices_per_t4(os_env: dict[str, str], os1: dict[str, 
     for node in nodes:
         assert node["allocatable"] == {"nvidia.com/gpu": 4}
         assert node["taints"] == ["nvidia.com/gpu=true:NoSchedule"]
+
+
+def test_plan_says_which_auto_healing_the_labels_give(os_env: dict[str, str], os1: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    exported = run_gpuctl(*CREATE, "--export-spec", env=os_env)
+    assert exported.returncode == 0, exported.stderr
+    (tmp_path / "os1.yaml").write_text(exported.stdout)
+    planned = run_gpuctl("-o", "json", "plan", "-f", str(tmp_path / "os1.yaml"), env=os_env)
+    assert planned.returncode == 0, planned.stderr
+    [step] = [s for s in json.loads(planned.stdout) if s["step"] == "check-auto-healing"]
+    assert step["action"] == "check" and "controller magnum-auto-healer" in step["detail"]
 
 
 def test_second_run_changes_nothing(os_env: dict[str, str], openstack_bed: OpenStackBed,

@@ -12,6 +12,7 @@ from gpuctl.model.catalog import get_gpu
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.spec import NodeGroupSpec
 from gpuctl.providers.openstack.nodegroups import (
+    auto_healing,
     bounds_of,
     cluster_body,
     gpu_for_flavor,
@@ -46,9 +47,31 @@ def test_site_flavors_map_back_too(site: Path) -> None:
 def test_cluster_body_labels_gpu_and_ownership_and_merges() -> None:
     body = cluster_body("os1", "gpu-template", CloudOptions())
     assert body["cluster_template_id"] == "gpu-template" and body["merge_labels"] is True
-    assert body["labels"] == {"nvidia_gpu_enabled": "true", "gpuctl_managed": "true"}
+    assert body["labels"] == {"nvidia_gpu_enabled": "true", "gpuctl_managed": "true",
+                              "auto_healing_enabled": "true", "auto_healing_controller": "magnum-auto-healer"}
     assert "keypair" not in body
     assert cluster_body("os1", "t", CloudOptions(keypair="ops"))["keypair"] == "ops"
+
+
+def test_no_node_repair_creates_the_cluster_with_auto_healing_off() -> None:
+    labels = cluster_body("os1", "t", CloudOptions(no_node_repair=True))["labels"]
+    assert labels["auto_healing_enabled"] == "false" and "auto_healing_controller" not in labels
+    assert auto_healing(labels)[0] is False  # (the Cluster API driver's default, true, would hold were it unset)
+
+
+def test_the_sites_labels_win_over_gpuctls_auto_healing(site: Path) -> None:
+    site.write_text("openstack:\n  labels: {auto_healing_enabled: 'false', nvidia_gpu_enabled: 'true'}\n")
+    assert auto_healing(cluster_body("os1", "t", CloudOptions())["labels"])[0] is False  # (read once: cached)
+
+
+@pytest.mark.parametrize(("labels", "on", "said"), [
+    ({"auto_healing_enabled": "true", "auto_healing_controller": "magnum-auto-healer"}, True, "magnum-auto-healer"),
+    ({"auto_healing_enabled": "True"}, True, "controller draino"),  # Magnum's documented default controller
+    ({"auto_healing_enabled": "false"}, False, "auto_healing_enabled=false"),
+    ({}, False, "on with the Cluster API driver (its default), off with the Heat driver"),
+])
+def test_auto_healing_as_the_cluster_labels_say(labels: dict[str, str], on: bool, said: str) -> None:
+    assert auto_healing(labels)[0] is on and said in auto_healing(labels)[1]
 
 
 def test_nodegroup_body() -> None:

@@ -21,6 +21,7 @@ from gpuctl.providers.eks import CAPABILITIES
 from gpuctl.providers.eks import nodegroups as ng
 from gpuctl.providers.eks.aws import GONE, MANAGED_TAGS, AwsSession, bx, error_code, get_or_none, translated, wait_for
 from gpuctl.providers.eks.karpenter import karpenter_objects
+from gpuctl.providers.eks.repair import REPAIR_ON, delete_own_addon, ensure_repair, models_repair, observe_repair
 from gpuctl.providers.eks.roles import (
     CLUSTER_POLICIES,
     NODE_POLICIES,
@@ -183,6 +184,8 @@ class EksProvider:
         for group in ours:
             self._wait_nodegroup(name, group["nodegroupName"], deleting=True)
         if not _managed(cluster):
+            if not foreign and delete_own_addon(self._eks(), name):
+                info(f"  deleted the add-on gpuctl installed on EKS cluster {name!r} (eks-node-monitoring-agent)")
             info(f"EKS cluster {name!r} was not created by gpuctl: kept; "
                  f"deleted {plural(len(ours), 'gpuctl node group')}")
             self._delete_node_role(name, remaining=foreign)
@@ -254,13 +257,28 @@ class EksProvider:
                 "interactiveMode": "Never"}
 
     def cluster_steps(self, spec: PlatformSpec, client: Kube) -> list[Step]:
-        """With --karpenter: a GPU NodePool (and NodeOverlay where the group shares its GPUs) per node group of
-        this run, and their EC2NodeClass. gpuctl does not run Karpenter on EKS: a NodeOverlay is in force only
-        where its NodeOverlay feature gate is on (alpha, off by default), which the step says."""
-        if not self.options.karpenter:
-            return []
-        return [stack_karpenter.nodepool_step(client, lambda: karpenter_objects(spec, self.options),
-                                              note=stack_karpenter.OVERLAY_GATE_NOTE)]
+        """enable-node-repair (unless --no-node-repair): the node monitoring agent add-on, node auto repair on the
+        managed node groups of this run. With --karpenter: a GPU NodePool (and NodeOverlay where the group shares
+        its GPUs) per node group of this run, and their EC2NodeClass. gpuctl does not run Karpenter on EKS: a
+        NodeOverlay is in force only where its NodeOverlay feature gate is on (alpha, off by default), which the
+        step says; so is Karpenter's node repair (gate NodeRepair), which docs/clouds.md says how to turn on."""
+        steps = [] if self.options.no_node_repair else [self._repair_step(spec)]
+        if self.options.karpenter:
+            steps.append(stack_karpenter.nodepool_step(client, lambda: karpenter_objects(spec, self.options),
+                                                       note=stack_karpenter.OVERLAY_GATE_NOTE))
+        return steps
+
+    def _repair_step(self, spec: PlatformSpec) -> Step:
+        names = [g.spec.name for g in spec.groups if g.spec.nodes > 0]  # (nodes 0: no managed node group)
+
+        def groups() -> list[dict[str, Any]]:
+            return [g for n in names if (g := self._describe_nodegroup(spec.name, n)) is not None]
+
+        def update(name: str, change: dict[str, Any]) -> None:
+            self._update_nodegroup(spec.name, name, change)
+
+        return Step("enable-node-repair", lambda: observe_repair(self._eks(), spec.name, groups()),
+                    lambda: ensure_repair(self._eks(), spec.name, groups(), update))
 
     # -- node groups ----------------------------------------------------------------------
 
@@ -346,6 +364,8 @@ class EksProvider:
                   "instanceTypes": [instance_type], "amiType": self.ami_type, "subnets": subnets, "nodeRole": role,
                   "labels": spec.registration_labels(), "taints": [ng.eks_taint(t) for t in spec.taints],
                   "tags": MANAGED_TAGS}
+        if not self.options.no_node_repair and models_repair(self._eks()):
+            params["nodeRepairConfig"] = REPAIR_ON  # a node whose GPU fails is rebooted or replaced
         info(f"creating node group {spec.name!r}: {spec.nodes} x {instance_type} ({self.ami_type})")
         self._create(f"creating node group {spec.name!r}", lambda: self._eks().create_nodegroup(**params), fresh)
 

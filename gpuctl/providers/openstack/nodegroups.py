@@ -16,19 +16,42 @@ MANAGED_LABEL = "gpuctl_managed"
 GPU_LABEL = "gpuctl_gpu"
 GPUS_PER_NODE_LABEL = "gpuctl_gpus_per_node"
 NODE_LABEL = "magnum.openstack.org/nodegroup"  # set on each node by Magnum's Kubernetes drivers
+# Magnum's auto-healing, read by its drivers from the cluster's labels at create (docs/clouds.md): the Heat driver
+# (k8s_fedora_coreos_v1, in Magnum up to 2026.1) runs the controller named; the Cluster API driver
+# (vexxhost/magnum-cluster-api) makes a MachineHealthCheck per node group from auto_healing_enabled (its default
+# true) and ignores the controller. magnum-auto-healer, not draino (which only drains), replaces a node through
+# Magnum and reports the cluster's health_status (magnum/drivers/common/k8s_monitor.py then stops polling it).
+AUTO_HEALING = {"auto_healing_enabled": "true", "auto_healing_controller": "magnum-auto-healer"}
+AUTO_HEALING_OFF = {"auto_healing_enabled": "false"}
 CREATE_TIMEOUT_MIN = 60  # Magnum's own default
 
 Json = dict[str, Any]
 
 
 def cluster_body(name: str, template: str, options: CloudOptions) -> Json:
-    """POST /v1/clusters: the template's labels plus the site's GPU ones (merge_labels keeps the template's)."""
+    """POST /v1/clusters: the template's labels plus the site's GPU ones (merge_labels keeps the template's), and
+    auto-healing on (off with --no-node-repair), unless the site's labels say otherwise."""
+    healing = AUTO_HEALING_OFF if options.no_node_repair else AUTO_HEALING
     body: Json = {"name": name, "cluster_template_id": template,
-                  "labels": {**openstack_labels(), MANAGED_LABEL: "true"}, "merge_labels": True,
+                  "labels": {**healing, **openstack_labels(), MANAGED_LABEL: "true"}, "merge_labels": True,
                   "create_timeout": CREATE_TIMEOUT_MIN}
     if options.keypair:
         body["keypair"] = options.keypair
     return body
+
+
+def auto_healing(labels: Json) -> tuple[bool, str]:
+    """(on, how) of a cluster's auto-healing, as its labels say; `how` names the controller or why it is off."""
+    enabled = str(labels.get("auto_healing_enabled", "")).lower()
+    controller = labels.get("auto_healing_controller") or "draino"  # Magnum's documented default
+    if enabled == "true":
+        return True, f"auto-healing on: auto_healing_enabled=true, controller {controller} (Heat driver) or a " \
+                     "MachineHealthCheck per node group (Cluster API driver)"
+    if not enabled:
+        return False, "auto_healing_enabled unset: on with the Cluster API driver (its default), off with the Heat " \
+                      "driver; Magnum takes labels only at create"
+    return False, f"auto-healing off: auto_healing_enabled={labels['auto_healing_enabled']}; Magnum takes labels " \
+                  "only at create"
 
 
 def node_attrs(spec: NodeGroupSpec) -> Json:

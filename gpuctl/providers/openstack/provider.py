@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuctl.kube.kube import Kube
-from gpuctl.model.change import Change, Step
+from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.model.site import openstack_flavor
 from gpuctl.model.spec import NodeGroupSpec, PlatformSpec
@@ -21,6 +21,7 @@ from gpuctl.providers.openstack import CAPABILITIES, certificates
 from gpuctl.providers.openstack.magnum import USABLE, MagnumApi, connect
 from gpuctl.providers.openstack.nodegroups import (
     NODE_LABEL,
+    auto_healing,
     bounds_of,
     cluster_body,
     gpu_for_flavor,
@@ -73,7 +74,22 @@ class MagnumProvider:
         self.api.authenticate()
 
     def cluster_steps(self, spec: PlatformSpec, client: Kube) -> list[Step]:
-        return []
+        """check-auto-healing (unless --no-node-repair): says whether the cluster's labels turn Magnum's
+        auto-healing on, and which (plan), or that they leave it off (apply); a check, as Magnum takes a cluster's
+        labels only at create."""
+        if self.options.no_node_repair:
+            return []
+
+        def observe() -> Observed:
+            return Observed(Change.CHECK, auto_healing(self._cluster(spec.name).get("labels") or {})[1])
+
+        def report() -> Change:  # a check: it changes nothing, and says where auto-healing is off
+            on, how = auto_healing(self._cluster(spec.name).get("labels") or {})
+            if not on:
+                info(f"Magnum cluster {spec.name!r}: {how}")
+            return Change.NO_CHANGE
+
+        return [Step("check-auto-healing", observe, report, check=True)]
 
     def context_name(self, cluster: str) -> str:
         return f"gpuctl-openstack-{cluster}"
@@ -126,7 +142,10 @@ class MagnumProvider:
             raise UsageError("--template", f"OpenStack cluster {name!r} does not exist; creating it needs a Magnum "
                              "cluster template", "pass --template NAME (see 'openstack coe cluster template list'), "
                              "or --name of an existing cluster to adopt it")
-        uuid = self.api.create_cluster(cluster_body(name, self.options.template, self.options))
+        body = cluster_body(name, self.options.template, self.options)
+        healing = auto_healing(body["labels"])[1] if not self.options.no_node_repair else "auto-healing off"
+        info(f"creating Magnum cluster {name!r} from template {self.options.template!r} ({healing})")
+        uuid = self.api.create_cluster(body)
         self.pending.put("cluster", name, uuid)
         self._wait_cluster(uuid, name, ("CREATE_COMPLETE",), created=True)
         return Change.CREATED

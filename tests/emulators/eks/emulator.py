@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.emulators.eks import addons
 from tests.emulators.eks.dataplane import SimDataPlane
 from tests.emulators.eks.webhook import TokenWebhook
 
@@ -53,6 +54,7 @@ class EksEmulator:
         self._saved_env = os.environ.get("MOTO_IAM_LOAD_MANAGED_POLICIES")
         os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # request lines: noise
+        addons.install()  # the EKS add-on API, which moto lacks
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
