@@ -4,9 +4,29 @@ device marked only by its own GPU instance's event; and the XID DCGM reports for
 
 from __future__ import annotations
 
+import hashlib
+import json
+from typing import Any
+
 import pytest
 
-from gpuctl.simulator.xid import IGNORED_XIDS, SimDevice, XidFault, last_xid, mark_unhealthy, parse_faults
+from gpuctl.kube.kube_object import KubeObject
+from gpuctl.model import labels as L
+from gpuctl.model.catalog import get_gpu
+from gpuctl.model.spec import NodeGroupSpec
+from gpuctl.simulator.nodes import render_node
+from gpuctl.simulator.operands import Policy
+from gpuctl.simulator.operator import LOADED, SimOperator
+from gpuctl.simulator.xid import (
+    FAULT_XID,
+    IGNORED_XIDS,
+    XID_DECISIONS,
+    SimDevice,
+    XidFault,
+    last_xid,
+    mark_unhealthy,
+    parse_faults,
+)
 
 GPUS = [SimDevice(i, "nvidia.com/gpu") for i in range(4)]
 # GPU 0 in MIG mode (mixed): two 3g.20gb (GI 1, 2) and one 1g.5gb (GI 7); GPU 1 whole.
@@ -94,3 +114,61 @@ def test_dcgm_reports_each_devices_last_xid_whatever_the_plugin_decided() -> Non
     assert last_xid(found, 1, None) == 79
     assert last_xid(found, 0, 2) == 48 and last_xid(found, 0, 1) == 0
     assert last_xid(found, 3, None) == 0
+
+
+# -- the sim's operator: the plugin's decision and the kubelet's count on the node -----------------------------
+
+
+class RecordingKube:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def patch(self, api_version: str, kind: str, name: str, body: dict[str, Any], namespace: str | None = None,
+              *, subresource: str | None = None, **_: Any) -> KubeObject:
+        self.calls.append(("status" if subresource == "status" else "meta", body))
+        return KubeObject({"metadata": {"name": name, "resourceVersion": str(len(self.calls) + 1)}})
+
+
+def reconcile(fault: str | None, env: dict[str, str] | None = None,
+              unhealthy: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One pass of the sim's operator on a T4 node of 4 GPUs served by a plugin pod, no sharing: (the node's
+    annotations written, its status written)."""
+    body = render_node(NodeGroupSpec("gpu", get_gpu("t4"), 1, 4), 0)
+    policy = Policy("cluster-policy", "uid", {})
+    state = json.dumps(["", policy.mig_strategy, policy.plugin_config, False])
+    loaded = {"pod": "pod-uid", "inputs": hashlib.sha256(state.encode()).hexdigest()[:12], "strategy": "none",
+              "replicas": 1, "error": None, **({"unhealthy": unhealthy} if unhealthy else {})}
+    annotations = {LOADED: json.dumps(loaded, sort_keys=True), **({FAULT_XID: fault} if fault else {})}
+    node = KubeObject({"metadata": {"name": "gpu-0", "labels": body["metadata"]["labels"],
+                                    "annotations": annotations, "resourceVersion": "1"},
+                       "spec": {"taints": []},
+                       "status": {"capacity": {"nvidia.com/gpu": "4"}, "allocatable": {"nvidia.com/gpu": "4"}}})
+    pod = KubeObject({"metadata": {"name": "plugin", "uid": "pod-uid"}, "spec": {"containers": [
+        {"name": L.DEVICE_PLUGIN_APP, "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}})
+    operator = SimOperator.__new__(SimOperator)
+    kube = RecordingKube()
+    operator.kube = kube  # type: ignore[assignment]
+    operator.mig_seen, operator.mig_answers = set(), {}
+    operator._reconcile_node(node, policy, "", None, "", pod)
+    meta = {k: v for kind, b in kube.calls if kind == "meta" for k, v in b["metadata"].get("annotations", {}).items()}
+    status = next((b["status"] for kind, b in kube.calls if kind == "status"), {})
+    return meta, status
+
+
+def test_the_sim_plugin_takes_a_failed_gpu_out_of_allocatable_and_keeps_it_in_capacity() -> None:
+    meta, status = reconcile("1:79")
+    assert status == {"capacity": {"nvidia.com/gpu": "4"}, "allocatable": {"nvidia.com/gpu": "3"}}
+    assert json.loads(meta[XID_DECISIONS]) == {"1:79": "unhealthy: nvidia.com/gpu 1"}
+    assert json.loads(meta[LOADED])["unhealthy"] == ["1"]
+
+
+def test_the_sim_plugin_ignores_an_application_xid_and_a_disabled_one() -> None:
+    meta, status = reconcile("1:13")
+    assert status == {} and json.loads(meta[XID_DECISIONS]) == {"1:13": "ignored: XID 13 is an application XID"}
+    meta, status = reconcile("1:79", env={"DP_DISABLE_HEALTHCHECKS": "79"})
+    assert status == {} and LOADED not in meta
+
+
+def test_a_cleared_fault_stays_unhealthy_until_the_plugin_restarts() -> None:
+    meta, status = reconcile(None, unhealthy=["1"])  # the same plugin pod: no way back (server.go)
+    assert status == {"capacity": {"nvidia.com/gpu": "4"}, "allocatable": {"nvidia.com/gpu": "3"}}
