@@ -151,7 +151,7 @@ def reconcile(fault: str | None, env: dict[str, str] | None = None,
     operator.mig_seen, operator.mig_answers = set(), {}
     operator._reconcile_node(node, policy, "", None, "", pod)
     meta = {k: v for kind, b in kube.calls if kind == "meta" for k, v in b["metadata"].get("annotations", {}).items()}
-    status = next((b["status"] for kind, b in kube.calls if kind == "status"), {})
+    status: dict[str, Any] = next((b["status"] for kind, b in kube.calls if kind == "status"), {})
     return meta, status
 
 
