@@ -12,6 +12,7 @@ import pytest
 
 from gpuctl.kube.errors import KubeUnavailable
 from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.prometheus import Sample
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GPUS
 from gpuctl.model.mig import parse_layout
@@ -34,7 +35,7 @@ from gpuctl.ops.doctor.findings import (
     Snapshot,
     diagnose,
 )
-from gpuctl.util.errors import WaitTimeout
+from gpuctl.util.errors import UsageError, WaitTimeout
 from gpuctl.util.output import document
 from tests.output_contract import faults
 
@@ -475,3 +476,29 @@ def test_fix_restarts_the_plugin_of_a_node_gpuctl_cordoned_and_uncordons_it_once
     assert not any("unschedulable': True" in line for line in kube.done)  # not cordoned again
     assert kube.done[-1] == f"patch Node gpu-0 {{'metadata': {{'annotations': {{'{CORDONED}': None}}}}, " \
                             "'spec': {'unschedulable': None}}"
+
+
+def test_xids_are_read_from_dcgm_exporters_series_and_doctor_goes_on_without_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    series = [Sample({"hostname": "gpu-0", "gpu": "1", "UUID": UUID}, 79.0),
+              Sample({"Hostname": "gpu-1", "gpu": "0", "UUID": "GPU-b", "GPU_I_ID": "9"}, 48.0),
+              Sample({"gpu": "2"}, 13.0)]  # no node: not placed
+
+    class FakePrometheus:
+        def query(self, expr: str) -> list[Sample]:
+            assert "DCGM_FI_DEV_XID_ERRORS" in expr and "> 0" in expr
+            return series
+
+    monkeypatch.setattr(gpu_repair, "prometheus_for", lambda kube, url: FakePrometheus())
+    found = gpu_repair.read_xids(None)  # type: ignore[arg-type]
+    assert found == ({"gpu-0": [GpuXid(1, UUID, 79)], "gpu-1": [GpuXid(0, "GPU-b", 48, "9")]}, True)
+    said: list[str] = []
+
+    def no_prometheus(kube: object, url: str | None) -> None:
+        raise UsageError("--prometheus", "no Prometheus to read GPU metrics from")
+
+    monkeypatch.setattr(gpu_repair, "prometheus_for", no_prometheus)
+    monkeypatch.setattr(gpu_repair, "info", said.append)
+    assert gpu_repair.read_xids(None) == ({}, False)  # type: ignore[arg-type]
+    assert said == ["doctor: the failed GPUs' XIDs are not named: no Prometheus with dcgm-exporter's series "
+                    "(set GPUCTL_PROMETHEUS_URL)"]

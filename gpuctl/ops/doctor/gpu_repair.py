@@ -15,11 +15,12 @@ from gpuctl.kube.errors import KubeNotFound, KubeUnavailable, requesting
 from gpuctl.kube.gpu_nodes import gpu_resources, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
+from gpuctl.kube.prometheus import URL_ENV
 from gpuctl.model import labels as L
 from gpuctl.ops.devices import PLUGIN_SELECTOR
 from gpuctl.ops.doctor.findings import CORDONED, GpuXid
 from gpuctl.ops.metrics.gpu_metrics import prometheus_for
-from gpuctl.util.errors import GpuctlError, WaitTimeout
+from gpuctl.util.errors import GpuctlError, UsageError, WaitTimeout
 from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, wait_until
 
@@ -34,8 +35,11 @@ def read_xids(kube: Kube) -> tuple[dict[str, list[GpuXid]], bool]:
     the series could be read (no Prometheus, or none answering: doctor goes on without them)."""
     try:
         samples = prometheus_for(kube, None).query(XID_QUERY)
-    except GpuctlError as exc:
-        info(f"doctor: no GPU metrics to name the failed GPUs' XIDs ({exc.message})")
+    except UsageError:  # no Prometheus known for this cluster
+        info(f"doctor: the failed GPUs' XIDs are not named: no Prometheus with dcgm-exporter's series (set {URL_ENV})")
+        return {}, False
+    except GpuctlError as exc:  # one that does not answer
+        info(f"doctor: the failed GPUs' XIDs are not named: {exc.message}")
         return {}, False
     found: dict[str, list[GpuXid]] = {}
     for sample in samples:
