@@ -184,9 +184,10 @@ def test_top_from_prometheus_answers(answers: dict[str, list[dict]]) -> None:
     assert tenants["team-b"]["used_avg"] == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
     assert set(tenants) == {"team-a", "team-b"}
     assert {g["health"] for g in view["gpus"]} == {"healthy"}  # an XID where no node reports a failed GPU
-    view = cluster()
-    view.nodes["gpu-1"] = NodeInfo("gpu-1", "gpu", GPUS["t4"], "none", 1, None, {"nvidia.com/gpu": 1})
-    marked = [(g["node"], g["gpu"], g["xid"]) for g in top_of(view, devices, usage)["gpus"] if g["health"] != "healthy"]
+    failing = cluster()
+    failing.nodes["gpu-1"] = NodeInfo("gpu-1", "gpu", GPUS["t4"], "none", 1, None, {"nvidia.com/gpu": 1})
+    marked = [(g["node"], g["gpu"], g["xid"]) for g in top_of(failing, devices, usage)["gpus"]
+              if g["health"] != "healthy"]
     assert marked == [("gpu-1", 1, 79)]
 
 
