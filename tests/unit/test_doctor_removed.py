@@ -23,7 +23,12 @@ def test_a_running_stack_and_whole_node_groups_are_no_finding() -> None:
 
 def test_the_operator_release_uninstalled_is_named_from_gpuctls_record() -> None:
     """`helm uninstall gpu-operator`: release, ClusterPolicy and Deployment gone; gpuctl's stack record stays."""
-    gone = snapshot(releases=(), policies=[], deployments=[], daemon_sets=[], plugin_pods={}, stack_recorded=True)
+    # the kubelet marked the departed plugin's GPUs unhealthy (capacity kept, allocatable 0): no GPU failed
+    departed = [node(name, allocatable={"cpu": "4", L.GPU_RESOURCE: "0"}) for name in ("gpu-0", "gpu-1")]
+    for each in departed:
+        each["status"]["capacity"] = {"cpu": "4", L.GPU_RESOURCE: "4"}
+    gone = snapshot(nodes=departed, releases=(), policies=[], deployments=[], daemon_sets=[], plugin_pods={},
+                    stack_recorded=True)
     finding = only(diagnose(gone), "stack-missing")
     assert finding.object == "GPU Operator release gpu-operator in gpu-operator"
     assert finding.evidence == {"release": "gpu-operator", "namespace": "gpu-operator", "clusterPolicy": None,

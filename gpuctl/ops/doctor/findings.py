@@ -321,7 +321,7 @@ def check_failed_gpus(snap: Snapshot) -> list[Finding]:
     for node in snap.nodes:
         unhealthy = unhealthy_gpus(node)
         pod = snap.plugin_pods.get(node.name)
-        if not unhealthy or (snap.plugin_pods and (pod is None or plugin_state(pod) != "ready")):
+        if not unhealthy or pod is None or plugin_state(pod) != "ready":
             # no plugin serving there now: the kubelet marks every device of a plugin that went unhealthy at once
             # (devicemanager manager.go PluginDisconnected), which is no GPU failure (a restart, a removed stack)
             continue
