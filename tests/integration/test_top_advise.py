@@ -191,3 +191,46 @@ def test_advise_shares_the_idle_whole_t4s_and_its_command_applies_it(loaded: dic
     assert {n["replicas"] for n in nodes} == {7} and {n["sharing"] for n in nodes} == {"time-slicing"}
     after = gpuctl_json(loaded, "advise", "--since", "1m")
     assert [a for a in after["advice"] if a.get("nodegroup") == "gpu"] == []
+
+
+def test_an_xid_79_on_a_gpu_is_marked_by_status_and_top_and_is_no_idle_capacity_to_advise(
+        loaded: dict[str, str]) -> None:
+    """The sim's XID fault (node annotation sim.gpuctl.dev/fault-xid, simulator/xid.py) on gpu-3's GPU 0: its device
+    plugin marks the GPU unhealthy, the node keeps it in capacity and not in allocatable, and the DCGM exporter
+    reports XID 79 for it. status counts it, top marks that GPU and no other, advise leaves it out and says so.
+    Last in the module: a GPU once unhealthy stays so while its plugin pod runs."""
+    from kubernetes import client, config
+
+    v1 = client.CoreV1Api(config.new_client_from_config(loaded["KUBECONFIG"]))
+    v1.patch_node("gpu-3", {"metadata": {"annotations": {"sim.gpuctl.dev/fault-xid": "0:79"}}})
+
+    def status_marks() -> dict[str, Any] | None:
+        nodes = {n["node"]: n for n in gpuctl_json(loaded, "status")["nodes"]}
+        return nodes if nodes["gpu-3"]["unhealthy"] else None
+
+    nodes = wait_for("status to count gpu-3's GPU unhealthy", status_marks)
+    node = nodes["gpu-3"]
+    assert node["unhealthy"] == {"nvidia.com/gpu": node["replicas"]} and node["unhealthyGpus"] == 1  # every replica
+    assert node["allocatable"] == {} and [n for n, row in nodes.items() if row["unhealthy"]] == ["gpu-3"]
+    table = run_gpuctl("status", env=loaded, timeout=120)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.startswith("gpu-3 "))
+    assert row.split()[3] == "0/1!" and f"  gpu-3: {node['replicas']} of {node['replicas']} nvidia.com/gpu (1 GPU)" \
+        in table.stdout, table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+
+    def top_marks() -> dict[str, Any] | None:
+        view = gpuctl_json(loaded, "top", "--since", "1m")
+        return view if any(g["health"] == "unhealthy" for g in view["gpus"]) else None
+
+    view = wait_for("top to mark gpu-3's GPU by its XID", top_marks)
+    marked = [(g["node"], g["gpu"], g["xid"]) for g in view["gpus"] if g["health"] != "healthy"]
+    assert marked == [("gpu-3", 0, 79)], view["gpus"]
+    assert [u["node"] for u in view["unhealthy"]] == ["gpu-3"] and view["unhealthy"][0]["unnamed"] == {}
+
+    def advised() -> dict[str, Any] | None:  # once Prometheus covers the window (advice is withheld before)
+        result = gpuctl_json(loaded, "advise", "--since", "1m")
+        return None if result["withheld"] else result
+
+    notes = wait_for("advise to read a covered window", advised)["notes"]
+    assert any("not idle capacity" in n and n.endswith("gpu-3 GPU 0 (XID 79)") for n in notes), notes
