@@ -33,8 +33,11 @@ check: $(BIN)/gpuctl
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -m "not integration and not conformance and not slow" --deselect tests/unit/test_lint.py tests/unit
 
+# Parallel workers (pytest-xdist): the sim clusters mostly wait, so 4 workers keep 2 cores busy; each module, and
+# each family of modules sharing a cluster, stays on one worker (tests/conftest.py). JOBS=0 runs in this process.
+JOBS ?= 4
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(JOBS)
 
 bench: setup
 	$(BIN)/python -m bench.startup

@@ -121,3 +121,45 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("unexpected skips (a failure: fix the cause, or name it in EXPECTED_SKIPS)")
         for line in _unexpected_skips:
             terminalreporter.line(line)
+
+
+
+# --- parallel workers: `make test` runs pytest-xdist with this file's scheduler ------------------------------
+# Each module runs on one worker, so its module-scoped cluster is built once; the modules that share a family's
+# session-scoped cluster (tests/integration/conftest.py) run on one worker too, so that cluster is built once per
+# run, not once per worker. (xdist's own --dist loadgroup marks node ids in a way pytest 9.2 no longer sees.)
+# Modules are handed out in collection order (integration before unit: the long ones first, the short fill in).
+FAMILY_OF: dict[str, str] = {
+    **dict.fromkeys(("tests/integration/test_apply.py", "tests/integration/test_readme_spec.py",
+                     "tests/integration/test_plan_matches_apply.py"), "platform"),  # the last by getfixturevalue
+    **dict.fromkeys((f"tests/integration/test_{m}.py" for m in (
+        "kube_door", "sim_cluster", "tenant_fence", "tenant_queues", "tenant_updates", "tenants",
+        "upstream_crds")), "sim_cluster"),
+    **dict.fromkeys(("tests/integration/test_openstack_bed.py", "tests/integration/test_openstack_magnum.py"),
+                    "openstack_bed"),
+}
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A module that uses a family's cluster is listed with that family in FAMILY_OF (else a worker of its own
+    would build that cluster again)."""
+    for item in items:
+        for family in ("platform", "sim_cluster", "openstack_bed"):
+            if family in getattr(item, "fixturenames", ()) and FAMILY_OF.get(_module(item.nodeid)) != family:
+                raise pytest.UsageError(f"{_module(item.nodeid)} uses the {family!r} cluster: list it under "
+                                        f"{family!r} in tests/conftest.py FAMILY_OF")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FamilyScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return FAMILY_OF.get(_module(nodeid), _module(nodeid))
+
+    config.option.loadscopereorder = False  # collection order, not the most tests first
+    return FamilyScheduling(config, log)

@@ -5,8 +5,9 @@ Both run as detached processes of this machine like the sim's Kueue and Karpente
 <cluster dir>/monitoring (Prometheus's config and TSDB, pid files) with their logs in <cluster dir>/logs, on free
 loopback ports, and go with the cluster (procs.cluster_procs). The scrape job is named as the GPU Operator's
 ServiceMonitor names it (assets/state-dcgm-exporter/0500_service_monitor.yaml: jobLabel app, whose value is
-nvidia-dcgm-exporter); its interval is 1 s instead of the operator's 15 s (values.yaml
-dcgmExporter.serviceMonitor.interval), so that a test sees a change at once. A static target adds no
+nvidia-dcgm-exporter); its interval is 2 s instead of the operator's 15 s (values.yaml
+dcgmExporter.serviceMonitor.interval), so that a test sees a change at once, and its timeout the same 2 s
+(Prometheus allows no more than the interval): on a loaded machine a 1 s timeout failed every scrape for a minute. A static target adds no
 namespace/pod/container labels of its own, so the exporter's pod labels arrive as they are; under the operator's
 ServiceMonitor (honorLabels false) they arrive as exported_pod, exported_namespace, exported_container.
 """
@@ -33,7 +34,7 @@ from gpuctl.util.output import info
 
 TOOL = "prometheus"
 JOB = "nvidia-dcgm-exporter"
-SCRAPE_INTERVAL = "1s"
+SCRAPE_INTERVAL = "2s"
 RETENTION = "2d"  # the sim's data plane is for looking at now, not for history
 READY_TIMEOUT_S = 60.0
 

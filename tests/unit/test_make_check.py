@@ -32,5 +32,6 @@ def test_the_markers_check_deselects_are_registered_and_test_runs_everything() -
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     markers = {m.split(":")[0] for m in config["tool"]["pytest"]["ini_options"]["markers"]}
     assert {"integration", "conformance", "slow"} <= markers
-    assert recipe("test") == ["$(BIN)/pytest -q"]
+    # everything, on parallel workers that keep each module and each cluster family together (tests/conftest.py)
+    assert recipe("test") == ["$(BIN)/pytest -q -n $(JOBS)"]
     assert set(config["tool"]["mypy"]["files"]) >= {"gpuctl", "bench", "tests"}  # make check and make test: all three
