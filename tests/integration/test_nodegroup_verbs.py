@@ -91,7 +91,7 @@ def test_nodegroup_add_with_slices_and_label_shares_and_labels_the_new_group(env
     assert gpus(env, "shared-0") == "8"  # 2 GPUs x 4 slices, as `wait-capacity` saw before it returned
     assert labels(env, "shared-0")["pool"] == "shared"
     assert record(env, "shared") | {"taints": None} == {
-        "gpu": "t4", "gpusPerNode": 2, "labels": {"pool": "shared"}, "mig": None, "replicas": 4,
+        "gpu": "t4", "gpusPerNode": 2, "labels": {"pool": "shared"}, "mig": None, "nodes": 1, "replicas": 4,
         "sharing": "time-slicing", "taints": None}
     assert gpus(env, "gpu-0") == "2"  # the other group's sharing is untouched
     # a hostile combination is refused before anything is made
@@ -122,6 +122,7 @@ def test_scale_to_0_and_back_keeps_the_group_and_its_sharing(env: dict[str, str]
     assert core(env).list_node(label_selector="gpuctl.dev/nodegroup=shared").items == []
     listed = groups(env)["shared"]
     assert (listed["nodes"], listed["minNodes"], listed["scaling"]) == (0, 0, "cloud")
+    assert record(env, "shared")["nodes"] == 0  # what `doctor` holds the group against (node-missing)
     refused = run_gpuctl("nodegroup", "scale", *SIM, "--cluster", CLUSTER, "--name", "shared", "--nodes", "0",
                          "--min-nodes", "1", env=env)
     assert refused.returncode == 2 and "--min-nodes" in refused.stderr, refused.stderr
@@ -129,6 +130,7 @@ def test_scale_to_0_and_back_keeps_the_group_and_its_sharing(env: dict[str, str]
                       env=env)
     assert proc.returncode == 0, proc.stderr
     assert gpus(env, "shared-0") == "8" and labels(env, "shared-0")["pool"] == "shared"
+    assert record(env, "shared")["nodes"] == 1
 
 
 # -- a Karpenter group (Karpenter's kwok provider, built on first use) --------------------------------------------
