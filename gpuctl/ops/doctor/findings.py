@@ -310,7 +310,8 @@ def _repair(node: str, xid: int | None, gpu: int | None, cordoned: bool, namespa
     if needs_replacement(xid):
         reset += ", or replace it (or the node) where the XID comes back"
     drain = "" if cordoned else f"{FIX} --grace 300 (cordons {node}, evicts its GPU pods through the Eviction API); "
-    return (f"{drain}{'then ' if drain else ''}{reset}; then {FIX} (restarts the node's device plugin in {namespace}, which never "
+    then = "then " if drain else ""
+    return (f"{drain}{then}{reset}; then {FIX} (restarts the node's device plugin in {namespace}, which never "
             f"marks a device healthy again on its own, and uncordons {node} once its GPUs are healthy)")
 
 
