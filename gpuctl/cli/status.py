@@ -66,9 +66,14 @@ def unhealthy_section(rows: Sequence[Mapping[str, Any]]) -> str | None:
     lines = [f"  {r['node']}: " + ", ".join(f"{n} of {r['allocatable'].get(k, 0) + n} {k}"
                                             for k, n in r["unhealthy"].items())
              + (f" ({plural(r['unhealthy_gpus'], 'GPU')})" if r.get("unhealthy_gpus") else "")
+             # the kubelet marks every device of a plugin that went away unhealthy: not a GPU that failed
+             + ("; no ready device plugin: the kubelet marks all of a departed plugin's devices"
+                if r.get("device_plugin") not in (None, "ready") else "")
              for r in rows if r.get("unhealthy")]
     if not lines:
         return None
     heading = ("! unhealthy: the device plugin reports them failed, the kubelet keeps them in capacity, not in "
                "allocatable; 'gpuctl doctor' says why")
-    return "\n".join([*textwrap.wrap(heading, TABLE_WIDTH, subsequent_indent="  "), *lines])
+    return "\n".join([*textwrap.wrap(heading, TABLE_WIDTH, subsequent_indent="  "),
+                      *(w for line in lines for w in textwrap.wrap(line, TABLE_WIDTH, initial_indent="",
+                                                                   subsequent_indent="    "))])

@@ -38,7 +38,9 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                mig="all-1g.5gb"),
     ]
     monkeypatch.setattr(status, "gpu_nodes", lambda kube, nodegroup=None: nodes)
-    monkeypatch.setattr(status, "pods_by_node", lambda kube, selector, what: {})
+    ready = {n.name: KubeObject({"status": {"phase": "Running", "containerStatuses": [{"ready": True}]}})
+             for n in nodes}
+    monkeypatch.setattr(status, "pods_by_node", lambda kube, selector, what: ready)
     monkeypatch.setattr(status, "dra_mode", lambda kube: False)
     monkeypatch.setattr(status, "gpu_operator", lambda kube: None)
     return status.gpu_status(None)  # type: ignore[arg-type]  # every read is patched: no cluster
@@ -67,3 +69,8 @@ def test_the_table_marks_them_within_80_columns(rows: list[dict[str, Any]]) -> N
     assert lines[2:] == ["  gpu-1: 1 of 4 nvidia.com/gpu (1 GPU)", "  inference-0: 4 of 16 nvidia.com/gpu (1 GPU)",
                          "  training-0: 1 of 14 nvidia.com/mig-1g.5gb"]
     assert unhealthy_section([r for r in rows if r["node"] == "gpu-0"]) is None  # all healthy: no section
+    # a plugin that went away: the kubelet marks all its devices unhealthy at once (PluginDisconnected)
+    gone = {**rows[2], "device_plugin": "missing"}
+    assert unhealthy_section([gone]).splitlines()[-2:] == [  # type: ignore[union-attr]
+        "  inference-0: 4 of 16 nvidia.com/gpu (1 GPU); no ready device plugin: the",
+        "    kubelet marks all of a departed plugin's devices"]
