@@ -7,9 +7,10 @@ loopback ports, and go with the cluster (procs.cluster_procs). The scrape job is
 ServiceMonitor names it (assets/state-dcgm-exporter/0500_service_monitor.yaml: jobLabel app, whose value is
 nvidia-dcgm-exporter); its interval is 2 s instead of the operator's 15 s (values.yaml
 dcgmExporter.serviceMonitor.interval), so that a test sees a change at once, and its timeout the same 2 s
-(Prometheus allows no more than the interval): on a loaded machine a 1 s timeout failed every scrape for a minute. A static target adds no
-namespace/pod/container labels of its own, so the exporter's pod labels arrive as they are; under the operator's
-ServiceMonitor (honorLabels false) they arrive as exported_pod, exported_namespace, exported_container.
+(Prometheus allows no more than the interval): on a loaded machine a 1 s timeout failed every scrape for a minute.
+A static target adds no namespace/pod/container labels of its own, so the exporter's pod labels arrive as they
+are; under the operator's ServiceMonitor (honorLabels false) they arrive as exported_pod, exported_namespace,
+exported_container.
 """
 
 from __future__ import annotations
