@@ -27,9 +27,11 @@ def doctor(
     """Find what is wrong with the running GPU platform: each finding with its evidence, its cause, the upstream
     issue or bulletin, and the command that repairs it. Read-only unless --fix.
 
-    Checks: the stack's versions against NVIDIA's security bulletins, MIG changes that failed or wedged, device
-    plugins that serve no GPU, GPUs the device plugin marked unhealthy (with their XID where the DCGM metrics are
-    reachable), GPU nodes' taints against their node groups, the tenants' GPU fence and tolerations. Exit 0 when nothing is wrong, 6 when something is (after --fix: something is left).
+    Checks: a GPU Operator gone (release uninstalled or deleted by hand), node groups missing nodes, the stack's
+    versions against NVIDIA's security bulletins, MIG changes that failed or wedged, device plugins that serve no
+    GPU, GPUs the device plugin marked unhealthy (with their XID where the DCGM metrics are reachable), GPU nodes'
+    taints against their node groups, the tenants' GPU fence and tolerations. Exit 0 when nothing is wrong, 6 when
+    something is (after --fix: something is left).
 
     Examples:
       gpuctl doctor
