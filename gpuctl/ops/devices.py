@@ -18,6 +18,7 @@ from gpuctl.stack.existing import Operator, read_operators
 
 PLUGIN_SELECTOR = f"app={L.DEVICE_PLUGIN_APP}"  # the operator's device-plugin pods
 DRA_PLUGIN_SELECTOR = f"{PLUGIN_COMPONENT_LABEL}={PLUGIN_COMPONENT}"  # the DRA driver's kubelet-plugin pods
+RACE_GRACE_S = 10.0  # a device plugin registers its GPUs within seconds of starting
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Prove the platform works: allocatable matches the configuration, one device plugin, and a
-CUDA smoke-test pod passes on the GPU nodes.
+"""Prove the platform works: allocatable matches the configuration, one device plugin, `gpuctl doctor`'s checks
+find no error (check `doctor`), and a CUDA smoke-test pod passes on the GPU nodes.
 
-In DRA mode (gpuctl.kube.dra.dra_mode: NVIDIA's DRA driver serves the GPUs) the same three checks read the
+In DRA mode (gpuctl.kube.dra.dra_mode: NVIDIA's DRA driver serves the GPUs) the same checks read the
 driver's side: the devices each node's ResourceSlice publishes against the configuration (and no device
 plugin advertising the same GPUs), the driver's kubelet plugin ready on every node, and a smoke-test pod
 that gets its GPU through a ResourceClaim, which the scheduler must have allocated on a node of the group.
@@ -34,6 +34,7 @@ from gpuctl.model.spec import SMOKE_IMAGE
 from gpuctl.model.taints import node_taint
 from gpuctl.model.taints import tolerations as tolerations_of
 from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, NodeDevices, plugin_state, pods_by_node, read_node_devices
+from gpuctl.ops.doctor.doctor import doctor
 from gpuctl.ops.group_records import intended_labels, node_drift, read_group_plans
 from gpuctl.ops.smoke import (
     SMOKE_NAMESPACE,
@@ -53,6 +54,9 @@ from gpuctl.stack.owners import is_device_plugin
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
 from gpuctl.util.errors import UsageError
 from gpuctl.util.words import noun, pairs, plural
+
+# doctor's errors that do not fail validate: a version below NVIDIA's security floor (see check_doctor)
+ADVISORY_CHECKS = frozenset({"security-floor"})
 
 if TYPE_CHECKING:
     from gpuctl.model.catalog import GpuModel
@@ -241,15 +245,32 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
     pin = dict(list(node_labels.items())[:1])
     tolerations = tolerations_of(sorted({node_taint(t) for n in nodes for t in n.spec.get("taints") or []}))
     if dra_mode(kube):
-        return validate_dra(kube, nodes, mig, image, pin, tolerations, timeout)
+        return validate_dra(kube, nodes, mig, image, pin, tolerations, timeout, nodegroup)
     plans = read_group_plans(kube, config_namespace(kube))
     intended = {n.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
                 for n in nodes}
     checks = [check_node_config(nodes, plans),
               check_capacity(nodes, {n.name: expected_resources(n, plugin, mig, intended[n.name]) for n in nodes}),
-              check_device_plugins(kube)]
+              check_device_plugins(kube), check_doctor(kube, nodegroup)]
     checks.append(run_smoke_test(kube, image, smoke_resource(nodes), pin, tolerations, timeout))
     return checks
+
+
+def check_doctor(kube: Kube, nodegroup: str | None) -> Check:
+    """`gpuctl doctor`'s checks (gpuctl.ops.doctor), read-only: its errors fail validate and are listed. Its
+    warnings (a taint out of place, a node gpuctl cordoned that is healthy again) and a stack below NVIDIA's
+    security floor (`security-floor`: an upgrade to make, not a platform that does not work; a chart pinned to
+    an older release must still validate, so that it can be upgraded) are counted, not failed."""
+    found = doctor(kube, nodegroup)
+    errors = [f for f in found if f.severity == "error" and f.check not in ADVISORY_CHECKS]
+    notes = [f for f in found if f not in errors]
+    noted = f"; not failing validate: {', '.join(sorted({f.check for f in notes}))} (see 'gpuctl doctor')" \
+        if notes else ""
+    if errors:
+        listed = "; ".join(f"{f.check} on {f.object}: {f.cause}" for f in errors[:5])
+        more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+        return Check("doctor", False, f"{listed}{more}{noted}; 'gpuctl doctor' names each repair")
+    return Check("doctor", True, f"no errors found{noted}")
 
 
 def _launch_a_node(kube: Kube, nodegroup: str, image: str, timeout: float) -> Check | None:
@@ -365,7 +386,8 @@ def check_kubelet_plugins(nodes: list[KubeObject], pods: dict[str, KubeObject]) 
 
 
 def validate_dra(kube: Kube, nodes: list[KubeObject], mig_configs: dict[str, Any], image: str,
-                 pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float) -> list[Check]:
+                 pin: dict[str, str], tolerations: list[dict[str, str]], timeout: float,
+                 nodegroup: str | None = None) -> list[Check]:
     published = read_node_devices(kube)
     mine = [published.get(n.name, NodeDevices((), frozenset())) for n in nodes]
     # full GPUs where any node has one; MIG devices only where the nodes publish nothing else
@@ -373,6 +395,7 @@ def validate_dra(kube: Kube, nodes: list[KubeObject], mig_configs: dict[str, Any
         else GPU_CLASS
     return [check_dra_capacity(nodes, published, mig_configs),
             check_kubelet_plugins(nodes, pods_by_node(kube, DRA_PLUGIN_SELECTOR, "DRA kubelet-plugin")),
+            check_doctor(kube, nodegroup),
             run_dra_smoke_test(kube, image, device_class, pin, tolerations, {n.name for n in nodes}, timeout)]
 
 

@@ -10,6 +10,15 @@ MIG devices the device plugin advertises are the ones it made, so gpuctl's own M
 
 go-nvml has no usable mock for two of gpuctl's MIG GPUs (upstreamcheck's migapply.go says why): on h200 and
 b200 nodes the sim places layouts with gpuctl's model, as before.
+
+A fault a test turns on, the node annotation sim.gpuctl.dev/fault-mig-wedge: the MIG manager's next run wedges as
+NVIDIA/gpu-operator #2833 reports, and as mig-parted v0.15.0 pkg/mig/reconfigure/reconfigure.go Run does when a GPU
+pod does not stop: it sets the state `pending`, pauses the operands' deploy labels (shutdownKubernetesGPUClients,
+maybeSetPaused: every one but a `false` one, gpu.deploy.client only where the node has it), and returns from
+waitForPodsToBeDeleted with an error and no setState. The manager then waits for the next change of the node's
+nvidia.com/mig.config label (cmd/nvidia-mig-manager/main.go: SyncableMigConfig.Get), so the node stays so, the
+fault gone or not, until the label changes or the manager restarts. The sim cannot see a label removed and set
+again between two of its passes; it takes the state cleared with it (as gpuctl's re-label does) for that change.
 """
 
 from __future__ import annotations
@@ -21,11 +30,16 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel
 from gpuctl.model.mig import advertised_resources, layout_from_counts, parse_mig_parted_config, place
 from gpuctl.util.errors import UsageError
 
 APPLY_TIMEOUT_S = 20.0
+FAULT_MIG_WEDGE = "sim.gpuctl.dev/fault-mig-wedge"
+MIG_WEDGED = "sim.gpuctl.dev/mig-wedged"  # the config the sim's MIG manager wedged on (its run returned an error)
+# reconfigure.go shutdownKubernetesGPUClients: the deploy labels it pauses (the client's only where set)
+PAUSED_OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
 # The GPU models `upstreamcheck mig-apply --gpu` takes (applyGPUs in migapply.go).
 UPSTREAM_MODELS = frozenset({"a100-40gb", "a100-80gb", "a30", "h100-80gb"})
 
@@ -87,6 +101,16 @@ def _apply_with_gpuctl_model(text: str, config: str, model: GpuModel, gpus: int)
     except UsageError as err:
         return MigApplied(error=err.message)
     return MigApplied((dict(counts) if counts is not None else None,) * gpus)
+
+
+def wedge_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The labels a wedged run leaves (reconfigure.go Run up to waitForPodsToBeDeleted): the state `pending`, and
+    each operand's deploy label `paused-for-mig-change` unless it was `false` (maybeSetPaused)."""
+    keys = [L.DEPLOY_PREFIX + o for o in PAUSED_OPERANDS]
+    if labels.get(L.DEPLOY_PREFIX + "client"):
+        keys.append(L.DEPLOY_PREFIX + "client")
+    return {L.MIG_STATE: "pending",
+            **{k: "false" if labels.get(k) == "false" else L.PAUSED_FOR_MIG for k in keys}}
 
 
 def mig_resources(applied: MigApplied, strategy: str) -> dict[str, int]:

@@ -20,7 +20,9 @@ where it matters to gpuctl:
   apply of the config decides on go-nvml's mock of the node's GPU, and the MIG resources advertised are the
   MIG devices that apply made (mig_manager.py); as the real MIG manager does when it starts, a label whose
   state is not the answer to it (cleared, or left pending by an operator that died) is answered too,
-  `success` at once where the config is the one applied;
+  `success` at once where the config is the one applied; with the node annotation
+  sim.gpuctl.dev/fault-mig-wedge its next run wedges, `pending` with the operands paused, until the label changes
+  (gpu-operator #2833; mig_manager.py);
 - with the device plugin off in the ClusterPolicy (DRA mode), no nvidia.com/gpu or nvidia.com/mig-* on the node;
 - a CUDA vectoradd sample pod passes when the node's driver supports its CUDA version; it gets its GPU
   from the device plugin (resources.limits, with a ClusterPolicy) or from a ResourceClaim the scheduler
@@ -59,7 +61,14 @@ from gpuctl.simulator.dcgm_series import instance_id
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
 from gpuctl.simulator.kubelet_devices import sync_device_health
-from gpuctl.simulator.mig_manager import MigApplied, apply_mig_config, mig_resources
+from gpuctl.simulator.mig_manager import (
+    FAULT_MIG_WEDGE,
+    MIG_WEDGED,
+    MigApplied,
+    apply_mig_config,
+    mig_resources,
+    wedge_labels,
+)
 from gpuctl.simulator.nodes import CUDA_VERSION, DEVICES_PENDING
 from gpuctl.simulator.operands import (
     CLUSTER_POLICY,
@@ -246,7 +255,16 @@ class SimOperator:
         mig_gpus: tuple[dict[str, int] | None, ...] | None = None  # the MIG devices the plugin lists, GPU by GPU
         first_look = node.name not in self.mig_seen
         self.mig_seen.add(node.name)
-        if mig_wanted and mig_wanted != applied:
+        wedged = annotations.get(MIG_WEDGED)
+        if wedged is not None and (first_look or wedged != mig_wanted or mig_state != "pending"):
+            want_annotations[MIG_WEDGED] = wedged = None  # its label changed (or it restarted): it runs again
+        if wedged is None and FAULT_MIG_WEDGE in annotations and model.mig is not None and mig_wanted:
+            # gpu-operator #2833: this run wedges, pending with the operands paused (mig_manager.py)
+            want_labels.update(wedge_labels(labels))
+            want_annotations[MIG_WEDGED] = wedged = mig_wanted
+        if wedged is not None:
+            pass  # its run returned an error; it waits for a change of its label (main.go Get)
+        elif mig_wanted and mig_wanted != applied:
             if mig_state != "pending":
                 want_labels[L.MIG_STATE] = "pending"
             else:

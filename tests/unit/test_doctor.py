@@ -174,8 +174,11 @@ def test_a_failed_mig_change_is_named() -> None:
     assert finding.repair.startswith(f"read 'kubectl logs -n {NS} -l app=nvidia-mig-manager', then kubectl label")
     mig_group = GroupPlan(NodeGroupSpec("gpu", GPUS["a100-40gb"], 0, 1), mig=parse_layout("all-balanced",
                                                                                           GPUS["a100-40gb"]))
+    assert not finding.fixable  # no group records a layout: nothing known good to go back to
     again = only(diagnose(snapshot(nodes=[broken], plans={"gpu": mig_group})), "mig-change-failed")
-    assert again.repair.endswith("then gpuctl mig apply all-balanced --nodegroup gpu"), again.repair
+    assert again.repair == ("gpuctl doctor --fix (rolls back from all-1g.5gb to all-balanced, its node group's "
+                            "recorded layout)"), again.repair
+    assert again.action == ("repair-mig", "gpu-1", "rollback", "all-balanced")
 
 
 def test_a_pending_change_with_operands_paused_is_a_wedge_and_pending_alone_is_not() -> None:
@@ -186,8 +189,10 @@ def test_a_pending_change_with_operands_paused_is_a_wedge_and_pending_alone_is_n
     assert finding.reference == GPU_OPERATOR_ISSUE_2833
     assert finding.evidence["paused"] == {f"{L.DEPLOY_PREFIX}dcgm-exporter": L.PAUSED_FOR_MIG,
                                           f"{L.DEPLOY_PREFIX}device-plugin": L.PAUSED_FOR_MIG}
-    assert finding.repair.startswith(f"kubectl label node gpu-0 {L.DEPLOY_PREFIX}dcgm-exporter=true "
-                                     f"{L.DEPLOY_PREFIX}device-plugin=true --overwrite")
+    assert finding.repair == (f"gpuctl doctor --fix (restores {L.DEPLOY_PREFIX}dcgm-exporter=true,"
+                              f"{L.DEPLOY_PREFIX}device-plugin=true, then finishes the change to all-1g.5gb)")
+    assert finding.action == ("repair-mig", "gpu-0", "finish", "all-1g.5gb", f"{L.DEPLOY_PREFIX}dcgm-exporter=true",
+                              f"{L.DEPLOY_PREFIX}device-plugin=true")
     assert diagnose(snapshot(nodes=[node("gpu-0", {L.MIG_STATE: "pending", L.MIG_CONFIG: "all-1g.5gb"})])) == []
 
 

@@ -1,8 +1,9 @@
 """`gpuctl doctor`: read the cluster once (one LIST per kind, never one per node), run the checks of findings.py,
 and with --fix do the safe repairs: restart a device-plugin pod that serves nothing, re-apply a tenant admission
 policy deleted by hand, cordon a node with a failed GPU and evict its GPU pods (gpu_repair.py), restart the
-device plugin of a node gpuctl cordoned and uncordon it once its GPUs are healthy. Each repair is said before it
-is done; the findings are then read again. The DCGM exporter's XIDs are read only where a GPU is unhealthy."""
+device plugin of a node gpuctl cordoned and uncordon it once its GPUs are healthy, finish a wedged MIG change and
+roll back or re-apply a failed one (mig_repair.py). Each repair is said before it is done; the findings are then
+read again. The DCGM exporter's XIDs are read only where a GPU is unhealthy."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from gpuctl.ops.doctor.findings import (
     diagnose,
 )
 from gpuctl.ops.doctor.gpu_repair import cordon, drain_gpu_pods, read_xids, restart_plugin, uncordon
+from gpuctl.ops.doctor.mig_repair import MigRepair, repair_mig
 from gpuctl.ops.group_records import read_group_plans, read_group_sizes
 from gpuctl.ops.tenancy.fence import ensure_fence, wait_fence_in_force
 from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations
@@ -56,6 +58,11 @@ def _admission(kube: Kube) -> dict[str, set[str]]:
     return found
 
 
+def _namespace(policies: list[KubeObject], deployments: list[KubeObject]) -> str:
+    """The GPU Operator's namespace, where its operands run and gpuctl's records are."""
+    return config_namespace_of(configured_of(find_operators([], policies, deployments)))
+
+
 def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> Snapshot:
     """The cluster as the checks read it; --nodegroup and --node narrow the nodes (the stack and the tenants'
     policies are the cluster's)."""
@@ -66,7 +73,7 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
             where = f" in node group {nodegroup!r}" if nodegroup else ""
             raise UsageError("--node", f"no GPU node {node!r}{where}", "see 'gpuctl status' for the GPU nodes")
     policies, deployments = read_policies(kube), read_operator_deployments(kube)
-    namespace = config_namespace_of(configured_of(find_operators([], policies, deployments)))
+    namespace = _namespace(policies, deployments)
     tenants = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
     sizes = {} if node is not None else {g: n for g, n in read_group_sizes(kube, namespace).items()
                                          if nodegroup in (None, g)}
@@ -105,6 +112,11 @@ def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node:
         if finding.action and finding.action[0] == "drain-gpus":
             failed_gpus.setdefault(finding.action[1], []).append(finding)
     recovered = _repair_failed_gpus(kube, failed_gpus, grace, timeout)
+    namespace = None
+    for finding in findings:
+        if finding.action[:1] == ("repair-mig",):
+            namespace = namespace or _namespace(read_policies(kube), read_operator_deployments(kube))
+            repair_mig(kube, MigRepair.of_action(finding.action), namespace, timeout)  # failed again: found again
     for finding in findings:
         if not finding.action:
             continue

@@ -40,8 +40,8 @@ from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.spec import GroupPlan, all_taints
 from gpuctl.model.taints import DEFAULT_GPU_TAINTS, TRANSIENT_TAINTS, Taint, node_taint
 from gpuctl.model.xid import APPLICATION, XID_CATALOGUE, XIDS, needs_replacement, xid_meaning
-from gpuctl.ops.devices import plugin_state
-from gpuctl.ops.platform.capacity import RACE_GRACE_S  # a plugin just started has not registered yet
+from gpuctl.ops.devices import RACE_GRACE_S, plugin_state  # a plugin just started has not registered yet
+from gpuctl.ops.doctor.mig_repair import describe, plan_mig_repair
 from gpuctl.ops.tenancy import fence, tolerations
 from gpuctl.stack.existing import OUR_OPERATOR, HelmRelease, Operator, find_operators, is_device_plugin
 
@@ -172,7 +172,9 @@ def check_security_floor(snap: Snapshot) -> list[Finding]:
 
 
 def check_mig_changes(snap: Snapshot) -> list[Finding]:
-    """Nodes whose MIG change failed, or is pending with the operands paused for it (the MIG manager wedged)."""
+    """Nodes whose MIG change failed, or is pending with the operands paused for it (the MIG manager wedged); --fix
+    finishes a wedged one and rolls back or re-applies a failed one where the group's record holds a layout
+    (mig_repair.py)."""
     found = []
     for node in snap.nodes:
         labels = node.labels
@@ -183,19 +185,22 @@ def check_mig_changes(snap: Snapshot) -> list[Finding]:
         group = nodegroup_of(node)
         again = f"gpuctl mig apply {plan.mig.name} --nodegroup {group}" if plan is not None and plan.mig and group \
             else f"kubectl label node {node.name} {L.MIG_CONFIG}={labels.get(L.MIG_CONFIG, 'all-disabled')} --overwrite"
+        repair = plan_mig_repair(node, plan)
+        fix = f"{FIX} ({describe(repair, labels.get(L.MIG_CONFIG))})" if repair is not None else ""
+        action = repair.action() if repair is not None else ()
         if state == "failed":
             found.append(Finding(
                 "mig-change-failed", "error", f"node {node.name}", evidence,
                 "the MIG manager could not apply the node's MIG config: the node lacks its layout",
-                f"read 'kubectl logs -n {snap.namespace} -l app=nvidia-mig-manager', then {again}",
-                MIG_PARTED_ISSUE_484, node.name))
+                fix or f"read 'kubectl logs -n {snap.namespace} -l app=nvidia-mig-manager', then {again}",
+                MIG_PARTED_ISSUE_484, node.name, action=action))
         elif state == "pending" and paused:
             restore = " ".join(f"{k}=true" for k in paused)
             found.append(Finding(
                 "mig-change-wedged", "error", f"node {node.name}", {**evidence, "paused": paused},
                 "the MIG change is pending with the GPU operands paused for it: the MIG manager has wedged",
-                f"kubectl label node {node.name} {restore} --overwrite; then {again}",
-                GPU_OPERATOR_ISSUE_2833, node.name))
+                fix or f"kubectl label node {node.name} {restore} --overwrite; then {again}",
+                GPU_OPERATOR_ISSUE_2833, node.name, action=action))
     return found
 
 

@@ -25,7 +25,14 @@ from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.change import Change, Observed, Step
-from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR, PLUGIN_SELECTOR, plugin_state, pods_by_node, read_node_devices
+from gpuctl.ops.devices import (
+    DRA_PLUGIN_SELECTOR,
+    PLUGIN_SELECTOR,
+    RACE_GRACE_S,
+    plugin_state,
+    pods_by_node,
+    read_node_devices,
+)
 from gpuctl.ops.platform.run import Run
 from gpuctl.ops.smoke import Check
 from gpuctl.ops.validate import (
@@ -45,7 +52,6 @@ from gpuctl.stack.plugin_template import policy_not_carried
 from gpuctl.util.output import info
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
 
-RACE_GRACE_S = 10.0  # a device plugin registers its GPUs within seconds of starting
 CONFIG_RACE_SHORT = "launched by Karpenter, its device plugin serves no GPU (NVIDIA/k8s-device-plugin #1645)"
 PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
 
