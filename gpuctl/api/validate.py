@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def validate_cluster(nodegroup: str | None = None, image: str = SMOKE_IMAGE, timeout: float = 120.0,
                      target: ClusterTarget | None = None) -> list[Check]:
-    """The platform's checks (capacity, node config, one device plugin, the CUDA smoke test)."""
+    """The platform's checks (capacity, node config, one device plugin, doctor's errors, the CUDA smoke test)."""
     if nodegroup is not None:
         check_name(nodegroup, "--nodegroup")
     check_text(image, "--image")

@@ -22,7 +22,8 @@ def validate(
     image: Annotated[Optional[str], typer.Option("--image", metavar="IMAGE", help="CUDA smoke-test image (default: NVIDIA's vectoradd sample).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", parser=seconds, help="Seconds the smoke-test pod may take.")] = 120.0,
 ) -> None:
-    """Prove the GPU platform works: allocatable GPUs as configured, one device plugin, a CUDA smoke test.
+    """Prove the GPU platform works: allocatable GPUs as configured, one device plugin, no error from `gpuctl
+    doctor`'s checks (check `doctor`), a CUDA smoke test.
 
     In DRA mode: each node's published devices, the DRA driver's kubelet plugin, and the smoke test with its GPU
     from a ResourceClaim. Exit 6 when a check fails.

@@ -91,6 +91,7 @@ log = logging.getLogger("gpuctl.sim.operator")
 POLL_S = 1.0
 LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod loaded, and when
 MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
+MIG_FAILED = "sim.gpuctl.dev/mig-failed"  # the config its MIG manager last failed to apply: not tried again
 EXIT_CODE = "sim.gpuctl.dev/exit-code"  # read by gpuctl's kwok Stages (templates/sim/stages.yaml)
 CRASH = "sim.gpuctl.dev/crash"  # a plugin pod that exited with this error; its Stage makes it not ready
 # A fault a test turns on for a node (a NodePool's template annotations carry it to the nodes Karpenter launches):
@@ -265,11 +266,14 @@ class SimOperator:
         if wedged is not None:
             pass  # its run returned an error; it waits for a change of its label (main.go Get)
         elif mig_wanted and mig_wanted != applied:
-            if mig_state != "pending":
+            if mig_state == "failed" and annotations.get(MIG_FAILED) == mig_wanted and not first_look:
+                pass  # its answer to this label; the manager runs again only when the label changes (main.go Get)
+            elif mig_state != "pending":
                 want_labels[L.MIG_STATE] = "pending"
             else:
                 ok = mig_apply(mig_wanted).ok
                 want_labels[L.MIG_STATE] = "success" if ok else "failed"
+                want_annotations[MIG_FAILED] = None if ok else mig_wanted
                 if ok:
                     want_annotations[MIG_APPLIED] = applied = mig_wanted
         elif mig_wanted and (mig_state not in ("success", "failed") or (first_look and mig_state != "success")):
