@@ -110,8 +110,9 @@ def test_a_wedged_change_is_named_fails_validate_and_is_finished_by_fix(cluster:
     found = data[0]
     assert found["reference"] == "https://github.com/NVIDIA/gpu-operator/issues/2833"
     assert found["evidence"]["paused"][PLUGIN] == PAUSED and found["evidence"][STATE] == "pending"
-    assert found["repair"].startswith("gpuctl doctor --fix (restores nvidia.com/gpu.deploy.client=true,"), found
-    assert found["repair"].endswith(f"then finishes the change to {RECORDED})"), found
+    assert found["repair"] == ("gpuctl doctor --fix (restores the deploy labels client, dcgm, dcgm-exporter, "
+                               f"device-plugin, gpu-feature-discovery, nvsm to true, then finishes the change to "
+                               f"{RECORDED})"), found
     assert f"error: 1 finding: mig-change-wedged on node {node}" in proc.stderr, proc.stderr
 
     checked = gpuctl(cluster, "-o", "json", "validate", "--timeout", "10")

@@ -189,8 +189,8 @@ def test_a_pending_change_with_operands_paused_is_a_wedge_and_pending_alone_is_n
     assert finding.reference == GPU_OPERATOR_ISSUE_2833
     assert finding.evidence["paused"] == {f"{L.DEPLOY_PREFIX}dcgm-exporter": L.PAUSED_FOR_MIG,
                                           f"{L.DEPLOY_PREFIX}device-plugin": L.PAUSED_FOR_MIG}
-    assert finding.repair == (f"gpuctl doctor --fix (restores {L.DEPLOY_PREFIX}dcgm-exporter=true,"
-                              f"{L.DEPLOY_PREFIX}device-plugin=true, then finishes the change to all-1g.5gb)")
+    assert finding.repair == ("gpuctl doctor --fix (restores the deploy labels dcgm-exporter, device-plugin to true, "
+                              "then finishes the change to all-1g.5gb)")
     assert finding.action == ("repair-mig", "gpu-0", "finish", "all-1g.5gb", f"{L.DEPLOY_PREFIX}dcgm-exporter=true",
                               f"{L.DEPLOY_PREFIX}device-plugin=true")
     assert diagnose(snapshot(nodes=[node("gpu-0", {L.MIG_STATE: "pending", L.MIG_CONFIG: "all-1g.5gb"})])) == []

@@ -24,7 +24,15 @@ from gpuctl.ops import validate
 from gpuctl.ops.doctor import doctor as doctor_module
 from gpuctl.ops.doctor import mig_repair
 from gpuctl.ops.doctor.findings import Finding
-from gpuctl.ops.doctor.mig_repair import FINISH, REAPPLY, ROLLBACK, MigRepair, plan_mig_repair, repair_mig
+from gpuctl.ops.doctor.mig_repair import (
+    FINISH,
+    REAPPLY,
+    ROLLBACK,
+    MigRepair,
+    describe,
+    plan_mig_repair,
+    repair_mig,
+)
 from gpuctl.simulator.mig_manager import wedge_labels
 from gpuctl.util.errors import WaitTimeout
 
@@ -61,6 +69,8 @@ def test_a_wedged_change_is_finished_on_its_own_config_with_the_paused_labels_re
 def test_a_paused_label_goes_back_to_the_value_the_groups_record_gives_it() -> None:
     repair = plan_mig_repair(node(WEDGED), group({DCGM: "false", "team": "a"}))
     assert repair is not None and dict(repair.restore) == {CLIENT: "true", DCGM: "false", PLUGIN: "true"}
+    assert describe(repair, RECORDED) == ("restores the deploy labels dcgm-exporter to false; client, device-plugin "
+                                          f"to true, then finishes the change to {RECORDED}")
 
 
 def test_pending_alone_is_no_wedge_and_success_needs_nothing() -> None:

@@ -87,8 +87,11 @@ def describe(repair: MigRepair, current: str | None) -> str:
         what = f"rolls back from {current} to {repair.config}, its node group's recorded layout"
     else:
         what = f"re-applies {repair.config}, its node group's recorded layout, once"
-    restored = f"restores {pairs(dict(repair.restore))}, then " if repair.restore else ""
-    return f"{restored}{what}"
+    values: dict[str, list[str]] = {}
+    for key, value in repair.restore:
+        values.setdefault(value, []).append(key.removeprefix(L.DEPLOY_PREFIX))
+    restored = "; ".join(f"{', '.join(keys)} to {value}" for value, keys in sorted(values.items()))
+    return f"restores the deploy labels {restored}, then {what}" if restored else what
 
 
 def log_command(kube: Kube, node: str, namespace: str) -> str:
