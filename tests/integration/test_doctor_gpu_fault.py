@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -143,10 +144,21 @@ def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster)
     assert "nvidia-smi -r -i 1" in found["repair"] and "replace it" in found["repair"] and found["fixable"] is True
     assert f"error: 1 finding: gpu-failed on node {faulty}: GPU 1 reported XID 79" in proc.stderr, proc.stderr
 
-    # --fix: cordon, evict the GPU pods through the Eviction API; the PDB refuses the second until the first one's
-    # replacement runs on the other node (labelled for it now).
-    kubectl(cluster, "label", "node", other, "role=train")
-    fixed = gpuctl(cluster, "-o", "json", "doctor", "--fix", "--grace", "60")
+    # --fix: cordon, evict the GPU pods through the Eviction API; the PDB refuses the second while the first one's
+    # replacement has nowhere to run (only the cordoned node has role=train). Once --fix says it was refused, the
+    # other node is labelled for it; the replacement runs there and the PDB lets the second go.
+    fixing = subprocess.Popen([sys.executable, "-m", "gpuctl", "--kubeconfig", str(cluster.kubeconfig), "-o", "json",
+                               "doctor", "--fix", "--grace", "60"], env=cluster.env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert fixing.stderr is not None
+    said = []
+    for line in fixing.stderr:  # ends when --fix exits: a run that never says "refused" fails below
+        said.append(line)
+        if "refused (Cannot evict pod as it would violate the pod's disruption budget" in line:
+            kubectl(cluster, "label", "node", other, "role=train")
+            break
+    out, rest = fixing.communicate(timeout=300)
+    fixed = subprocess.CompletedProcess(fixing.args, fixing.returncode, out, "".join(said) + rest)
     assert fixed.returncode == 6, fixed.stderr  # the GPU is still failed: named again, the node now cordoned
     err = fixed.stderr
     assert f"fix: node {faulty}: cordoning it (gpu-failed: GPU 1 XID 79)" in err, err
