@@ -20,7 +20,7 @@ Each is waited for by polling the cluster (one LIST of the nodes and one of the 
 user runs them, in their own process; and doctor through gpuctl.api in this process, imports done (the command's
 own work). The findings must be exactly the 10 faults: (node, check), GPU and XID for a failed GPU; none else.
 The cluster is deleted afterwards. Last line of stdout: the figures as JSON.
-Usage: .venv/bin/python -m bench.doctor [--nodes N] [--runs R] [--max-seconds X] [--report-only]
+Usage: .venv/bin/python -m bench.doctor [--nodes N] [--runs R] [--max-seconds X] [--report-only] [--keep DIR]
 CI runs it small (tests/integration/test_bench.py: --nodes 20 --runs 1 --report-only), so it cannot rot: the
 findings are asserted there, the time printed only.
 """
@@ -238,6 +238,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-seconds", type=float, default=TARGET_S)
     parser.add_argument("--wait", type=float, default=WAIT_S, help="seconds for the faults to show (a stall)")
+    parser.add_argument("--keep", metavar="DIR", help="state dir and kubeconfig in DIR, the cluster left running "
+                        "(to profile doctor against it; delete it with gpuctl cluster delete --cloud sim)")
     parser.add_argument("--report-only", action="store_true",
                         help="print doctor's time without asserting it (a small run on a shared machine)")
     args = parser.parse_args()
@@ -245,7 +247,8 @@ def main() -> int:
         parser.error(f"--nodes must be >= {FAULTS}: one node per fault")
     if args.runs < 1:
         parser.error("--runs must be >= 1")
-    with tempfile.TemporaryDirectory(prefix="gpuctl-bench-doctor-") as home:
+    with tempfile.TemporaryDirectory(prefix="gpuctl-bench-doctor-") as tmp:
+        home = args.keep or tmp
         kubeconfig = Path(home) / "kubeconfig"
         env = dict(os.environ, GPUCTL_STATE_DIR=str(Path(home) / "state"), KUBECONFIG=str(kubeconfig))
         os.environ.update(GPUCTL_STATE_DIR=env["GPUCTL_STATE_DIR"])  # the sim's state, for this process
@@ -282,8 +285,11 @@ def main() -> int:
             status_s, _ = runs_of(gpuctl("-o", "json", "status"), env, args.runs, (0,))
             api_s = in_process(kubeconfig, args.runs)
         finally:
-            subprocess.run(gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes"), env=env,
-                           capture_output=True, timeout=600, cwd=support.ROOT)
+            if args.keep:
+                log(f"cluster {CLUSTER} kept: GPUCTL_STATE_DIR={env['GPUCTL_STATE_DIR']} KUBECONFIG={kubeconfig}")
+            else:
+                subprocess.run(gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes"), env=env,
+                               capture_output=True, timeout=600, cwd=support.ROOT)
     matched, missed, extra = judge(findings, faults)
     median, baseline, api_median = statistics.median(doctor_s), statistics.median(status_s), statistics.median(api_s)
     found_all = len(matched) == FAULTS and not missed and not extra
