@@ -24,6 +24,7 @@ from tests.support.tools import find_tool
 pytestmark = pytest.mark.integration
 UPSTREAM = Path(__file__).resolve().parents[2].parent / "shared" / "upstream"
 CLUSTER = "existing"
+OLD_PLUGIN = "v0.17.0"  # below NVIDIA's security floor for the device plugin (gpuctl/model/security.py)
 CREATE = ("cluster", "create", "--cloud", "sim", "--name", CLUSTER, "--gpu", "t4", "--nodes", "2", "--slices", "4")
 EKSCTL_PLUGIN = {
     "apiVersion": "apps/v1", "kind": "DaemonSet",
@@ -147,7 +148,8 @@ def test_magnum_capi_gpu_operator_is_configured_not_doubled(bare: dict[str, str]
     helm(bare, "install", "node-feature-discovery", str(UPSTREAM / "nfd-v0.19.0" / "node-feature-discovery"),
          "-n", "node-feature-discovery", "--create-namespace", "--wait", "--timeout", "3m")
     helm(bare, "install", "nvidia-gpu-operator", str(UPSTREAM / "gpu-operator-v26.7.0" / "gpu-operator"),
-         "-n", "gpu-operator", "--create-namespace", "--set", "nfd.enabled=false", "--wait", "--timeout", "3m")
+         "-n", "gpu-operator", "--create-namespace", "--set", "nfd.enabled=false",
+         "--set", f"devicePlugin.version={OLD_PLUGIN}", "--wait", "--timeout", "3m")
     wait_for_allocatable(bare, 1)  # the operator's plugin serves whole GPUs
     before = kubectl_json(bare, "get", "clusterpolicy", "cluster-policy")["spec"]
 
@@ -186,7 +188,14 @@ def test_magnum_capi_gpu_operator_is_configured_not_doubled(bare: dict[str, str]
     assert (operator["release"], operator["namespace"], operator["owner"]) == ("nvidia-gpu-operator", "gpu-operator", "other")
     table = run_gpuctl("status", env=bare)
     assert "GPU Operator: release nvidia-gpu-operator in gpu-operator (not gpuctl's" in table.stdout
-    assert run_gpuctl("validate", env=bare).returncode == 0
+    validated = run_gpuctl("validate", env=bare)  # an adopted stack below the security floor is named, not failed
+    assert validated.returncode == 0 and "not failing validate: security-floor" in validated.stdout, validated
+    doctor = run_gpuctl("-o", "json", "doctor", env=bare)
+    assert doctor.returncode == 6, doctor.stderr
+    [floor] = [f for f in json.loads(doctor.stdout) if f["check"] == "security-floor"
+               and f["evidence"].get("component") == "k8s-device-plugin"]
+    assert (floor["evidence"]["version"], floor["evidence"]["fixedVersion"]) == (OLD_PLUGIN.lstrip("v"), "0.17.3"), floor
+    assert floor["evidence"]["advisories"] and floor["reference"], floor
 
     again = run_gpuctl("-o", "json", *CREATE, env=bare)
     assert again.returncode == 0, again.stderr
