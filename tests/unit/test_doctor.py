@@ -223,6 +223,16 @@ def test_a_node_without_a_config_label_is_not_the_race() -> None:
     assert diagnose(snapshot(nodes=[bare])) == []
 
 
+def test_a_node_whose_every_gpu_failed_is_a_failed_gpu_not_the_race() -> None:
+    # One T4 (g4dn.xlarge) shared 4 ways, XID 79: the plugin lists it unhealthy, the kubelet keeps it in capacity and
+    # leaves it out of allocatable. Its plugin is not to be restarted: that would list the GPU healthy again.
+    failed = node("gpu-1", allocatable={"cpu": "4", L.GPU_RESOURCE: "0"})
+    failed["status"]["capacity"] = {"cpu": "4", L.GPU_RESOURCE: "4"}
+    finding = only(diagnose(snapshot(nodes=[node(), failed])), "gpu-failed")
+    assert (finding.node, finding.evidence["unhealthy"], finding.action) == (
+        "gpu-1", {L.GPU_RESOURCE: 4}, ("drain-gpus", "gpu-1"))
+
+
 # -- d. taints ----------------------------------------------------------------------------------------------------
 
 

@@ -216,12 +216,15 @@ def _age(pod: KubeObject, now: datetime) -> float | None:
 
 def check_plugins_serving(snap: Snapshot) -> list[Finding]:
     """GPU nodes whose device-plugin config label is set and whose plugin pod has run for a while, ready, yet
-    which advertise no nvidia.com/gpu nor MIG resource."""
+    which advertise no nvidia.com/gpu nor MIG resource. A node whose plugin registered devices that are all
+    unhealthy (capacity kept, allocatable 0: a single-GPU node after an XID) is check_failed_gpus's: restarting
+    its plugin would list the failed GPU healthy again (the new pod's health check starts afresh)."""
     found = []
     for node in snap.nodes:
         pod = snap.plugin_pods.get(node.name)
         key = node.labels.get(CONFIG_LABEL)
-        if not key or pod is None or gpu_resources(node) or node.labels.get(L.MIG_STATE) == "pending":
+        if not key or pod is None or gpu_resources(node) or unhealthy_gpus(node) \
+                or node.labels.get(L.MIG_STATE) == "pending":
             continue
         age = _age(pod, snap.now)
         if plugin_state(pod) != "ready" or age is None or age < RACE_GRACE_S:
