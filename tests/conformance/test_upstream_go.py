@@ -106,6 +106,7 @@ INTEGRATION_LAYOUTS = {
     ("a100-40gb", "3g.20gb-2x2g.10gb"): {"3g.20gb": 1, "2g.10gb": 2},
     ("a100-40gb", "all-balanced"): {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2},
     ("a100-40gb", "all-disabled"): None,
+    ("a100-40gb", "all-1g.5gb"): {"1g.5gb": 7},  # test_doctor_mig: a label naming no config of the node's group
     ("a100-40gb", "3g.20gb-3g.20gb-1g.5gb"): {"3g.20gb": 2, "1g.5gb": 1},  # refused: no memory slot left
     ("a100-40gb", "4x2g.10gb"): {"2g.10gb": 4},  # refused: at most 3
     ("a100-40gb", "2g.20gb"): {"2g.20gb": 1},  # refused: no such profile on a 40 GB A100

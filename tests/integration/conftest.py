@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 from tests.conftest import run_gpuctl
 from tests.support.sim import KwokCluster, cluster_names
-from tests.support.tools import SIM_TOOLS, ensure_tools
+from tests.support.tools import SIM_TOOLS, ensure_tools, find_tool
 
 CLUSTER = "itest"
 
@@ -36,6 +38,48 @@ class SimCluster:
         from kubernetes import client, config
 
         return client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+
+    def gpuctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The real `gpuctl` on this cluster, as a user runs it."""
+        return run_gpuctl("--kubeconfig", str(self.kubeconfig), *args, env=self.env)
+
+    def tool(self, name: str, *args: str, stdin: str | None = None) -> str:
+        """A pinned tool (kubectl, helm) on this cluster; its stdout, after asserting it succeeded."""
+        proc = subprocess.run([str(find_tool(name)), "--kubeconfig", str(self.kubeconfig), *args], env=self.env,
+                              capture_output=True, text=True, timeout=120, input=stdin)
+        assert proc.returncode == 0, (name, args, proc.stderr)
+        return proc.stdout
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        return self.tool("kubectl", *args, stdin=stdin)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return json.loads(self.kubectl("get", "node", name, "-o", "json"))
+
+
+@contextmanager
+def own_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, name: str,
+                *create: str) -> Iterator[SimCluster]:
+    """A sim cluster of the module's own, made by `gpuctl cluster create --name NAME CREATE...` in a kubeconfig of
+    its own and deleted at the end."""
+    kubeconfig = tmp_path_factory.mktemp(name) / "kubeconfig"
+    made = SimCluster(name, kubeconfig, dict(sim_env, KUBECONFIG=str(kubeconfig)))
+    proc = made.gpuctl("cluster", "create", "--cloud", "sim", "--name", name, *create)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        yield made
+    finally:
+        proc = run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", name, "--yes", env=made.env)
+        assert proc.returncode == 0, proc.stderr
+
+
+def await_value(what: str, read: Callable[[], Any], wanted: Any, timeout: float = 60.0) -> None:
+    """Poll `read()` until it returns `wanted` (a decision of the sim's agents or a controller), or fail naming
+    what it last read."""
+    deadline = time.monotonic() + timeout
+    while (got := read()) != wanted:
+        assert time.monotonic() < deadline, f"{what}: still {got!r} after {timeout:.0f}s, wanted {wanted!r}"
+        time.sleep(0.3)
 
 
 SIM_VARIABLES = ("GPUCTL_STATE_DIR", "KUBECONFIG")
@@ -113,7 +157,6 @@ def platform(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     standalone NFD, two tenants) applied once, the first time, to a cluster made for it in a state dir of its own
     (so whatever else the session runs, that first apply is a first run). Shared by test_apply, test_readme_spec and
     test_plan_matches_apply; a test that changes it applies the spec again before it returns."""
-    import time
 
     root = tmp_path_factory.mktemp("platform")
     env = dict(sim_env, GPUCTL_STATE_DIR=str(root / "state"), KUBECONFIG=str(root / "kubeconfig"))

@@ -20,11 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_gpuctl
-from tests.integration.conftest import SimCluster
+from tests.integration.conftest import SimCluster, await_value, own_cluster
 from tests.output_contract import faults, parsed, table_faults
 from tests.support.sim import CONFIG_RACE, LOADED
-from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 
@@ -33,35 +31,12 @@ TENANT = "team-a"
 OLD_TOOLKIT = {"repository": "nvcr.io/nvidia/k8s", "image": "container-toolkit", "version": "v1.17.0"}
 
 
-def gpuctl(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_gpuctl("--kubeconfig", str(cluster.kubeconfig), *args, env=cluster.env)
-
-
-def kubectl(cluster: SimCluster, *args: str) -> str:
-    proc = subprocess.run([str(find_tool("kubectl")), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          env=cluster.env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, (args, proc.stderr)
-    return proc.stdout
-
-
-def node_json(cluster: SimCluster, name: str) -> dict[str, Any]:
-    return json.loads(kubectl(cluster, "get", "node", name, "-o", "json"))
-
-
 def allocatable(cluster: SimCluster, name: str) -> str | None:
-    return node_json(cluster, name)["status"].get("allocatable", {}).get("nvidia.com/gpu")
-
-
-def await_value(what: str, read: Any, wanted: Any, timeout: float = 60.0) -> None:
-    """Poll `read()` until it returns `wanted` (a decision of the sim's operator or a controller), or fail."""
-    deadline = time.monotonic() + timeout
-    while (got := read()) != wanted:
-        assert time.monotonic() < deadline, f"{what}: still {got!r} after {timeout:.0f}s, wanted {wanted!r}"
-        time.sleep(0.3)
+    return cluster.node(name)["status"].get("allocatable", {}).get("nvidia.com/gpu")
 
 
 def findings(cluster: SimCluster, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    proc = gpuctl(cluster, "-o", "json", "doctor", *args)
+    proc = cluster.gpuctl("-o", "json", "doctor", *args)
     data = parsed(proc.stdout, "json")
     assert faults(data) == [], faults(data)
     return proc, data
@@ -73,42 +48,50 @@ def checks(found: list[dict[str, Any]]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    kubeconfig = tmp_path_factory.mktemp(NAME) / "kubeconfig"
-    made = SimCluster(NAME, kubeconfig, dict(sim_env, KUBECONFIG=str(kubeconfig)))
-    proc = gpuctl(made, "cluster", "create", "--name", NAME, "--gpu", "t4", "--nodes", "2", "--slices", "2")
-    assert proc.returncode == 0, proc.stderr
-    try:
-        proc = gpuctl(made, "tenant", "add", TENANT, "--gpus", "2")
+    with own_cluster(sim_env, tmp_path_factory, NAME, "--gpu", "t4", "--nodes", "2", "--slices", "2") as made:
+        proc = made.gpuctl("tenant", "add", TENANT, "--gpus", "2")
         assert proc.returncode == 0, proc.stderr
         yield made
-    finally:
-        proc = run_gpuctl("cluster", "delete", "--name", NAME, "--yes", env=made.env)
-        assert proc.returncode == 0, proc.stderr
 
 
 @pytest.fixture(scope="module")
 def nodes(cluster: SimCluster) -> list[str]:
-    status = json.loads(gpuctl(cluster, "-o", "json", "status").stdout)
+    status = json.loads(cluster.gpuctl("-o", "json", "status").stdout)
     names = sorted(n["node"] for n in status["nodes"])
     assert len(names) == 2, status
     return names
 
 
+def workload(cluster: SimCluster) -> tuple[str, str]:
+    """(uid, phase) of the team's GPU pod."""
+    pod = json.loads(cluster.kubectl("get", "pod", "train", "-n", TENANT, "-o", "json"))
+    return pod["metadata"]["uid"], pod["status"].get("phase", "")
+
+
 def test_a_healthy_platform_has_no_finding(cluster: SimCluster, nodes: list[str]) -> None:
     proc, data = findings(cluster)
     assert (proc.returncode, data) == (0, []), proc.stderr
-    table = gpuctl(cluster, "doctor")
+    table = cluster.gpuctl("doctor")
     assert (table.returncode, table.stdout) == (0, "") and "nothing wrong found" in table.stderr
 
 
 def test_doctor_names_each_fault_fix_repairs_the_safe_ones(cluster: SimCluster, nodes: list[str]) -> None:
     mig_node, race_node = nodes
-    kubectl(cluster, "label", "node", mig_node, "nvidia.com/mig.config.state=failed", "--overwrite")
-    kubectl(cluster, "delete", "validatingadmissionpolicybinding", "gpuctl-gpu-fence")
-    kubectl(cluster, "annotate", "node", race_node, f"{CONFIG_RACE}=true", f"{LOADED}-")
+    # A team's GPU pod on one slice of the node whose plugin will race: it keeps running through the fault and the
+    # plugin restart --fix does (a kubelet leaves running pods alone when allocatable drops).
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": TENANT},
+         "spec": {"nodeSelector": {"kubernetes.io/hostname": race_node},
+                  "containers": [{"name": "main", "image": "busybox",
+                                  "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}))
+    await_value("the team's pod running", lambda: workload(cluster)[1], "Running")
+    running = workload(cluster)
+    cluster.kubectl("label", "node", mig_node, "nvidia.com/mig.config.state=failed", "--overwrite")
+    cluster.kubectl("delete", "validatingadmissionpolicybinding", "gpuctl-gpu-fence")
+    cluster.kubectl("annotate", "node", race_node, f"{CONFIG_RACE}=true", f"{LOADED}-")
     await_value(f"{race_node}'s plugin raced", lambda: allocatable(cluster, race_node), "0")
-    kubectl(cluster, "taint", "node", mig_node, "nvidia.com/gpu=true:NoSchedule-")
-    kubectl(cluster, "patch", "clusterpolicy", "cluster-policy", "--type", "merge",
+    cluster.kubectl("taint", "node", mig_node, "nvidia.com/gpu=true:NoSchedule-")
+    cluster.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge",
             "-p", json.dumps({"spec": {"toolkit": OLD_TOOLKIT}}))
 
     # doctor blames a plugin only once its pod has run for the seconds a plugin takes to register, and the cluster's
@@ -140,7 +123,7 @@ def test_doctor_names_each_fault_fix_repairs_the_safe_ones(cluster: SimCluster, 
     assert fence["evidence"] == {"missing": ["ValidatingAdmissionPolicyBinding gpuctl-gpu-fence"],
                                  "tenants": [TENANT]}
 
-    table = gpuctl(cluster, "doctor")
+    table = cluster.gpuctl("doctor")
     assert table.returncode == 6
     rows, repairs = table.stdout.split("\n\n")
     assert table_faults(rows + "\n") == [] and len(rows.splitlines()) == 6, table.stdout
@@ -148,14 +131,15 @@ def test_doctor_names_each_fault_fix_repairs_the_safe_ones(cluster: SimCluster, 
     _, narrowed = findings(cluster, "--node", race_node)  # the node checks of that node, and the cluster's
     assert {f["check"] for f in narrowed} == {"security-floor", "plugin-serves-nothing", "tenant-fence-missing"}
 
-    fixed = gpuctl(cluster, "-o", "json", "doctor", "--fix")
+    fixed = cluster.gpuctl("-o", "json", "doctor", "--fix")
     assert fixed.returncode == 6, fixed.stderr
     assert f"fix: node {race_node}: restarting device-plugin pod" in fixed.stderr, fixed.stderr
     assert "fix: re-applying the GPU fence (ValidatingAdmissionPolicyBinding gpuctl-gpu-fence)" in fixed.stderr
     left = parsed(fixed.stdout, "json")
     assert {f["check"] for f in left} == {"security-floor", "mig-change-failed", "gpu-taint-missing"}, left
     assert allocatable(cluster, race_node) == "2"  # its new plugin pod registered the GPU, shared 2 ways
-    kubectl(cluster, "get", "validatingadmissionpolicybinding", "gpuctl-gpu-fence")
+    assert workload(cluster) == running  # the same pod, still running
+    cluster.kubectl("get", "validatingadmissionpolicybinding", "gpuctl-gpu-fence")
 
     # The rest, repaired by the commands doctor named (the MIG state, on a GPU without MIG, by hand).
     taint_repair = next(f["repair"] for f in left if f["check"] == "gpu-taint-missing")
@@ -163,12 +147,13 @@ def test_doctor_names_each_fault_fix_repairs_the_safe_ones(cluster: SimCluster, 
     for repair in (taint_repair, security_repair):
         words = shlex.split(repair)
         assert words[0] == "kubectl", repair
-        kubectl(cluster, *words[1:])
-    kubectl(cluster, "label", "node", mig_node, "nvidia.com/mig.config.state-")
-    toolkits = lambda: {c["image"] for d in json.loads(kubectl(  # noqa: E731 (the operator's, where it runs one)
-        cluster, "get", "daemonset", "-A", "-l", "app=nvidia-container-toolkit-daemonset", "-o", "json"))["items"]
+        cluster.kubectl(*words[1:])
+    cluster.kubectl("label", "node", mig_node, "nvidia.com/mig.config.state-")
+    toolkits = lambda: {c["image"] for d in json.loads(cluster.kubectl(  # noqa: E731 (the operator's, where it runs one)
+        "get", "daemonset", "-A", "-l", "app=nvidia-container-toolkit-daemonset", "-o", "json"))["items"]
         for c in d["spec"]["template"]["spec"]["containers"]}
     await_value("the toolkit DaemonSet's image", lambda: toolkits() <= {f"{OLD_TOOLKIT['repository']}/"
                                                                          "container-toolkit:v1.19.1"}, True)
     proc, data = findings(cluster)
     assert (proc.returncode, data) == (0, []), (proc.stderr, data)
+    assert workload(cluster) == running

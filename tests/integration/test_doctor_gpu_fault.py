@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_gpuctl
-from tests.integration.conftest import SimCluster
+from tests.integration.conftest import SimCluster, await_value, own_cluster
 from tests.output_contract import faults, parsed
-from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 
@@ -34,38 +32,15 @@ NS = "apps"
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists"}]  # not the cordon's taint: Exists alone tolerates it
 
 
-def gpuctl(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_gpuctl("--kubeconfig", str(cluster.kubeconfig), *args, env=cluster.env)
-
-
-def kubectl(cluster: SimCluster, *args: str, stdin: str | None = None) -> str:
-    proc = subprocess.run([str(find_tool("kubectl")), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          env=cluster.env, capture_output=True, text=True, timeout=60, input=stdin)
-    assert proc.returncode == 0, (args, proc.stderr)
-    return proc.stdout
-
-
-def node_json(cluster: SimCluster, name: str) -> dict[str, Any]:
-    return json.loads(kubectl(cluster, "get", "node", name, "-o", "json"))
-
-
 def gpus(cluster: SimCluster, name: str) -> tuple[str | None, str | None]:
     """(capacity, allocatable) nvidia.com/gpu of a node."""
-    status = node_json(cluster, name)["status"]
+    status = cluster.node(name)["status"]
     return status.get("capacity", {}).get("nvidia.com/gpu"), status.get("allocatable", {}).get("nvidia.com/gpu")
-
-
-def await_value(what: str, read: Any, wanted: Any, timeout: float = 60.0) -> None:
-    """Poll `read()` until it returns `wanted` (a decision of the sim's operator or a controller), or fail."""
-    deadline = time.monotonic() + timeout
-    while (got := read()) != wanted:
-        assert time.monotonic() < deadline, f"{what}: still {got!r} after {timeout:.0f}s, wanted {wanted!r}"
-        time.sleep(0.3)
 
 
 def pods(cluster: SimCluster) -> dict[str, dict[str, Any]]:
     """name -> (node, uid, phase, ready) of the pods of namespace NS that are not being deleted."""
-    items = json.loads(kubectl(cluster, "get", "pods", "-n", NS, "-o", "json"))["items"]
+    items = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
     return {p["metadata"]["name"]: {
         "node": p["spec"].get("nodeName"), "uid": p["metadata"]["uid"], "app": p["metadata"]["labels"].get("app"),
         "ready": any(c.get("type") == "Ready" and c.get("status") == "True"
@@ -85,43 +60,36 @@ def deployment(name: str, replicas: int, gpu: bool, selector: dict[str, str]) ->
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    kubeconfig = tmp_path_factory.mktemp(NAME) / "kubeconfig"
-    made = SimCluster(NAME, kubeconfig, dict(sim_env, KUBECONFIG=str(kubeconfig)))
-    proc = gpuctl(made, "cluster", "create", "--name", NAME, "--gpu", "t4", "--nodes", "2", "--gpus-per-node", "4",
-                  "--slices", "2")
-    assert proc.returncode == 0, proc.stderr
-    try:
+    with own_cluster(sim_env, tmp_path_factory, NAME, "--gpu", "t4", "--nodes", "2", "--gpus-per-node", "4",
+                     "--slices", "2") as made:
         yield made
-    finally:
-        proc = run_gpuctl("cluster", "delete", "--name", NAME, "--yes", env=made.env)
-        assert proc.returncode == 0, proc.stderr
 
 
 def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster) -> None:
-    status = json.loads(gpuctl(cluster, "-o", "json", "status").stdout)
+    status = json.loads(cluster.gpuctl("-o", "json", "status").stdout)
     faulty, other = sorted(n["node"] for n in status["nodes"])
     assert gpus(cluster, faulty) == ("8", "8")
 
     # Workloads: 2 GPU pods on the faulty node (label role=train, only it has it for now) under a PDB that lets one
     # go at a time; a CPU pod on the same node; a GPU pod on the other node.
-    kubectl(cluster, "create", "namespace", NS)
-    kubectl(cluster, "label", "node", faulty, "role=train")
+    cluster.kubectl("create", "namespace", NS)
+    cluster.kubectl("label", "node", faulty, "role=train")
     objects = [deployment("train", 2, True, {"role": "train"}),
                deployment("web", 1, False, {"kubernetes.io/hostname": faulty}),
                deployment("infer", 1, True, {"kubernetes.io/hostname": other}),
                {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "train", "namespace": NS},
                 "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "train"}}}}]
-    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     await_value("4 pods ready", lambda: sorted((p["app"], str(p["node"]), p["ready"]) for p in pods(cluster).values()),
                 [("infer", other, True), ("train", faulty, True), ("train", faulty, True), ("web", faulty, True)])
     before = pods(cluster)
 
     # The faults: XID 79 on GPU 1 of the faulty node, XID 13 (an application's, ignored) on GPU 2 of the other.
-    kubectl(cluster, "annotate", "node", faulty, f"{FAULT}=1:79")
-    kubectl(cluster, "annotate", "node", other, f"{FAULT}=2:13")
+    cluster.kubectl("annotate", "node", faulty, f"{FAULT}=1:79")
+    cluster.kubectl("annotate", "node", other, f"{FAULT}=2:13")
     await_value("GPU 1's 2 replicas out of allocatable", lambda: gpus(cluster, faulty), ("8", "6"), timeout=30)
     await_value("the plugin's decision on the other node",
-                lambda: json.loads(node_json(cluster, other)["metadata"]["annotations"].get(DECISIONS, "{}")),
+                lambda: json.loads(cluster.node(other)["metadata"]["annotations"].get(DECISIONS, "{}")),
                 {"2:13": "ignored: XID 13 is an application XID"})
     assert gpus(cluster, other) == ("8", "8")  # decided in the same pass that writes allocatable
 
@@ -129,7 +97,7 @@ def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster)
     # have scraped nothing yet right after it starts: look until the series are there (the kubelet's part is at once)
     deadline = time.monotonic() + 60
     while True:
-        proc = gpuctl(cluster, "-o", "json", "doctor")
+        proc = cluster.gpuctl("-o", "json", "doctor")
         data = parsed(proc.stdout, "json")
         assert faults(data) == [] and proc.returncode == 6, (proc.stderr, data)
         assert [(f["check"], f["node"]) for f in data] == [("gpu-failed", faulty)], data
@@ -155,7 +123,7 @@ def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster)
     for line in fixing.stderr:  # ends when --fix exits: a run that never says "refused" fails below
         said.append(line)
         if "refused (Cannot evict pod as it would violate the pod's disruption budget" in line:
-            kubectl(cluster, "label", "node", other, "role=train")
+            cluster.kubectl("label", "node", other, "role=train")
             break
     out, rest = fixing.communicate(timeout=300)
     fixed = subprocess.CompletedProcess(fixing.args, fixing.returncode, out, "".join(said) + rest)
@@ -166,7 +134,7 @@ def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster)
     assert "refused (Cannot evict pod as it would violate the pod's disruption budget" in err, err
     assert f"fix: node {faulty}: its GPU pods are evicted (2)" in err, err
     assert err.index("cordoning it") < err.index("evicting GPU pod")
-    node = node_json(cluster, faulty)
+    node = cluster.node(faulty)
     assert node["spec"].get("unschedulable") is True
     assert node["metadata"]["annotations"][CORDONED] == "gpu-failed: GPU 1 XID 79"
     after = pods(cluster)
@@ -178,17 +146,17 @@ def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster)
 
     # The GPU reset: the fault cleared. The plugin's decisions go, but it keeps the GPU unhealthy (no recovery
     # without a restart: server.go), which the same pass of the sim's plugin writes.
-    kubectl(cluster, "annotate", "node", faulty, f"{FAULT}-")
+    cluster.kubectl("annotate", "node", faulty, f"{FAULT}-")
     await_value("the plugin saw the fault cleared",
-                lambda: DECISIONS in node_json(cluster, faulty)["metadata"]["annotations"], False)
+                lambda: DECISIONS in cluster.node(faulty)["metadata"]["annotations"], False)
     assert gpus(cluster, faulty) == ("8", "6")
 
-    back = gpuctl(cluster, "-o", "json", "doctor", "--fix")
+    back = cluster.gpuctl("-o", "json", "doctor", "--fix")
     assert back.returncode == 0, (back.stderr, back.stdout)
     assert f"fix: node {faulty}: restarting device-plugin pod" in back.stderr, back.stderr
     assert f"fix: node {faulty}: its GPUs are healthy again: uncordoning it" in back.stderr, back.stderr
-    node = node_json(cluster, faulty)
+    node = cluster.node(faulty)
     assert not node["spec"].get("unschedulable") and CORDONED not in node["metadata"].get("annotations", {})
     assert gpus(cluster, faulty) == ("8", "8")
-    validated = gpuctl(cluster, "validate")
+    validated = cluster.gpuctl("validate")
     assert validated.returncode == 0, validated.stderr

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import run_gpuctl
-from tests.integration.conftest import SimCluster
+from tests.integration.conftest import SimCluster, await_value, own_cluster
 from tests.output_contract import faults, parsed
-from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 
@@ -36,41 +33,18 @@ PAUSED = "paused-for-mig-change"
 LAYOUT = {"nvidia.com/mig-3g.20gb": "1", "nvidia.com/mig-2g.10gb": "2"}
 
 
-def gpuctl(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_gpuctl("--kubeconfig", str(cluster.kubeconfig), *args, env=cluster.env)
-
-
-def kubectl(cluster: SimCluster, *args: str) -> str:
-    proc = subprocess.run([str(find_tool("kubectl")), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          env=cluster.env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, (args, proc.stderr)
-    return proc.stdout
-
-
-def node_json(cluster: SimCluster, name: str) -> dict[str, Any]:
-    return json.loads(kubectl(cluster, "get", "node", name, "-o", "json"))
-
-
 def labels(cluster: SimCluster, name: str) -> dict[str, str]:
-    return node_json(cluster, name)["metadata"].get("labels") or {}
+    return cluster.node(name)["metadata"].get("labels") or {}
 
 
 def mig_devices(cluster: SimCluster, name: str) -> dict[str, str]:
     """The node's allocatable MIG devices."""
-    allocatable = node_json(cluster, name)["status"].get("allocatable") or {}
+    allocatable = cluster.node(name)["status"].get("allocatable") or {}
     return {k: v for k, v in allocatable.items() if k.startswith("nvidia.com/mig-") and v != "0"}
 
 
-def await_value(what: str, read: Any, wanted: Any, timeout: float = 60.0) -> None:
-    """Poll `read()` until it returns `wanted` (a decision of the sim's operator or a controller), or fail."""
-    deadline = time.monotonic() + timeout
-    while (got := read()) != wanted:
-        assert time.monotonic() < deadline, f"{what}: still {got!r} after {timeout:.0f}s, wanted {wanted!r}"
-        time.sleep(0.3)
-
-
 def doctor(cluster: SimCluster, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    proc = gpuctl(cluster, "-o", "json", "doctor", *args)
+    proc = cluster.gpuctl("-o", "json", "doctor", *args)
     data = parsed(proc.stdout, "json") if proc.stdout.strip() else []
     assert faults(data) == [], faults(data)
     return proc, data
@@ -78,28 +52,21 @@ def doctor(cluster: SimCluster, *args: str) -> tuple[subprocess.CompletedProcess
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    kubeconfig = tmp_path_factory.mktemp(NAME) / "kubeconfig"
-    made = SimCluster(NAME, kubeconfig, dict(sim_env, KUBECONFIG=str(kubeconfig)))
-    proc = gpuctl(made, "cluster", "create", "--name", NAME, "--gpu", "a100-40gb", "--nodes", "1",
-                  "--gpus-per-node", "1", "--mig-layout", "3g.20gb-2x2g.10gb")
-    assert proc.returncode == 0, proc.stderr
-    try:
+    with own_cluster(sim_env, tmp_path_factory, NAME, "--gpu", "a100-40gb", "--nodes", "1", "--gpus-per-node", "1",
+                     "--mig-layout", "3g.20gb-2x2g.10gb") as made:
         yield made
-    finally:
-        proc = run_gpuctl("cluster", "delete", "--name", NAME, "--yes", env=made.env)
-        assert proc.returncode == 0, proc.stderr
 
 
 @pytest.fixture(scope="module")
 def node(cluster: SimCluster) -> str:
-    [only] = [n["node"] for n in json.loads(gpuctl(cluster, "-o", "json", "status").stdout)["nodes"]]
+    [only] = [n["node"] for n in json.loads(cluster.gpuctl("-o", "json", "status").stdout)["nodes"]]
     assert (labels(cluster, only).get(CONFIG), labels(cluster, only).get(STATE)) == (RECORDED, "success")
     assert mig_devices(cluster, only) == LAYOUT
     return only
 
 
 def test_a_wedged_change_is_named_fails_validate_and_is_finished_by_fix(cluster: SimCluster, node: str) -> None:
-    kubectl(cluster, "annotate", "node", node, f"{WEDGE}=true")
+    cluster.kubectl("annotate", "node", node, f"{WEDGE}=true")
     await_value("the sim's MIG manager wedged", lambda: (labels(cluster, node).get(STATE),
                                                          labels(cluster, node).get(PLUGIN)), ("pending", PAUSED))
     await_value("the device plugin gone from the paused node", lambda: mig_devices(cluster, node), {})
@@ -115,14 +82,14 @@ def test_a_wedged_change_is_named_fails_validate_and_is_finished_by_fix(cluster:
                                f"{RECORDED})"), found
     assert f"error: 1 finding: mig-change-wedged on node {node}" in proc.stderr, proc.stderr
 
-    checked = gpuctl(cluster, "-o", "json", "validate", "--timeout", "10")
+    checked = cluster.gpuctl("-o", "json", "validate", "--timeout", "10")
     assert checked.returncode == 6, checked.stderr
     rows = {r["check"]: r for r in parsed(checked.stdout, "json")}
     assert rows["doctor"]["ok"] is False, rows
     assert rows["doctor"]["detail"].startswith(f"mig-change-wedged on node {node}: the MIG change is pending"), rows
 
     # The cause gone (the GPU pod stopped): the manager's run has returned, and it waits for its label to change.
-    kubectl(cluster, "annotate", "node", node, f"{WEDGE}-")
+    cluster.kubectl("annotate", "node", node, f"{WEDGE}-")
     fixed, left = doctor(cluster, "--fix")
     assert fixed.returncode == 0 and left == [], (fixed.stderr, left)
     err = fixed.stderr
@@ -137,10 +104,10 @@ def test_a_wedged_change_is_named_fails_validate_and_is_finished_by_fix(cluster:
     now = labels(cluster, node)
     assert (now[CONFIG], now[STATE], now[PLUGIN]) == (RECORDED, "success", "true")
     assert not [k for k, v in now.items() if v == PAUSED], now
-    assert WEDGED not in node_json(cluster, node)["metadata"].get("annotations", {})
+    assert WEDGED not in cluster.node(node)["metadata"].get("annotations", {})
     await_value("the layout's MIG devices advertised again", lambda: mig_devices(cluster, node), LAYOUT)
 
-    checked = gpuctl(cluster, "-o", "json", "validate")
+    checked = cluster.gpuctl("-o", "json", "validate")
     assert checked.returncode == 0, checked.stderr
     rows = {r["check"]: r for r in parsed(checked.stdout, "json")}
     assert rows["doctor"] == {"check": "doctor", "ok": True, "detail": "no errors found"}, rows
@@ -148,7 +115,7 @@ def test_a_wedged_change_is_named_fails_validate_and_is_finished_by_fix(cluster:
 
 def test_a_failed_change_rolls_back_to_the_recorded_layout(cluster: SimCluster, node: str) -> None:
     # A config the MIG ConfigMap lacks: the sim's mig-parted refuses it (selected mig-config not present).
-    kubectl(cluster, "label", "node", node, f"{CONFIG}=all-1g.5gb", "--overwrite")
+    cluster.kubectl("label", "node", node, f"{CONFIG}=all-1g.5gb", "--overwrite")
     await_value("the MIG manager failed", lambda: labels(cluster, node).get(STATE), "failed")
 
     proc, data = doctor(cluster)
@@ -166,7 +133,7 @@ def test_a_failed_change_rolls_back_to_the_recorded_layout(cluster: SimCluster, 
 
 def test_a_failed_state_on_the_recorded_layout_is_re_applied_once(cluster: SimCluster, node: str) -> None:
     # What MIG manager v0.15.1 leaves after a failure on the config the node already names (labels restored).
-    kubectl(cluster, "label", "node", node, f"{STATE}=failed", "--overwrite")
+    cluster.kubectl("label", "node", node, f"{STATE}=failed", "--overwrite")
     proc, data = doctor(cluster)
     assert proc.returncode == 6 and [f["check"] for f in data] == ["mig-change-failed"], (proc.stderr, data)
     assert data[0]["repair"] == f"gpuctl doctor --fix (re-applies {RECORDED}, its node group's recorded layout, once)"

@@ -275,7 +275,7 @@ def test_validate_passes_in_dra_mode(cluster: Cluster) -> None:
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr + proc.stdout
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
-    assert set(checks) == {"capacity", "dra-driver", "smoke-test"} and all(c["ok"] for c in checks.values())
+    assert set(checks) == {"capacity", "dra-driver", "smoke-test", "doctor"} and all(c["ok"] for c in checks.values())
     assert checks["capacity"]["detail"].startswith("1 node publishes what was configured: 1 device ")
     smoke = checks["smoke-test"]["detail"]
     assert smoke.startswith("CUDA vectoradd passed on t4-0 with 1 gpu.nvidia.com device from ResourceClaim "

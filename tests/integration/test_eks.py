@@ -83,7 +83,8 @@ def test_create_runs_the_whole_flow_and_validates(eks: Eks) -> None:
     assert steps["enable-node-repair"] == "created"  # the add-on (and the group's repair: moto drops it at create)
     assert steps["validate/gpu"] == "passed"
     checks = {c["check"]: c["ok"] for c in eks.first["checks"]}
-    assert checks == {"node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}, checks
+    assert checks == {"node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True,
+                      "doctor": True}, checks
     # gpuctl does not run Karpenter on EKS: the NodeOverlay it writes is in force only with Karpenter's gate on
     assert "FEATURE_GATES=NodeOverlay=true" in eks.outputs[1]
     assert [{k: g[k] for k in BASIC} for g in eks.first["nodeGroups"]] == [

@@ -37,7 +37,8 @@ def test_full_flow_steps_and_capacity(stack: dict[str, str]) -> None:
                      "write-gpu-config", "install-nfd", "install-gpu-operator", "restart-device-plugin",
                      "wait-capacity/gpu", "validate/gpu"]
     assert {c["check"]: c["ok"] for c in result["checks"]} == {"node-config": True, "capacity": True,
-                                                               "device-plugin": True, "smoke-test": True}
+                                                               "device-plugin": True, "smoke-test": True,
+                                                               "doctor": True}
     proc = run_gpuctl("status", "-o", "json", env=stack)
     assert proc.returncode == 0, proc.stderr
     nodes = json.loads(proc.stdout)["nodes"]
@@ -87,7 +88,7 @@ def test_failing_smoke_test_exits_6_with_diagnostics(stack: dict[str, str]) -> N
     assert not checks["smoke-test"]["ok"]
     assert "CUDA driver version is insufficient" in checks["smoke-test"]["detail"]
     assert "exit 1" in checks["smoke-test"]["detail"]
-    assert proc.stderr.startswith("error: 1 of 4 checks failed: smoke-test")
+    assert proc.stderr.startswith("error: 1 of 5 checks failed: smoke-test")
     passing = run_gpuctl("-o", "wide", "validate", "--nodegroup", "gpu", env=stack)
     assert passing.returncode == 0, passing.stderr
     assert "CUDA vectoradd passed" in passing.stdout

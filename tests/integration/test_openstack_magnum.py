@@ -78,7 +78,7 @@ def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, Any], ope
         {"name": "gpu", "cluster": "os1", "gpu": "t4", "nodes": 2, "readyNodes": 2, "gpusPerNode": 1,
          "scaling": "cloud", "minNodes": 2, "maxNodes": 2}]
     assert {c["check"]: c["ok"] for c in os1["checks"]} == {
-        "node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}
+        "node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True, "doctor": True}
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
     assert cluster["status"] == "UPDATE_COMPLETE" or cluster["status"] == "CREATE_COMPLETE"
     assert cluster["labels"]["nvidia_gpu_enabled"] == "true" and cluster["labels"]["kube_tag"]  # merged

@@ -123,7 +123,8 @@ def test_changed_sharing_validates_on_every_rerun(real: dict[str, str]) -> None:
         if run:  # (the first run creates the release when this test runs alone)
             assert steps["install-gpu-operator"] == "updated", (run, steps)
         assert {c["check"]: c["ok"] for c in result["checks"]} == \
-            {"node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True}, (run, result)
+            {"node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True, "doctor": True}, \
+            (run, result)
         policy = kubectl_json(real, "get", "clusterpolicy", "cluster-policy")
         assert policy["spec"]["mig"]["strategy"] == strategy
         plugin = kubectl_json(real, "get", "daemonset", "-n", "gpu-operator", "nvidia-device-plugin-daemonset")

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.conftest import run_gpuctl
-from tests.integration.conftest import SimCluster, sim_spec
+from tests.integration.conftest import SimCluster, await_value, sim_spec
 from tests.output_contract import faults, parsed
-from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 
@@ -29,34 +27,15 @@ NAME = "removed"
 GROUP = "{name: gpu, gpu: t4, nodes: 2}"
 
 
-def gpuctl(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_gpuctl("--kubeconfig", str(cluster.kubeconfig), *args, env=cluster.env)
-
-
-def tool(cluster: SimCluster, name: str, *args: str) -> str:
-    proc = subprocess.run([str(find_tool(name)), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          env=cluster.env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (name, args, proc.stderr)
-    return proc.stdout
-
-
 def gpu_nodes(cluster: SimCluster) -> dict[str, tuple[str | None, str | None]]:
     """GPU node -> its nvidia.com/gpu (capacity, allocatable)."""
-    items = json.loads(tool(cluster, "kubectl", "get", "nodes", "-l", "gpuctl.dev/nodegroup=gpu", "-o", "json"))
+    items = json.loads(cluster.tool("kubectl", "get", "nodes", "-l", "gpuctl.dev/nodegroup=gpu", "-o", "json"))
     return {n["metadata"]["name"]: (n["status"].get("capacity", {}).get("nvidia.com/gpu"),
                                     n["status"].get("allocatable", {}).get("nvidia.com/gpu")) for n in items["items"]}
 
 
-def await_value(what: str, read: Any, wanted: Any, timeout: float = 90.0) -> None:
-    """Poll `read()` until it returns `wanted` (a decision of the sim's kubelet part or a controller), or fail."""
-    deadline = time.monotonic() + timeout
-    while (got := read()) != wanted:
-        assert time.monotonic() < deadline, f"{what}: still {got!r} after {timeout:.0f}s, wanted {wanted!r}"
-        time.sleep(0.3)
-
-
 def doctor(cluster: SimCluster) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    proc = gpuctl(cluster, "-o", "json", "doctor")
+    proc = cluster.gpuctl("-o", "json", "doctor")
     data = parsed(proc.stdout, "json")
     assert faults(data) == [], faults(data)
     return proc, data
@@ -69,7 +48,7 @@ def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     spec = root / "removed.yaml"
     spec.write_text(sim_spec(NAME, GROUP))
     try:
-        proc = gpuctl(made, "apply", "-f", str(spec))
+        proc = made.gpuctl("apply", "-f", str(spec))
         assert proc.returncode == 0, proc.stderr
         yield made, str(spec)
     finally:
@@ -84,10 +63,11 @@ def test_uninstalled_operator_and_deleted_node_are_named_and_the_same_apply_rest
     assert (proc.returncode, data) == (0, []), proc.stderr
     assert gpu_nodes(made) == {"gpu-0": ("1", "1"), "gpu-1": ("1", "1")}
 
-    tool(made, "helm", "uninstall", "gpu-operator", "-n", "gpu-operator", "--wait")
-    tool(made, "kubectl", "delete", "node", "gpu-1")
+    made.tool("helm", "uninstall", "gpu-operator", "-n", "gpu-operator", "--wait")
+    made.tool("kubectl", "delete", "node", "gpu-1")
     # the kubelet's decision once the plugin pod is gone: every GPU unhealthy, kept in capacity
-    await_value("gpu-0 after its device plugin went", lambda: gpu_nodes(made), {"gpu-0": ("1", "0")})
+    await_value("gpu-0 after its device plugin went", lambda: gpu_nodes(made), {"gpu-0": ("1", "0")},
+                timeout=90)
 
     proc, data = doctor(made)
     assert proc.returncode == 6, proc.stderr
@@ -103,11 +83,11 @@ def test_uninstalled_operator_and_deleted_node_are_named_and_the_same_apply_rest
     assert proc.stderr.startswith("error: 2 findings: stack-missing on GPU Operator release gpu-operator"), \
         proc.stderr
 
-    proc = gpuctl(made, "apply", "-f", spec)  # as doctor says: the same apply that made it
+    proc = made.gpuctl("apply", "-f", spec)  # as doctor says: the same apply that made it
     assert proc.returncode == 0, proc.stderr
     assert "advertises GPUs from a device plugin on the host" not in proc.stderr
     assert gpu_nodes(made) == {"gpu-0": ("1", "1"), "gpu-1": ("1", "1")}
-    proc = gpuctl(made, "validate")
+    proc = made.gpuctl("validate")
     assert proc.returncode == 0, proc.stderr
     proc, data = doctor(made)
     assert (proc.returncode, data) == (0, []), proc.stderr
