@@ -114,6 +114,9 @@ class SimOperator:
         self.mig_seen: set[str] = set()  # nodes whose MIG config this process has looked at
         # mig-parted's answers by (config.yaml, config, GPU model, GPUs): one apply per change, not per pass
         self.mig_answers: dict[tuple[str, str, str, int], MigApplied] = {}
+        # the device plugin's load of a config by (ConfigMap data, node's config key, default, MIG strategy,
+        # compute capability, MIG enabled): the answer of the plugin's own code depends on nothing else
+        self.plugin_answers: dict[tuple[str, str, str, str, tuple[int, int], bool], PluginLoad] = {}
 
     def operator_namespace(self) -> str:
         """The real operator's OPERATOR_NAMESPACE: the namespace of its own Deployment (the chart's
@@ -198,8 +201,15 @@ class SimOperator:
         if self.upstreamcheck is None:
             return PluginLoad(error="upstreamcheck is not installed: run 'gpuctl sim install'")
         _, default = policy.plugin_config
-        return load_plugin_config(self.upstreamcheck, plugin_configs, labels.get(CONFIG_LABEL, ""), default,
-                                  policy.mig_strategy, model.compute_capability, mig_enabled)
+        # one load per distinct input, not per node: a 1,000-node group's nodes load the same config
+        key = (json.dumps(plugin_configs, sort_keys=True), labels.get(CONFIG_LABEL, ""), default,
+               policy.mig_strategy, model.compute_capability, mig_enabled)
+        if key not in self.plugin_answers:
+            if len(self.plugin_answers) > 256:
+                self.plugin_answers.clear()
+            self.plugin_answers[key] = load_plugin_config(self.upstreamcheck, plugin_configs, key[1], default,
+                                                          policy.mig_strategy, model.compute_capability, mig_enabled)
+        return self.plugin_answers[key]
 
     def _reconcile_node(self, node: KubeObject, policy: Policy, plugin_name: str,
                         plugin_configs: dict[str, str] | None, mig_text: str, plugin_pod: KubeObject | None) -> None:

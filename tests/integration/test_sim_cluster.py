@@ -113,6 +113,16 @@ def test_control_plane_listens_on_loopback_only(sim_cluster: SimCluster) -> None
     assert "--bind-address=127.0.0.1" in apiserver
 
 
+def test_controllers_run_at_a_large_clusters_client_rates(sim_cluster: SimCluster) -> None:
+    """kube-controller-manager and kube-scheduler took the client rates of templates/sim/kwokctl.yaml.j2 and run
+    with them (a flag either refused would have stopped it)."""
+    pids = KwokCluster(sim_cluster.name).pids()
+    manager = open(f"/proc/{pids['kube-controller-manager']}/cmdline").read().split("\0")
+    scheduler = open(f"/proc/{pids['kube-scheduler']}/cmdline").read().split("\0")
+    assert {"--kube-api-qps=100", "--kube-api-burst=100"} <= set(manager), manager
+    assert "--kube-api-qps=100" in scheduler and not any(a.startswith("--config") for a in scheduler), scheduler
+
+
 def test_cluster_list_shows_the_running_cluster(sim_cluster: SimCluster) -> None:
     proc = run_gpuctl("cluster", "list", "--cloud", "sim", "-o", "json", env=sim_cluster.env)
     assert proc.returncode == 0, proc.stderr
