@@ -12,6 +12,7 @@ from gpuctl.model.cloud_options import CloudOptions
 from gpuctl.providers.eks.aws import MAX_ATTEMPTS, AwsSession, translated
 from gpuctl.providers.eks.provider import EksProvider
 from gpuctl.util.errors import CloudError, CredentialsError, ExitCode, GpuctlError, UsageError
+from tests.unit.aws_isolation import isolate_aws
 
 
 def _client_error(code: str, message: str = "msg") -> Exception:
@@ -22,12 +23,7 @@ def _client_error(code: str, message: str = "msg") -> Exception:
 
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNITTEST00000000")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unit-test-secret-value")
+    isolate_aws(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize(("raised", "kind", "text"), [

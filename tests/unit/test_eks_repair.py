@@ -18,6 +18,7 @@ from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.providers.eks import repair
 from gpuctl.providers.eks.provider import EksProvider
+from tests.unit.aws_isolation import isolate_aws
 
 TAGS = {"gpuctl.dev/managed-by": "gpuctl"}
 ADDON = {"clusterName": "prod", "addonName": "eks-node-monitoring-agent"}
@@ -25,12 +26,7 @@ ADDON = {"clusterName": "prod", "addonName": "eks-node-monitoring-agent"}
 
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNITTEST00000000")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unit-test-secret-value")
+    isolate_aws(monkeypatch, tmp_path)
     monkeypatch.setattr("time.sleep", lambda s: None)  # (no wait: every status is stubbed ACTIVE)
 
 

@@ -13,8 +13,7 @@ import pytest
 
 from gpuctl.providers.eks.token import PREFIX, exec_credential, get_token
 from tests.emulators.eks.webhook import Rejected, check_signature
-
-KEY, SECRET = "AKIAUNITTEST00000000", "unit-test-secret-value"
+from tests.unit.aws_isolation import KEY, SECRET
 
 
 @pytest.fixture
