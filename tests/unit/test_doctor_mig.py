@@ -209,7 +209,8 @@ def test_validate_fails_on_doctors_errors_and_lists_them(monkeypatch: pytest.Mon
     found = [finding("mig-change-wedged"), finding("gpu-taint-missing", "warning"), finding("security-floor")]
     asked: list[str | None] = []
 
-    def doctor(kube: object, nodegroup: str | None) -> list[Finding]:
+    def doctor(kube: object, nodegroup: str | None, with_xids: bool) -> list[Finding]:
+        assert with_xids is False  # validate lists the checks: it reaches no Prometheus for XID evidence
         asked.append(nodegroup)
         return found
 
@@ -222,17 +223,17 @@ def test_validate_fails_on_doctors_errors_and_lists_them(monkeypatch: pytest.Mon
 
 
 def test_validate_passes_with_warnings_and_a_security_advisory_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validate, "doctor", lambda kube, nodegroup: [finding("security-floor")])
+    monkeypatch.setattr(validate, "doctor", lambda kube, nodegroup, with_xids: [finding("security-floor")])
     check = validate.check_doctor(object(), None)  # type: ignore[arg-type]
     assert check.ok and check.detail == "no errors found; not failing validate: security-floor (see 'gpuctl doctor')"
-    monkeypatch.setattr(validate, "doctor", lambda kube, nodegroup: [])
+    monkeypatch.setattr(validate, "doctor", lambda kube, nodegroup, with_xids: [])
     assert validate.check_doctor(object(), None).as_dict() == {  # type: ignore[arg-type]
         "check": "doctor", "ok": True, "detail": "no errors found"}
 
 
 def test_many_errors_are_cut_at_five(monkeypatch: pytest.MonkeyPatch) -> None:
     found = [finding("gpu-failed", on=f"node n{i}") for i in range(7)]
-    monkeypatch.setattr(validate, "doctor", lambda kube, nodegroup: found)
+    monkeypatch.setattr(validate, "doctor", lambda kube, nodegroup, with_xids: found)
     detail = validate.check_doctor(object(), None).detail  # type: ignore[arg-type]
     assert detail.count("gpu-failed on") == 5 and "(+2 more)" in detail
 

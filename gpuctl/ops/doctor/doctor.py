@@ -63,9 +63,11 @@ def _namespace(policies: list[KubeObject], deployments: list[KubeObject]) -> str
     return config_namespace_of(configured_of(find_operators([], policies, deployments)))
 
 
-def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> Snapshot:
+def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = None,
+                  with_xids: bool = True) -> Snapshot:
     """The cluster as the checks read it; --nodegroup and --node narrow the nodes (the stack and the tenants'
-    policies are the cluster's)."""
+    policies are the cluster's). `with_xids`: name a failed GPU's XID from Prometheus (evidence only; False leaves it
+    unknown and reaches no Prometheus)."""
     nodes = gpu_nodes(kube, nodegroup)
     if node is not None:
         nodes = [n for n in nodes if n.name == node]
@@ -77,7 +79,7 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
     tenants = kube.list("v1", "Namespace", labels=TENANT_LABEL, what="listing tenant namespaces")
     sizes = {} if node is not None else {g: n for g, n in read_group_sizes(kube, namespace).items()
                                          if nodegroup in (None, g)}
-    xids, xids_read = read_xids(kube) if any(unhealthy_gpus(n) for n in nodes) else ({}, False)
+    xids, xids_read = read_xids(kube) if with_xids and any(unhealthy_gpus(n) for n in nodes) else ({}, False)
     return Snapshot(
         nodes=nodes,
         plugin_pods=pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin"),
@@ -96,9 +98,10 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
         xids_read=xids_read)
 
 
-def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None) -> list[Finding]:
+def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None,
+           with_xids: bool = True) -> list[Finding]:
     """What is wrong with the GPU platform, read-only."""
-    return diagnose(read_snapshot(kube, nodegroup, node))
+    return diagnose(read_snapshot(kube, nodegroup, node, with_xids))
 
 
 def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node: str | None = None,
