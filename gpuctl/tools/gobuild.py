@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from gpuctl.tools.pins import (
     CONTROLLER_TOOLS_VERSION,
     ETCD_VERSION,
-    HELM_VERSION,
     KARPENTER_VERSION,
     KUBERNETES_VERSION,
     KUEUE_VERSION,
@@ -150,9 +149,19 @@ def _build_kwok(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path)
     _go_install(go, packages, "-s -w", workdir, out, log)
 
 
+def helm_module(version: str) -> str:
+    """Helm's Go module for a release: each major is its own module path (helm.sh/helm/v3, helm.sh/helm/v4)."""
+    return f"helm.sh/helm/{version.split('.', 1)[0]}"
+
+
 def _build_helm(go: str, tools: list[Tool], workdir: Path, out: Path, log: Path) -> None:
-    ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}"
-    _go_install(go, [f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], ldflags, workdir, out, log)
+    # The version ldflag is the one Helm's own Makefile sets (helm.sh/helm/v4@v4.3.1 Makefile L46:
+    # -X helm.sh/helm/v4/internal/version.version=...; v3's the same under helm.sh/helm/v3), so that
+    # `helm version --short` prints the pin the installer checks for.
+    for tool in tools:
+        module = helm_module(tool.version)
+        ldflags = f"-s -w -X {module}/internal/version.version={tool.version}"
+        _go_install(go, [f"{module}/cmd/helm@{tool.version}"], ldflags, workdir, out, log)
 
 
 UPSTREAMCHECK_SOURCE = Path(__file__).parent / "upstreamcheck"

@@ -138,7 +138,12 @@ def find_tool(name: str) -> Path | None:
 
 def ensure_tools(names: Iterable[str], progress: Progress = lambda _: None) -> list[InstalledTool]:
     """Make every named tool available at its pinned version; raise ToolError saying what is missing."""
-    wanted = [TOOLS[n] for n in names]
+    return ensure_installed([TOOLS[n] for n in names], progress)
+
+
+def ensure_installed(wanted: list[Tool], progress: Progress = lambda _: None) -> list[InstalledTool]:
+    """ensure_tools for explicit Tools, each cached by its own version (e.g. pins.helm_tool of a release other
+    than the pin, for a test that needs both)."""
     result: dict[str, InstalledTool] = {}
     with _install_lock():
         missing: list[Tool] = []

@@ -52,17 +52,24 @@ def _kube_tool(name: str, version_args: tuple[str, ...]) -> Tool:
     return Tool(name, KUBERNETES_VERSION, version_args, "kubernetes", url, checksum_url=url + ".sha256")
 
 
+def helm_tool(version: str) -> Tool:
+    """Helm at `version`, either major: get.helm.sh names v3's and v4's tarballs alike; the build recipe
+    picks the major's Go module (gobuild.helm_module). Tests use it for a release other than the pin."""
+    os_name, arch = _platform()
+    helm = f"https://get.helm.sh/helm-{version}-{os_name}-{arch}.tar.gz"
+    return Tool("helm", version, ("version", "--short"), "helm", helm,
+                member=f"{os_name}-{arch}/helm", checksum_url=helm + ".sha256sum")
+
+
 def _tools() -> dict[str, Tool]:
     os_name, arch = _platform()
     kwok = f"https://github.com/kubernetes-sigs/kwok/releases/download/{KWOK_VERSION}"
-    helm = f"https://get.helm.sh/helm-{HELM_VERSION}-{os_name}-{arch}.tar.gz"
     etcd_dir = f"etcd-{ETCD_VERSION}-{os_name}-{arch}"
     etcd = f"https://github.com/etcd-io/etcd/releases/download/{ETCD_VERSION}"
     prometheus = f"https://github.com/prometheus/prometheus/releases/download/{PROMETHEUS_VERSION}"
     prometheus_dir = f"prometheus-{PROMETHEUS_VERSION.lstrip('v')}.{os_name}-{arch}"
     tools = [
-        Tool("helm", HELM_VERSION, ("version", "--short"), "helm", helm,
-             member=f"{os_name}-{arch}/helm", checksum_url=helm + ".sha256sum"),
+        helm_tool(HELM_VERSION),
         Tool("kwok", KWOK_VERSION, ("--version",), "kwok", f"{kwok}/kwok-{os_name}-{arch}"),
         Tool("kwokctl", KWOK_VERSION, ("--version",), "kwok", f"{kwok}/kwokctl-{os_name}-{arch}"),
         Tool("etcd", ETCD_VERSION, ("--version",), "etcd", f"{etcd}/{etcd_dir}.tar.gz",
