@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import GpuModel, nvml_name
+from gpuctl.model.mig import resource_name
 from gpuctl.util.errors import UsageError
 
 API_VERSION = "resource.k8s.io/v1"  # GA since Kubernetes 1.34
@@ -28,6 +29,9 @@ ALPHA_SHARING_GATES = {"time-slicing": "TimeSlicingSettings", "mps": "MPSSupport
 # (templates/_helpers.tpl selectorLabels: "<chart name>-component: <component>").
 PLUGIN_COMPONENT_LABEL = "dra-driver-nvidia-gpu-component"
 PLUGIN_COMPONENT = "kubelet-plugin"
+# gpuctl's own DeviceClasses, one per MIG profile (mig_device_class), carry this label beside managed-by.
+CLASS_KIND_LABEL = "gpuctl.dev/device-class"
+MIG_PROFILE_CLASS = "mig-profile"
 
 
 def check_dra_kubernetes(version: str | None, field: str) -> None:
@@ -51,6 +55,35 @@ def gpu_selector(model: GpuModel) -> str:
 def mig_selector(model: GpuModel, profile: str) -> str:
     """A CEL device selector for MIG devices of `profile` (e.g. 3g.20gb) on `model`'s GPUs."""
     return f"{gpu_selector(model)} && device.attributes['{DRIVER}'].profile == '{profile}'"
+
+
+def mig_class(profile: str) -> str:
+    """gpuctl's DeviceClass of MIG devices of `profile`: `mig-3g.20gb.gpuctl.dev`, `mig-1g.10gb.me.gpuctl.dev` for
+    1g.10gb+me (a DNS subdomain has no '+'; the device plugin's resource name without `nvidia.com/`)."""
+    return f"{resource_name(profile).removeprefix('nvidia.com/')}.gpuctl.dev"
+
+
+def mig_device_class(profile: str) -> dict[str, Any]:
+    """The DeviceClass that serves an unmodified pod's `nvidia.com/mig-<profile>` through DRA (KEP-5004,
+    DRAExtendedResource: GA in Kubernetes 1.37): the driver's MIG devices of `profile`, with the extended
+    resource name the device plugin's mixed strategy gives them (mig.resource_name: `+me` spelled `.me`, as an
+    extended resource name must be a qualified name; k8s.io/kubernetes v1.37.2 pkg/apis/resource/validation/
+    validation.go validateDeviceClassSpec, IsExtendedResourceName). The scheduler then claims one device of it
+    per unit requested (pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go
+    createResourceRequestAndMappings: ExactCount, the request's quantity) on a node that does not advertise the
+    resource itself. `profile` is a catalog name (digits, g, gb, +me): safe to quote in CEL."""
+    kind = f"device.attributes['{DRIVER}']"
+    return {"apiVersion": API_VERSION, "kind": "DeviceClass",
+            "metadata": {"name": mig_class(profile),
+                         "labels": {L.MANAGED_BY: L.MANAGER, CLASS_KIND_LABEL: MIG_PROFILE_CLASS}},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}' && {kind}.type == 'mig' && "
+                                                          f"{kind}.profile == '{profile}'"}}],
+                     "extendedResourceName": resource_name(profile)}}
+
+
+def mig_profiles_of(models: Iterable[GpuModel]) -> list[str]:
+    """The MIG profiles that `models` (the cluster's GPU models) offer, by name: one gpuctl DeviceClass each."""
+    return sorted({p.name for m in models if m.mig is not None for p in m.mig.profiles})
 
 
 def device_request(name: str, device_class: str, selector: str | None = None, count: int = 1) -> dict[str, Any]:
@@ -105,5 +138,8 @@ def device_type(device: Mapping[str, Any]) -> str | None:
 
 def device_class_mappings() -> list[dict[str, Any]]:
     """Kueue Configuration `resources.deviceClassMappings`: each of the driver's DeviceClasses to its logical
-    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping)."""
+    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping). gpuctl's
+    classes of MIG profiles need none: a Job asking for their extended resource is charged as that name when its
+    class is unmapped (kueue v0.19.2 pkg/dra/extended_resources.go resolveQuotaKey), and Kueue takes at most 16
+    mappings (pkg/config/validation.go validateDeviceClassMappings), fewer than the catalog's profiles."""
     return [{"name": dra_resource(c), "deviceClassNames": [c]} for c in DEVICE_CLASSES]

@@ -22,6 +22,7 @@ import yaml
 
 from gpuctl.kube.objects import config_map_manifest, namespace_manifest
 from gpuctl.model.charts import helm_install_command, published
+from gpuctl.model.dra import mig_device_class, mig_profiles_of
 from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.metrics.dashboard import FILE as DASHBOARD_FILE
 from gpuctl.ops.metrics.dashboard import dashboard_text
@@ -76,6 +77,8 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
             files[f"{order}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"] = doc
     dra = spec.stack.dra
     models = list({g.spec.gpu.name: g.spec.gpu for g in spec.every_group}.values())
+    for device_class in [mig_device_class(p) for p in mig_profiles_of(models)] if dra else []:
+        files[f"14-deviceclass-{device_class['metadata']['name']}.yaml"] = device_class
     shapes = [group_shape(g, spec.stack.mig_strategy) for g in spec.every_group]
     for tenant in spec.tenants:
         for kind, body in tenant_manifests(tenant, dra):

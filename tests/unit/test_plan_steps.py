@@ -98,7 +98,7 @@ def test_an_eks_spec_lists_its_karpenter_step_and_the_rest_without_a_cloud_call(
     assert names == _names(spec, _fresh)
     assert names[names.index("write-kubeconfig") + 1:] == [
         "enable-node-repair", "apply-karpenter-nodepool", "configure-nodes/g", "write-gpu-config", "install-nfd", "install-gpu-operator",
-        "install-dra-driver", "restart-device-plugin", "wait-capacity/g", "ensure-gpu-tolerations", "install-kueue",
+        "install-dra-driver", "apply-mig-device-classes", "restart-device-plugin", "wait-capacity/g", "ensure-gpu-tolerations", "install-kueue",
         "ensure-tenant/team",
         "validate/g"]
 

@@ -101,11 +101,14 @@ def test_dra_queue_covers_the_mapped_resources_on_one_flavor_without_node_labels
     assert flavor_manifest(dra_flavor(NODES[:4]))["spec"] == {
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}
     [group] = queue["spec"]["resourceGroups"]
-    # GPUs stay nvidia.com/gpu: Kueue's name for gpu.nvidia.com's devices, however a job asks for them
-    assert group == {"coveredResources": [MIG_DEVICES, "nvidia.com/gpu"], "flavors": [{"name": DRA_FLAVOR,
-                                                                                     "resources": [
+    # GPUs stay nvidia.com/gpu: Kueue's name for gpu.nvidia.com's devices, however a job asks for them; a MIG
+    # profile's extended resource, served by gpuctl's class of the profile, is its own name, as without DRA
+    assert group == {"coveredResources": [MIG_DEVICES, "nvidia.com/gpu", "nvidia.com/mig-2g.10gb",
+                                          "nvidia.com/mig-3g.20gb"], "flavors": [{"name": DRA_FLAVOR, "resources": [
         {"name": MIG_DEVICES, "nominalQuota": "3", "borrowingLimit": "2", "lendingLimit": "3"},
-        {"name": "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "2", "lendingLimit": "3"}]}]}
+        {"name": "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "2", "lendingLimit": "3"},
+        {"name": "nvidia.com/mig-2g.10gb", "nominalQuota": "1", "borrowingLimit": "2", "lendingLimit": "1"},
+        {"name": "nvidia.com/mig-3g.20gb", "nominalQuota": "2", "borrowingLimit": "2", "lendingLimit": "2"}]}]}
     assert (queue["metadata"]["name"], queue["spec"]["cohortName"], local["spec"]["clusterQueue"],
             default["spec"]["clusterQueue"]) == ("team-a", "pool", "team-a", "team-a")
     # outside DRA mode nothing changes: the device plugin's resources, a flavor per model

@@ -18,6 +18,7 @@ from gpuctl.ops.platform.diffs import diff_text, or_unknown, subset
 from gpuctl.ops.platform.run import Cluster
 from gpuctl.ops.tenancy.queues import Queues
 from gpuctl.providers.base import Provider, RunsKueue
+from gpuctl.stack.dra_classes import ensure_mig_classes, observe_mig_classes
 from gpuctl.stack.dra_driver import dra_release, install_dra_driver
 from gpuctl.stack.existing import CLUSTER_POLICY, Operator
 from gpuctl.stack.helm import HelmTarget, Release, ensure_release, plan_release
@@ -46,11 +47,15 @@ def stack_steps(cluster: Cluster) -> list[Step]:
                           lambda: _noted(operator_note, lambda: ensure_cluster_policy(client, operator, stack))))
     else:
         steps.append(release_step("install-gpu-operator", helm, lambda: operator_release(stack)))
-    if stack.dra:
+    if stack.dra_driver:  # DRA mode, or node groups DRA serves (a group's dra: true)
         owner = cluster.dra_owner
         steps.append(Step("install-dra-driver", lambda: observe_dra_driver(helm, stack, owner),
                           lambda: _noted(f"uses the DRA driver of {owner}" if owner else "",
                                          lambda: install_dra_driver(helm, stack, owner))))
+        # an unmodified pod's nvidia.com/mig-<profile>, served by DRA as nvidia.com/gpu is (stack/dra_classes.py)
+        models = [g.spec.gpu for g in spec.every_group]
+        steps.append(Step("apply-mig-device-classes", lambda: or_unknown(lambda: observe_mig_classes(client, models)),
+                          lambda: ensure_mig_classes(client, models)))
     return steps
 
 

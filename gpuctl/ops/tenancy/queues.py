@@ -31,7 +31,9 @@ The queue covers those two resources on one flavor without node labels (`gpuctl-
 which GPU model a claim's CEL selector picks (it only checks that enough devices match anywhere,
 pkg/dra/claims.go validateCELSelectorsAgainstDevices), so with a flavor per model it would inject another
 model's node labels; the claim's selector, not the flavor, chooses the model, and the quota is per device
-class, as the ResourceQuota's is.
+class, as the ResourceQuota's is. A pod or Job asking for `nvidia.com/mig-<profile>` as written is served by
+gpuctl's DeviceClass of the profile (model/dra.py mig_device_class), mapped to that same name: the team's
+quota of the profile covers it, as in device-plugin mode.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.objects import contains, is_managed
 from gpuctl.model import labels as L
+from gpuctl.model.catalog import MIG_PROFILES
 from gpuctl.model.change import Change
 from gpuctl.model.dra import DEVICE_CLASSES, GPU_CLASS, MIG_CLASS, dra_resource
 from gpuctl.model.mig import config_name, resource_name
@@ -143,7 +146,9 @@ def dra_flavor(nodes: list[KubeObject]) -> Flavor:
 
 
 def _dra_flavor(shapes: list[NodeShape]) -> Flavor:
-    return Flavor(DRA_FLAVOR, {}, tuple(dra_resource(c) for c in DEVICE_CLASSES), _tolerations(shapes))
+    # and each MIG profile's extended resource, served by gpuctl's class of the profile (model/dra.py mig_class)
+    resources = (*(dra_resource(c) for c in DEVICE_CLASSES), *(resource_name(p) for p in MIG_PROFILES))
+    return Flavor(DRA_FLAVOR, {}, resources, _tolerations(shapes))
 
 
 def offered_flavors(shapes: list[NodeShape], dra: bool = False) -> list[Flavor]:
@@ -154,7 +159,8 @@ def offered_flavors(shapes: list[NodeShape], dra: bool = False) -> list[Flavor]:
 def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:
     """The team's nominal quota per GPU resource; in DRA mode per device class (MIG: all profiles together)."""
     if dra:
-        return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): sum(tenant.mig.values())}
+        return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): sum(tenant.mig.values()),
+                **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}
     return {L.GPU_RESOURCE: tenant.gpus, **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}
 
 
