@@ -31,6 +31,7 @@ When the slices exist is the kubelet plugin's life on the node (sync_plugin_slic
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import uuid
@@ -64,6 +65,9 @@ _UUIDS = uuid.UUID("6f1c3c1e-5d3a-4f43-9a43-6d2b1f7a0c11")  # namespace of the s
 # registration; a node without it never had a plugin, and sync_plugin_slices leaves its slices alone).
 PLUGIN_ANNOTATION = "sim.gpuctl.dev/dra-kubelet-plugin"
 PLUGIN_SELECTOR = f"{PLUGIN_COMPONENT_LABEL}={PLUGIN_COMPONENT}"
+# On a Node: the taints its kubelet plugin's health monitor put on its devices, JSON {"plugin": <pod uid>,
+# "taints": {<device>: <taint>}} (dra_health.py); render_node_slice publishes them on the devices.
+TAINTS_ANNOTATION = "sim.gpuctl.dev/dra-device-taints"
 
 
 @dataclass(frozen=True)
@@ -293,8 +297,27 @@ def render_node_slice(node: Mapping[str, Any]) -> dict[str, Any] | None:
     count = labels.get(L.GPUS_PER_NODE) or labels.get(L.GPU_COUNT) or "0"
     if model is None or not count.isdigit() or int(count) == 0:
         return None
-    return render_slice(meta["name"], meta["uid"], render_devices(meta["name"], model, int(count),
-                                                                    node_layout(labels, model)))
+    devices = render_devices(meta["name"], model, int(count), node_layout(labels, model))
+    taints = _recorded_taints(meta.get("annotations") or {})
+    for device in devices:
+        if device["name"] in taints:
+            device["taints"] = [taints[device["name"]]]  # driver.go:522-533: dev.Taints() on the published device
+    return render_slice(meta["name"], meta["uid"], devices)
+
+
+def _recorded_taints(annotations: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    try:
+        record = json.loads(annotations.get(TAINTS_ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    taints = record.get("taints") if isinstance(record, dict) else None
+    return taints if isinstance(taints, dict) else {}
+
+
+def _taints_of(slice_: Mapping[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
+    """Device -> its taints (key, value, effect): what _covers cannot see go (the server adds timeAdded)."""
+    return {d["name"]: [(t.get("key"), t.get("value", ""), t.get("effect")) for t in d.get("taints") or []]
+            for d in (slice_.get("spec") or {}).get("devices") or []}
 
 
 def _covers(observed: Any, desired: Any) -> bool:
@@ -329,7 +352,8 @@ def publish_slices(kube: Kube, nodes: Iterable[Mapping[str, Any]] | None = None)
             desired[body["metadata"]["name"]] = body
     # (items of a LIST carry no apiVersion and kind: compare what the slice says)
     applies = [b for n, b in desired.items()
-               if n not in existing or not _covers(existing[n], {k: b[k] for k in ("metadata", "spec")})]
+               if n not in existing or not _covers(existing[n], {k: b[k] for k in ("metadata", "spec")})
+               or _taints_of(existing[n]) != _taints_of(b)]
     deletes = sorted(n for n, s in existing.items() if n not in desired
                      and (every or s["spec"].get("nodeName") in touched))
 

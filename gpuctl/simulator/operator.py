@@ -29,7 +29,8 @@ where it matters to gpuctl:
   allocated on its node (with or without one).
 The DRA driver's kubelet plugin needs no ClusterPolicy (the driver's chart installs without the GPU
 Operator): on every node where a pod of its DaemonSet runs, the node's ResourceSlice is published, and
-withdrawn when the pod goes (sim/dra.py sync_plugin_slices).
+withdrawn when the pod goes (sim/dra.py sync_plugin_slices); with the driver's NVML health check on, an XID
+fault taints the failing device in it (sim/dra_health.py).
 
 Run: python -m gpuctl.simulator.operator --kubeconfig FILE --logs DIR [--stamp STAMP]
 """
@@ -60,6 +61,7 @@ from gpuctl.model.sharing import CONFIG_LABEL, NO_SHARING, Sharing
 from gpuctl.simulator.dcgm_series import instance_id
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
+from gpuctl.simulator.dra_health import sync_device_taints
 from gpuctl.simulator.kubelet_devices import sync_device_health
 from gpuctl.simulator.mig_manager import (
     FAULT_MIG_WEDGE,
@@ -145,6 +147,7 @@ class SimOperator:
         (or that Karpenter launched with GPUs no plugin registered) stops offering them (kubelet_devices.py)."""
         self._guarded("kubelet-device-manager", lambda: sync_device_health(self.kube, LOADED))
         policy = self._guarded("gpu-operator", self._reconcile_operator)
+        self._guarded("dra-device-health", lambda: sync_device_taints(self.kube))
         self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.kube))
         self._guarded("cuda-samples", lambda: self._run_cuda_samples(device_plugin=policy is not None))
 

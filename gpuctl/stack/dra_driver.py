@@ -12,6 +12,7 @@ from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change
 from gpuctl.model.charts import DRA_DRIVER, chart_ref
+from gpuctl.model.device_taints import HEALTH_GATE
 from gpuctl.model.dra import ALPHA_SHARING_GATES, API_VERSION, GPU_CLASS
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.taints import tolerations
@@ -40,8 +41,13 @@ def dra_values(spec: StackSpec) -> dict[str, Any]:
         "kubeletPlugin": {"tolerations": [*CHART_TOLERATIONS, *(t for t in tolerations(spec.taints)
                                                                  if t not in CHART_TOLERATIONS)]},
     }
+    # The driver's NVML health check (alpha, off by default in v0.4.1: pkg/featuregates/featuregates.go:123-129):
+    # on an XID it taints the failing device in its ResourceSlice (cmd/gpu-kubelet-plugin/device_health.go), the
+    # signal `gpuctl doctor` reads in DRA mode (gpuctl.model.device_taints). Exclusive with DynamicMIG and
+    # PassthroughSupport (featuregates.go:205-215), which gpuctl never turns on.
+    values["featureGates"] = {HEALTH_GATE: True}
     if spec.dra_alpha_sharing:
-        values["featureGates"] = {gate: True for gate in ALPHA_SHARING_GATES.values()}
+        values["featureGates"].update({gate: True for gate in ALPHA_SHARING_GATES.values()})
     return values
 
 

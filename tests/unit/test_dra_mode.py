@@ -32,7 +32,9 @@ def test_values_follow_the_stack() -> None:
     host = dra_values(StackSpec(charts="upstream", dra=True, taints=DEFAULT_GPU_TAINTS))
     assert host["gpuResourcesEnabledOverride"] is True
     assert host["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
-    assert host["nvidiaDriverRoot"] == "/" and "featureGates" not in host
+    assert host["nvidiaDriverRoot"] == "/"
+    # the driver's NVML health check, which taints a failing GPU's device (what doctor reads in DRA mode)
+    assert host["featureGates"] == {"NVMLDeviceHealthCheck": True}
     # the chart's own toleration stays; gpuctl's taints are added once
     extra = Taint("dedicated", "gpu", "NoSchedule")
     operated = dra_values(StackSpec(charts="upstream", driver=True, dra=True, dra_alpha_sharing=True,
@@ -41,7 +43,8 @@ def test_values_follow_the_stack() -> None:
     tolerations = operated["kubeletPlugin"]["tolerations"]
     assert tolerations[0] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert extra.toleration() in tolerations and len(tolerations) == len({yaml.safe_dump(t) for t in tolerations})
-    assert operated["featureGates"] == {"TimeSlicingSettings": True, "MPSSupport": True}
+    assert operated["featureGates"] == {"NVMLDeviceHealthCheck": True, "TimeSlicingSettings": True,
+                                        "MPSSupport": True}
 
 
 def test_the_operators_device_plugin_is_off_in_dra_mode_only() -> None:

@@ -110,6 +110,9 @@ class Snapshot:
     sizes: dict[str, int] = field(default_factory=dict)  # node group -> nodes of its own recorded (none with --node)
     xids: dict[str, list[GpuXid]] = field(default_factory=dict)  # node -> its GPUs' last XIDs (DCGM), read where
     xids_read: bool = False  # the DCGM exporter's series were reachable (read only where a GPU is unhealthy)
+    dra: bool = False  # DRA mode: the DRA driver's DeviceClass gpu.nvidia.com exists (model/dra.py)
+    slices: list[KubeObject] = field(default_factory=list)  # the DRA driver's ResourceSlices (DRA mode)
+    taint_rules: list[KubeObject] = field(default_factory=list)  # gpuctl's DeviceTaintRules (dra_findings.py)
 
 
 # -- a. the security floor of the running stack --------------------------------------------------------------
