@@ -1,0 +1,288 @@
+"""Unmodified pods in DRA mode (issue 32): on one sim cluster made by `apply -f` with `dra: {enabled: true}`, an
+A100 group with the MIG layout 3g.20gb-2x2g.10gb and a group of full A100s, the four manifests of
+docs/workloads.md and a pod asking for `nvidia.com/mig-3g.20gb: 1`, as written, run in a tenant namespace on
+devices the real kube-scheduler allocates from the DRA driver's slices through the ResourceClaim it makes for a
+pod's extended resources (KEP-5004): full GPUs through the chart's DeviceClass gpu.nvidia.com, MIG devices
+through gpuctl's mig-3g.20gb.gpuctl.dev. The API server's ResourceQuota refuses a pod beyond the team's quota,
+the fence still refuses a bypass, and status/top/validate count the devices."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import run_gpuctl
+from tests.integration.test_workload_admission import documented_workloads, kubectl_apply
+
+pytestmark = pytest.mark.integration
+CLUSTER = "draplain"
+TEAM = "team-u"
+SPEC = f"""apiVersion: gpuctl.dev/v1alpha1
+kind: GpuCluster
+metadata: {{name: {CLUSTER}}}
+spec:
+  provider: {{cloud: sim}}
+  nodeGroups:
+    - {{name: full, gpu: a100-40gb, nodes: 1, gpusPerNode: 4}}
+    - {{name: migs, gpu: a100-40gb, nodes: 1, gpusPerNode: 1, sharing: {{mig: {{layout: 3g.20gb-2x2g.10gb}}}}}}
+  dra: {{enabled: true}}
+  gpuOperator: {{validate: false}}
+  tenants:
+    - {{name: {TEAM}, gpus: 4, mig: {{3g.20gb: 1}}}}
+"""
+EXTENDED = "resource.kubernetes.io/extended-resource-claim"  # k8s.io/api resource/v1 ExtendedResourceClaimAnnotation
+MIG_CLASS = "mig-3g.20gb.gpuctl.dev"
+
+
+@pytest.fixture(scope="module")
+def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("draplain")
+    env = dict(sim_env, KUBECONFIG=str(home / "kubeconfig"))
+    spec = home / "spec.yaml"
+    spec.write_text(SPEC)
+    try:
+        started = time.monotonic()
+        proc = run_gpuctl("-o", "json", "apply", "-f", str(spec), env=env)
+        assert proc.returncode == 0, proc.stderr
+        print(f"\nsim cluster {CLUSTER!r} in DRA mode in {time.monotonic() - started:.1f}s")
+        yield {"env": env, "spec": spec, "first": json.loads(proc.stdout)}
+    finally:
+        assert run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env).returncode == 0
+
+
+def client(env: dict[str, str]) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(env["KUBECONFIG"])
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what} not within {timeout}s"
+        time.sleep(0.3)
+    return found
+
+
+def claims(env: dict[str, str], namespace: str) -> list[dict[str, Any]]:
+    from kubernetes.client import ResourceV1Api
+
+    data = ResourceV1Api(client(env)).list_namespaced_resource_claim(namespace, _preload_content=False).data
+    return json.loads(data)["items"]
+
+
+def device_class(env: dict[str, str], name: str) -> dict[str, Any]:
+    from kubernetes.client import ResourceV1Api
+
+    return json.loads(ResourceV1Api(client(env)).read_device_class(name, _preload_content=False).data)
+
+
+def mig_pod(name: str, count: str = "1") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.8.0-base-ubuntu24.04",
+                                     "command": ["nvidia-smi", "-L"],
+                                     "resources": {"limits": {"nvidia.com/mig-3g.20gb": count}}}]}}
+
+
+def extended_claim(env: dict[str, str], pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The scheduler's claim for `pod`'s extended resources, once allocated and reserved for it."""
+    for claim in claims(env, TEAM):
+        owners = claim["metadata"].get("ownerReferences") or []
+        status = claim.get("status") or {}
+        if (claim["metadata"].get("annotations") or {}).get(EXTENDED) == "true" and \
+                any(o["uid"] == pod["metadata"]["uid"] for o in owners) and status.get("allocation") and \
+                any(r.get("uid") == pod["metadata"]["uid"] for r in status.get("reservedFor") or []):
+            return claim
+    return None
+
+
+def pods(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    from kubernetes.client import CoreV1Api
+
+    data = CoreV1Api(client(env)).list_namespaced_pod(TEAM, _preload_content=False).data
+    return {p["metadata"]["name"]: p for p in json.loads(data)["items"]}
+
+
+def slice_device(env: dict[str, str], node: str, device: str) -> dict[str, Any]:
+    from kubernetes.client import ResourceV1Api
+
+    data = json.loads(ResourceV1Api(client(env)).list_resource_slice(_preload_content=False).data)["items"]
+    return next(d for s in data if s["spec"].get("nodeName") == node and s["spec"]["driver"] == "gpu.nvidia.com"
+                for d in s["spec"].get("devices") or [] if d["name"] == device)
+
+
+def test_gpuctl_makes_a_device_class_per_mig_profile_of_the_model(cluster: dict[str, Any]) -> None:
+    steps = {s["step"]: s["outcome"] for s in cluster["first"]["steps"]}
+    assert steps["apply-mig-device-classes"] == "created"
+    made = device_class(cluster["env"], MIG_CLASS)
+    assert made["spec"]["extendedResourceName"] == "nvidia.com/mig-3g.20gb"
+    assert made["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuctl"
+    assert "profile == '3g.20gb'" in made["spec"]["selectors"][0]["cel"]["expression"]
+    me = device_class(cluster["env"], "mig-1g.5gb.me.gpuctl.dev")  # +me: the device plugin's spelling
+    assert me["spec"]["extendedResourceName"] == "nvidia.com/mig-1g.5gb.me"
+    assert "profile == '1g.5gb+me'" in me["spec"]["selectors"][0]["cel"]["expression"]
+    with pytest.raises(Exception, match="Not Found|404"):
+        device_class(cluster["env"], "mig-1g.6gb.gpuctl.dev")  # an A30's profile: no A30 here
+
+
+def test_the_four_workloads_and_a_mig_pod_run_on_dra_devices(cluster: dict[str, Any]) -> None:
+    from kubernetes.client import CoreV1Api
+
+    env = cluster["env"]
+    workloads = documented_workloads()
+    assert [yaml.safe_load(w)["kind"] for w in workloads] == ["Deployment", "Job", "StatefulSet", "Pod"]
+    for text in workloads:
+        kubectl_apply(env, text, TEAM)
+    CoreV1Api(client(env)).create_namespaced_pod(TEAM, mig_pod("mig-pod"))
+    running = ("gpu-deployment-", "my-notebook-0", "raycluster-gpu-worker-", "mig-pod")
+
+    def placed() -> dict[str, tuple[dict[str, Any], dict[str, Any]]] | None:
+        found = {}
+        for prefix in running:
+            for name, pod in pods(env).items():
+                if name.startswith(prefix) and pod["spec"].get("nodeName") and (c := extended_claim(env, pod)):
+                    found[prefix] = (pod, c)
+        return found if len(found) == len(running) else None
+
+    for prefix, (pod, claim) in until("every pod scheduled on a claimed device", placed).items():
+        request = claim["spec"]["devices"]["requests"][0]["exactly"]
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert result["driver"] == "gpu.nvidia.com" and result["pool"] == pod["spec"]["nodeName"], prefix
+        assert pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == claim["metadata"]["name"]
+        device = slice_device(env, result["pool"], result["device"])
+        if prefix == "mig-pod":
+            assert (request["deviceClassName"], request["count"]) == (MIG_CLASS, 1)
+            assert device["attributes"]["profile"]["string"] == "3g.20gb"
+        else:
+            assert (request["deviceClassName"], request["count"]) == ("gpu.nvidia.com", 1), prefix
+            assert device["attributes"]["type"]["string"] == "gpu", prefix
+    # The Job's pod completes (kwok), and the resourceclaim controller deletes the claim the scheduler made for it
+    # (pkg/controller/resourceclaim/controller.go: an unreserved generated claim of a pod that is done).
+    job = until("the Job's pod done", lambda: next((p for n, p in pods(env).items() if n.startswith("gpu-job-")
+                                                    and p["status"].get("phase") == "Succeeded"), None))
+    name = job["status"]["extendedResourceClaimStatus"]["resourceClaimName"]  # set by the scheduler at PreBind
+    assert job["spec"]["nodeName"].startswith("full-")
+    until("the Job's claim deleted", lambda: name not in {c["metadata"]["name"] for c in claims(env, TEAM)})
+
+
+def test_the_quota_refuses_a_mig_pod_beyond_it(cluster: dict[str, Any]) -> None:
+    """The pod evaluator charges `requests.nvidia.com/mig-3g.20gb` (k8s.io/kubernetes v1.37.2 pkg/quota/v1/
+    evaluator/core/pods.go podComputeUsageHelper); the scheduler's claim then charges only its class's devices
+    (resource_claims.go addExtendedResourceQuota: less what the owning pod counts), so one key caps both."""
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    env = cluster["env"]
+    until("the MIG pod on its device", lambda: (p := pods(env).get("mig-pod")) and extended_claim(env, p))
+    with pytest.raises(ApiException) as refused:
+        CoreV1Api(client(env)).create_namespaced_pod(TEAM, mig_pod("one-too-many"))
+    assert refused.value.status == 403 and "exceeded quota" in str(refused.value.body)
+    assert "requests.nvidia.com/mig-3g.20gb=1" in str(refused.value.body)
+    used = CoreV1Api(client(env)).read_namespaced_resource_quota("gpuctl-gpu-quota", TEAM).status.used
+    assert used["requests.nvidia.com/mig-3g.20gb"] == "1"
+    assert used["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "3"  # the three running workloads' claims
+    # What each key is charged, read from a quota naming them all (the quota controller counts what exists):
+    # the pod's extended resource once, and the claim's class devices besides.
+    keys = ["requests.nvidia.com/mig-3g.20gb", f"{MIG_CLASS}.deviceclass.resource.k8s.io/devices",
+            f"requests.deviceclass.resource.kubernetes.io/{MIG_CLASS}", "requests.nvidia.com/gpu",
+            "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"]
+    CoreV1Api(client(env)).create_namespaced_resource_quota(TEAM, {
+        "metadata": {"name": "charges"}, "spec": {"hard": dict.fromkeys(keys, "100")}})
+
+    def charged() -> dict[str, str] | None:
+        status = CoreV1Api(client(env)).read_namespaced_resource_quota("charges", TEAM).status
+        return status.used if status and status.used and set(keys) <= set(status.used) else None
+
+    assert {k: v for k, v in until("the charges counted", charged).items() if k in keys} == {
+        "requests.nvidia.com/mig-3g.20gb": "1", f"{MIG_CLASS}.deviceclass.resource.k8s.io/devices": "1",
+        f"requests.deviceclass.resource.kubernetes.io/{MIG_CLASS}": "1", "requests.nvidia.com/gpu": "3",
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "3"}
+    CoreV1Api(client(env)).delete_namespaced_resource_quota("charges", TEAM)
+
+
+def test_the_fence_still_refuses_a_bypass_of_a_mig_pod(cluster: dict[str, Any]) -> None:
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    body = mig_pod("bypass")
+    body["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    with pytest.raises(ApiException) as refused:
+        CoreV1Api(client(cluster["env"])).create_namespaced_pod(TEAM, body, dry_run="All")
+    assert refused.value.status == 403 and "gpuctl GPU fence (rule privileged)" in str(refused.value.body)
+
+
+def test_the_mig_pod_got_the_gpu_nodes_tolerations_as_written(cluster: dict[str, Any]) -> None:
+    """It was created without tolerations (mig_pod): the tolerations policy gave them, as for a full-GPU pod."""
+    pod = pods(cluster["env"])["mig-pod"]
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in \
+        pod["spec"]["tolerations"]
+    assert "tolerations" not in mig_pod("mig-pod")["spec"]
+
+
+def gpu_pod(name: str) -> dict[str, Any]:
+    body = mig_pod(name)
+    body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    return body
+
+
+def test_status_top_and_validate_count_them(cluster: dict[str, Any]) -> None:
+    from kubernetes.client import CoreV1Api
+
+    env = cluster["env"]
+    until("every pod on a claimed device", lambda: len([p for p in pods(env).values() if extended_claim(env, p)]) == 4)
+    proc = run_gpuctl("-o", "json", "status", env=env)
+    assert proc.returncode == 0, proc.stderr
+    nodes = {n["node"]: n for n in json.loads(proc.stdout)["nodes"]}
+    assert [(nodes[n]["devices"], nodes[n]["allocated"], nodes[n]["free"]) for n in ("full-0", "migs-0")] == [
+        (4, 3, 1), (3, 1, 2)]  # 4 GPUs, 3 held by the workloads; 3g.20gb + 2 x 2g.10gb, the 3g.20gb held
+    proc = run_gpuctl("-o", "json", "top", env=env)
+    assert proc.returncode == 0, proc.stderr
+    view = json.loads(proc.stdout)
+    team = next(t for t in view["tenants"] if t["tenant"] == TEAM)
+    assert (team["used"]["nvidia.com/gpu"], team["used"]["nvidia.com/mig-3g.20gb"]) == (3, 1), team
+    held = sorted(p for g in view["gpus"] for p in g["pods"] if p.startswith(f"{TEAM}/"))
+    assert len(held) == 4 and f"{TEAM}/mig-pod" in held, view["gpus"]
+    proc = run_gpuctl("validate", "--nodegroup", "migs", env=env)  # a 2g.10gb device is free for its smoke test
+    assert proc.returncode == 0, proc.stderr
+    # The last free GPU taken by an unmodified pod: validate's smoke test finds none free (exit 6)
+    CoreV1Api(client(env)).create_namespaced_pod(TEAM, gpu_pod("fourth"))
+    until("the fourth pod on a claimed device", lambda: (p := pods(env).get("fourth")) and extended_claim(env, p))
+    proc = run_gpuctl("validate", "--nodegroup", "full", "--timeout", "5", env=env)
+    assert proc.returncode == 6, proc.stderr
+    assert "Traceback" not in proc.stderr and "smoke-test" in proc.stderr
+    CoreV1Api(client(env)).delete_namespaced_pod("fourth", TEAM, grace_period_seconds=0)
+
+
+def test_a_second_apply_changes_no_class(cluster: dict[str, Any]) -> None:
+    proc = run_gpuctl("-o", "json", "plan", "-f", str(cluster["spec"]), env=cluster["env"])
+    assert proc.returncode == 0, proc.stderr
+    steps = {s["step"]: s for s in json.loads(proc.stdout)}
+    assert steps["apply-mig-device-classes"]["action"] == "no change", steps["apply-mig-device-classes"]
+
+
+def test_without_gpuctls_class_a_mig_pod_stays_pending_until_apply_makes_it_again(cluster: dict[str, Any]) -> None:
+    from kubernetes.client import CoreV1Api, ResourceV1Api
+
+    env = cluster["env"]
+    CoreV1Api(client(env)).delete_namespaced_pod("mig-pod", TEAM, grace_period_seconds=0)
+    until("the MIG pod gone", lambda: "mig-pod" not in pods(env))
+    ResourceV1Api(client(env)).delete_device_class(MIG_CLASS)
+    CoreV1Api(client(env)).create_namespaced_pod(TEAM, mig_pod("mig-again"))
+
+    def unschedulable() -> dict[str, Any] | None:
+        conditions = {c["type"]: c for c in pods(env)["mig-again"]["status"].get("conditions") or []}
+        scheduled = conditions.get("PodScheduled") or {}
+        return scheduled if scheduled.get("reason") == "Unschedulable" else None
+
+    assert "nvidia.com/mig-3g.20gb" in until("the scheduler's refusal", unschedulable)["message"]
+    proc = run_gpuctl("-o", "json", "apply", "-f", str(cluster["spec"]), env=env)
+    assert proc.returncode == 0, proc.stderr
+    steps = {s["step"]: s["outcome"] for s in json.loads(proc.stdout)["steps"]}
+    assert steps["apply-mig-device-classes"] == "created"
+    claim = until("the pod on a claimed MIG device", lambda: extended_claim(env, pods(env)["mig-again"]))
+    assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == MIG_CLASS
