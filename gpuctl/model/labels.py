@@ -30,6 +30,14 @@ MIG_STATE = "nvidia.com/mig.config.state"
 # manager sets those of the operands that hold GPUs to this value while it changes the MIG layout, then restores them.
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_FOR_MIG = "paused-for-mig-change"
+# The operand label that stops the GPU Operator's device plugin on one node: its DaemonSet selects
+# DEPLOY_DEVICE_PLUGIN=true, and the operator keeps a value someone set (gpu-operator v26.7.0
+# controllers/state_manager.go addGPUStateLabels: "If a required state label already exists on the node with a
+# non-empty value, honor it").
+DEPLOY_DEVICE_PLUGIN = DEPLOY_PREFIX + "device-plugin"
+# gpuctl's mark of a node whose node group DRA serves while the cluster's other groups keep the device plugin
+# (a group's `dra: true`): the DRA driver's kubelet plugin selects it (values kubeletPlugin.nodeSelector).
+DRA_GROUP = "gpuctl.dev/dra"
 # The `app` label (and name) of the GPU Operator's device-plugin DaemonSet and pods.
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 # Written by Node Feature Discovery for NVIDIA's PCI vendor id.

@@ -51,6 +51,7 @@ class NodeGroupDoc:
     labels: dict[str, str] = field(default_factory=dict)
     flavor: str | None = None
     instance_type: str | None = None
+    dra: bool = False  # DRA serves this group (the cluster's others keep the device plugin); apply moves it
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def _sharing(value: Any, path: str) -> tuple[Sharing, str | None]:
 
 def _node_group(value: Any, path: str) -> NodeGroupDoc:
     doc = _mapping(value, path, ("name", "gpu", "nodes", "minNodes", "maxNodes", "gpusPerNode", "sharing", "taints",
-                                 "labels", "flavor", "instanceType"), ("name", "gpu", "nodes"))
+                                 "labels", "flavor", "instanceType", "dra"), ("name", "gpu", "nodes"))
     sharing, mig = _sharing(doc.get("sharing"), f"{path}.sharing")
     return NodeGroupDoc(
         name=_typed(doc["name"], f"{path}.name", str, "inference"),
@@ -173,6 +174,7 @@ def _node_group(value: Any, path: str) -> NodeGroupDoc:
         labels=_str_map(doc.get("labels"), f"{path}.labels"),
         flavor=_typed(doc.get("flavor"), f"{path}.flavor", str, "g2.5xlarge"),
         instance_type=_typed(doc.get("instanceType"), f"{path}.instanceType", str, "g4dn.xlarge"),
+        dra=bool(_typed(doc.get("dra"), f"{path}.dra", bool, "true")),
     )
 
 
@@ -296,9 +298,9 @@ def validate(doc: GpuClusterDoc, capabilities: CapabilitiesOf) -> list[ValidGrou
     if doc.dra:
         chart_ref(DRA_DRIVER, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
         check_dra_kubernetes(doc.options.kubernetes_version, "spec.provider.kubernetesVersion")
-    elif doc.dra_alpha_sharing:
+    elif doc.dra_alpha_sharing and not any(g.dra for g in doc.node_groups):
         raise UsageError("spec.dra.alphaSharing", "only in DRA mode",
-                         "turn DRA mode on (--dra, spec.dra.enabled: true), "
+                         "turn DRA mode on (--dra, spec.dra.enabled: true, or a node group's dra: true), "
                          "or drop it")
     if doc.karpenter and not offers.karpenter:
         raise UsageError("spec.karpenter.enabled", f"Karpenter pools need cloud {_offering(capabilities, 'karpenter')}"
@@ -363,13 +365,26 @@ def _validate_group(doc: GpuClusterDoc, group: NodeGroupDoc, path: str, seen: se
     if group.sharing.config_key:
         kind = SECTIONS[group.sharing.strategy]
         check_sharing_fits(group.sharing, model, f"{path}.sharing.{kind}.replicas")
-        if doc.dra and not doc.dra_alpha_sharing:
+        if (doc.dra or group.dra) and not doc.dra_alpha_sharing:
             raise UsageError(f"{path}.sharing.{kind}", f"{group.sharing.strategy} through DRA is alpha in "
                              f"{DRA_DRIVER} {UPSTREAM[DRA_DRIVER][1]} (feature gate "
                              f"{ALPHA_SHARING_GATES[group.sharing.strategy]})",
                              "drop the sharing (MIG layouts are GA), or opt in with --dra-alpha-sharing "
                              "(spec.dra.alphaSharing: true)")
+    if group.dra and not doc.dra:
+        _check_dra_group(doc, path)
     return ValidGroup(group, model, per_node, taints, mig)
+
+
+def _check_dra_group(doc: GpuClusterDoc, path: str) -> None:
+    """A node group DRA serves while the others keep the device plugin: the driver's chart, resource.k8s.io/v1,
+    and nodes gpuctl labels itself (Karpenter's nodes come and go unlabelled)."""
+    chart_ref(DRA_DRIVER, _given(doc.charts, "upstream"), "spec.gpuOperator.charts")
+    check_dra_kubernetes(doc.options.kubernetes_version, "spec.provider.kubernetesVersion")
+    if doc.karpenter:
+        raise UsageError(f"{path}.dra", "a node group moves to DRA alone only without Karpenter (the nodes it "
+                         "launches would come up under the device plugin)",
+                         "drop it, or turn DRA on for every group (spec.dra.enabled: true)")
 
 
 def load_spec(path: Path, capabilities: CapabilitiesOf) -> tuple[GpuClusterDoc, list[ValidGroup]]:
@@ -428,7 +443,8 @@ def to_platform(doc: GpuClusterDoc, groups: list[ValidGroup], ships_driver: bool
     stack = StackSpec(charts=_given(doc.charts, "upstream"), nfd=doc.nfd, driver=not ships_driver,
                       toolkit=not ships_driver, mig_strategy=mig_strategy(doc, groups), taints=all_taints(plans),
                       shares_gpus=any(g.doc.sharing.config_key for g in groups), dra=doc.dra,
-                      dra_alpha_sharing=doc.dra_alpha_sharing)
+                      dra_alpha_sharing=doc.dra_alpha_sharing,
+                      dra_groups=() if doc.dra else tuple(g.doc.name for g in groups if g.doc.dra))
     options = replace(doc.options, karpenter=doc.karpenter)
     return PlatformSpec(doc.name, doc.cloud, plans, stack, smoke_image=doc.smoke_image, validate=doc.validate,
                         options=options, tenants=doc.tenants, kueue=doc.kueue)
@@ -457,6 +473,8 @@ def export_spec(spec: Any) -> str:
         group["taints"] = [str(t) for t in plan.spec.taints]
         if plan.labels:
             group["labels"] = dict(plan.labels)
+        if plan.spec.name in spec.stack.dra_groups:
+            group["dra"] = True
         groups.append(group)
     operator = {"charts": spec.stack.charts, "nfd": spec.stack.nfd, "migStrategy": spec.stack.mig_strategy,
                 "smokeImage": spec.smoke_image, "validate": spec.validate}

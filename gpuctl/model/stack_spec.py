@@ -27,6 +27,17 @@ class StackSpec:
     shares_gpus: bool = False  # some node group shares its GPUs: point the plugin at gpuctl's configs
     dra: bool = False  # GPUs by claim: NVIDIA's DRA driver serves them, the operator's device plugin is off
     dra_alpha_sharing: bool = False  # the DRA driver's alpha time-slicing and MPS gates on
+    # Without `dra`: the node groups (a group's `dra: true`) DRA serves; the device plugin serves the others.
+    dra_groups: tuple[str, ...] = ()
+
+    def by_dra(self, group: str) -> bool:
+        """Whether DRA serves node group `group`: every group in DRA mode, else the groups marked."""
+        return self.dra or group in self.dra_groups
+
+    @property
+    def dra_driver(self) -> bool:
+        """The DRA driver is installed: DRA mode, or some node group served by DRA."""
+        return self.dra or bool(self.dra_groups)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from gpuctl.ops.smoke import (
     smoke_claim,
     smoke_pod,
 )
+from gpuctl.stack.dra_driver import serves_groups_only
 from gpuctl.stack.existing import CLUSTER_POLICY, config_namespace
 from gpuctl.stack.karpenter import advertised
 from gpuctl.stack.owners import is_device_plugin
@@ -244,7 +245,7 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
     node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
     pin = dict(list(node_labels.items())[:1])
     tolerations = tolerations_of(sorted({node_taint(t) for n in nodes for t in n.spec.get("taints") or []}))
-    if dra_mode(kube):
+    if dra_serves(kube, nodes):
         return validate_dra(kube, nodes, mig, image, pin, tolerations, timeout, nodegroup)
     plans = read_group_plans(kube, config_namespace(kube))
     intended = {n.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
@@ -254,6 +255,14 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
               check_device_plugins(kube), check_doctor(kube, nodegroup)]
     checks.append(run_smoke_test(kube, image, smoke_resource(nodes), pin, tolerations, timeout))
     return checks
+
+
+def dra_serves(kube: Kube, nodes: list[KubeObject]) -> bool:
+    """Whether the DRA driver serves `nodes`: the cluster is in DRA mode, and where gpuctl's driver serves only the
+    node groups marked dra: true (stack.dra_driver.serves_groups_only), these nodes are of them (L.DRA_GROUP)."""
+    if not dra_mode(kube):
+        return False
+    return all(n.labels.get(L.DRA_GROUP) == "true" for n in nodes) or not serves_groups_only(kube)
 
 
 def check_doctor(kube: Kube, nodegroup: str | None) -> Check:

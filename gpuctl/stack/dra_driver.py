@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.kube import Kube
+from gpuctl.model import labels as L
 from gpuctl.model.change import Change
 from gpuctl.model.charts import DRA_DRIVER, chart_ref
 from gpuctl.model.device_taints import HEALTH_GATE
@@ -41,6 +42,9 @@ def dra_values(spec: StackSpec) -> dict[str, Any]:
         "kubeletPlugin": {"tolerations": [*CHART_TOLERATIONS, *(t for t in tolerations(spec.taints)
                                                                  if t not in CHART_TOLERATIONS)]},
     }
+    if not spec.dra and spec.dra_groups:  # only the nodes of the groups DRA serves (values.yaml at v0.4.1:
+        # kubeletPlugin.nodeSelector, templates/kubeletplugin.yaml); apply labels them one group at a time
+        values["kubeletPlugin"]["nodeSelector"] = {L.DRA_GROUP: "true"}
     # The driver's NVML health check (alpha, off by default in v0.4.1: pkg/featuregates/featuregates.go:123-129):
     # on an XID it taints the failing device in its ResourceSlice (cmd/gpu-kubelet-plugin/device_health.go), the
     # signal `gpuctl doctor` reads in DRA mode (gpuctl.model.device_taints). Exclusive with DynamicMIG and
@@ -79,6 +83,11 @@ def check_dra_mode(kube: Kube, stack: StackSpec) -> str | None:
     owner = dra_driver_owner(kube)
     if not stack.dra:
         if owner is None:
+            if stack.dra_groups and not _serves_resource_v1(kube):
+                raise UsageError("spec.nodeGroups[].dra", f"the cluster serves no {API_VERSION}: DRA is GA from "
+                                 "Kubernetes 1.34", "upgrade the cluster to 1.34 or later, or drop the groups' dra")
+            return None
+        if ours(owner) and serves_groups_only(kube):  # groups move to DRA, or back, with apply: one at a time
             return None
         remove = f"'helm uninstall {RELEASE} -n {NAMESPACE}'" if ours(owner) else "uninstall that DRA driver"
         raise ExistingStackError(f"a DRA driver serves GPUs on this cluster (DeviceClass {GPU_CLASS}, {owner}); "
@@ -88,6 +97,14 @@ def check_dra_mode(kube: Kube, stack: StackSpec) -> str | None:
         raise UsageError("spec.dra.enabled (--dra)", f"the cluster serves no {API_VERSION}: DRA is GA from "
                          "Kubernetes 1.34", "upgrade the cluster to 1.34 or later, or leave DRA mode off")
     return None if owner is None or ours(owner) else owner
+
+
+def serves_groups_only(kube: Kube) -> bool:
+    """Whether gpuctl's DRA driver serves only the nodes of the node groups marked `dra: true` (its kubelet plugin
+    selects the DRA_GROUP label: dra_values), the device plugin the others."""
+    daemon_sets = kube.list("apps/v1", "DaemonSet", namespace=NAMESPACE, what=f"listing DaemonSets in {NAMESPACE}")
+    return any(L.DRA_GROUP in (d.at("spec", "template", "spec", "nodeSelector", default=None) or {})
+               for d in daemon_sets)
 
 
 def _serves_resource_v1(kube: Kube) -> bool:

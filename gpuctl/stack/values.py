@@ -67,4 +67,5 @@ def stack_record(spec: StackSpec) -> str:
 def stack_from_record(text: str) -> StackSpec:
     doc = json.loads(text)
     doc["taints"] = tuple(Taint(**t) for t in doc["taints"])
+    doc["dra_groups"] = tuple(doc.get("dra_groups") or ())
     return StackSpec(**doc)

@@ -28,6 +28,8 @@ STACKS = {
     "operator-driver-extra-taint": StackSpec(charts="bundled", driver=True, toolkit=True, dra=True,
                                              taints=(*DEFAULT_GPU_TAINTS, Taint("dedicated", "gpu", "NoSchedule"))),
     "alpha-sharing": StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS, dra=True, dra_alpha_sharing=True),
+    # a node group's dra: true, the device plugin serving the others: the plugin only on the marked nodes
+    "dra-groups": StackSpec(charts="bundled", taints=DEFAULT_GPU_TAINTS, dra_groups=("a",)),
 }
 
 

@@ -11,21 +11,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuctl.kube.errors import KubeNotFound, KubeUnavailable, requesting
+from gpuctl.kube.errors import requesting
 from gpuctl.kube.gpu_nodes import gpu_resources, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.prometheus import URL_ENV
-from gpuctl.model import labels as L
 from gpuctl.ops.devices import PLUGIN_SELECTOR
 from gpuctl.ops.doctor.findings import CORDONED, GpuXid
+from gpuctl.ops.drain import drain_pods, is_gpu_pod, pods_on
 from gpuctl.ops.metrics.gpu_metrics import prometheus_for
 from gpuctl.util.errors import GpuctlError, UsageError, WaitTimeout
 from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, wait_until
 
 XID_QUERY = "max by (Hostname, hostname, gpu, UUID, GPU_I_ID) (DCGM_FI_DEV_XID_ERRORS) > 0"
-EVICT_RETRY_S = 2.0  # between evictions a PodDisruptionBudget refused (kubectl drain waits 5 s)
 RECOVERY_WAIT_S = 30.0  # for a restarted device plugin to list a reset GPU healthy
 
 
@@ -52,27 +51,10 @@ def read_xids(kube: Kube) -> tuple[dict[str, list[GpuXid]], bool]:
     return found, True
 
 
-def is_gpu_pod(pod: KubeObject) -> bool:
-    """A pod whose containers ask for nvidia.com/gpu or a MIG device (nvidia.com/mig-*)."""
-    containers = (pod.spec.get("containers") or []) + (pod.spec.get("initContainers") or [])
-    for container in containers:
-        resources = container.get("resources") or {}
-        for quantities in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any(k == L.GPU_RESOURCE or k.startswith("nvidia.com/mig-") for k in quantities):
-                return True
-    return False
-
-
-def _daemon_pod(pod: KubeObject) -> bool:
-    return any(r.get("kind") == "DaemonSet" for r in pod.at("metadata", "ownerReferences", default=[]))
-
-
 def gpu_pods_on(kube: Kube, node: str) -> list[KubeObject]:
     """The GPU pods on `node` that a drain evicts: running or pending, not a DaemonSet's (kubectl drain leaves
     those: their DaemonSet would put them back)."""
-    pods = kube.list("v1", "Pod", fields=f"spec.nodeName={node}", what=f"listing the pods on {node}")
-    return [p for p in pods if is_gpu_pod(p) and not _daemon_pod(p)
-            and p.status.get("phase") not in ("Succeeded", "Failed")]
+    return pods_on(kube, node, is_gpu_pod)
 
 
 def cordon(kube: Kube, node: KubeObject, why: str) -> None:
@@ -92,62 +74,15 @@ def uncordon(kube: Kube, name: str) -> None:
     kube.patch("v1", "Node", name, {"metadata": {"annotations": {CORDONED: None}}, "spec": {"unschedulable": None}})
 
 
-def _evict(kube: Kube, pod: KubeObject) -> str | None:
-    """POST the pod's eviction; None when accepted (or the pod is gone), else why not (a PDB's 429)."""
-    body = {"apiVersion": "policy/v1", "kind": "Eviction",
-            "metadata": {"name": pod.name, "namespace": pod.namespace}}
-    try:
-        kube.create(body, subresource="eviction", name=pod.name)
-    except KubeNotFound:
-        return None
-    except KubeUnavailable as exc:
-        if exc.status == 429:  # pkg/registry/core/pod/storage/eviction.go: it would violate the pod's PDB
-            return exc.detail
-        raise
-    return None
-
-
 def drain_gpu_pods(kube: Kube, node: str, grace: float, clock: Callable[[], float] | None = None,
                    sleep: Callable[[float], None] | None = None) -> None:
     """Evict the GPU pods of `node` through the Eviction API, retrying those a PodDisruptionBudget refuses, and
-    wait until they are gone, for up to `grace` seconds; WaitTimeout naming the pods left after that. `clock` and
-    `sleep` (time.monotonic and time.sleep, looked up at each call) are for tests."""
-    clock, sleep = clock or time.monotonic, sleep or time.sleep
-    deadline = clock() + grace
-    asked: set[str] = set()
-    refused: dict[str, str] = {}
-    while True:
-        left = gpu_pods_on(kube, node)
-        if not left:
-            if asked:
-                info(f"fix: node {node}: its GPU pods are evicted ({len(asked)})")
-            else:
-                info(f"fix: node {node}: no GPU pods to evict")
-            return
-        for pod in left:
-            key = f"{pod.namespace}/{pod.name}"
-            if pod.deleting:
-                continue
-            if key not in asked:
-                info(f"fix: node {node}: evicting GPU pod {key} (Eviction API: its PodDisruptionBudget applies)")
-                asked.add(key)
-            with requesting(f"evicting pod {key}"):
-                why = _evict(kube, pod)
-            if why is None:
-                refused.pop(key, None)
-            elif key not in refused:
-                info(f"fix: node {node}: eviction of {key} refused ({why}); retrying for up to {grace:.0f}s "
-                     f"(--grace)")
-                refused[key] = why
-            else:
-                refused[key] = why
-        if clock() >= deadline:
-            names = ", ".join(f"{p.namespace}/{p.name}" + (f" ({refused[k]})" if (k := f"{p.namespace}/{p.name}")
-                                                            in refused else "") for p in left)
-            raise WaitTimeout(f"node {node}: {len(left)} GPU pods left after --grace {grace:.0f}s: {names}",
-                              "the node stays cordoned; let the PodDisruptionBudget allow it (more replicas "
-                              "elsewhere) and run 'gpuctl doctor --fix' again, or give a longer --grace")
-        sleep(EVICT_RETRY_S)
+    wait until they are gone, for up to `grace` seconds; WaitTimeout naming the pods left after that (ops.drain).
+    `clock` and `sleep` (time.monotonic and time.sleep, looked up at each call) are for tests."""
+    drain_pods(kube, node, grace, is_gpu_pod, prefix="fix", flag="--grace", say=info, clock=clock,
+               sleep=sleep or time.sleep,
+               hint="the node stays cordoned; let the PodDisruptionBudget allow it (more replicas elsewhere) and "
+                    "run 'gpuctl doctor --fix' again, or give a longer --grace")
 
 
 def restart_plugin(kube: Kube, node: str, timeout: float) -> bool:

@@ -28,6 +28,7 @@ class Cluster:
     helm: HelmTarget = None  # type: ignore[assignment]
     absent: Observed | None = None  # not reached (plan only): what each change step says instead
     unqueued: tuple[str, ...] = ()  # with spec.kueue: tenants on the cluster without Kueue queues yet
+    dra_groups_only: bool = False  # gpuctl's DRA driver serves only the groups marked dra: true (dra_groups.py)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from gpuctl.model.spec import PlatformSpec
 from gpuctl.ops.group_records import read_recorded_groups, read_recorded_stack, with_cluster_groups, with_recorded
 from gpuctl.ops.platform.capacity import capacity_step
 from gpuctl.ops.platform.cloud import cluster_step, node_group_step
+from gpuctl.ops.platform.dra_groups import dra_move_steps
 from gpuctl.ops.platform.gpu_config import gpu_config_steps
 from gpuctl.ops.platform.gpu_stack import kueue_step, stack_steps
 from gpuctl.ops.platform.kubeconfig import kubeconfig_step
@@ -31,7 +32,7 @@ from gpuctl.ops.tenancy.tenants import check_ownership, unqueued_tenants
 from gpuctl.ops.tenancy.tolerations import any_tenant
 from gpuctl.ops.validation_record import read_validated, spec_digest
 from gpuctl.providers.base import Provider
-from gpuctl.stack.dra_driver import check_dra_mode
+from gpuctl.stack.dra_driver import check_dra_mode, serves_groups_only
 from gpuctl.stack.existing import read_stack
 from gpuctl.stack.helm import HelmTarget
 from gpuctl.stack.owners import StackPlan, check_single_owners
@@ -63,10 +64,11 @@ def read_cluster(spec: PlatformSpec, provider: Provider, client: Kube, helm: Hel
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt", kueue_coming=spec.kueue)
     stack_plan = check_single_owners(read_stack(client), spec.stack)
     dra_owner = check_dra_mode(client, spec.stack)
+    groups_only = dra_owner is None and not spec.stack.dra and serves_groups_only(client)
     validated = read_validated(client, stack_plan.namespace) == spec_digest(spec)
     unqueued = tuple(unqueued_tenants(client)) if spec.kueue else ()
     return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, any_tenant(client), client,
-                   helm, unqueued=unqueued)
+                   helm, unqueued=unqueued, dra_groups_only=groups_only)
 
 
 def unreached(spec: PlatformSpec, provider: Provider, absent: Observed = ABSENT) -> Cluster:
@@ -87,11 +89,13 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     steps.append(write_config)
     steps.extend(stack_steps(cluster))
     steps.append(restart_plugin)
+    steps.extend(dra_move_steps(cluster))  # one node group at a time, in spec order, before the next
     for group in spec.groups:
         if group.mig is not None:
             steps.append(mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig))
     for group in spec.groups:  # checks: they wait and count, and change nothing
-        steps.append(capacity_step(client, cluster.selectors[group.spec.name], group.spec.name, stack.dra, run))
+        steps.append(capacity_step(client, cluster.selectors[group.spec.name], group.spec.name,
+                                   stack.by_dra(group.spec.name), run))
     if spec.tenants or cluster.tenant is not None:  # the tenants' GPU tolerations follow the node groups
         steps.append(tolerations_step(client, spec.every_group, cluster.tenant))
     if spec.kueue:  # before the tenants: their queues need Kueue's API

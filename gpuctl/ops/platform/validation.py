@@ -25,7 +25,7 @@ def _must_validate(cluster: Cluster, run: Run) -> bool:
 def _observe_validation(group: str, cluster: Cluster, run: Run) -> Observed:
     if not _must_validate(cluster, run):
         return Observed(Change.NO_CHANGE, "validated already: skipped")
-    how = " through a ResourceClaim" if cluster.spec.stack.dra else ""
+    how = " through a ResourceClaim" if cluster.spec.stack.by_dra(group) else ""
     return Observed(Change.CHECK, f"runs the CUDA smoke test{how} on node group {group}")
 
 

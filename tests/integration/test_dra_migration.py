@@ -1,0 +1,213 @@
+"""A running two-group cluster moves one node group from the device plugin to DRA with `apply` (the group's
+`dra: true`), and back with the old spec, as a user runs it: GPU Deployments running on both groups, a
+PodDisruptionBudget on group a's, their manifests unchanged throughout; group b's pods and advertised GPUs never
+touched. The real kube-scheduler decides, per node, between the device plugin's nvidia.com/gpu and the DRA class
+that names it (KEP-5004); the Eviction API enforces the budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import run_gpuctl
+from tests.integration.test_apply import REAPPLY
+
+pytestmark = pytest.mark.integration
+NAME = "dramove"
+NAMESPACE = "default"
+GROUP = "gpuctl.dev/nodegroup"
+TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+REPLICAS = {"a": 2, "b": 1}
+MAX_UNAVAILABLE = 1
+
+
+def spec(path: Path, a_dra: bool) -> Path:
+    group_a: dict[str, Any] = {"name": "a", "gpu": "t4", "nodes": 2, "gpusPerNode": 2, **({"dra": True} if a_dra else {})}
+    doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": NAME},
+           "spec": {"provider": {"cloud": "sim"},
+                    "nodeGroups": [group_a, {"name": "b", "gpu": "t4", "nodes": 1, "gpusPerNode": 2}]}}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def deployment(group: str) -> dict[str, Any]:
+    labels = {"app": f"work-{group}"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"work-{group}"},
+            "spec": {"replicas": REPLICAS[group], "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"nodeSelector": {GROUP: group}, "tolerations": TOLERATE,
+                                           "containers": [{"name": "main", "image": "busybox:1.37",
+                                                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+
+
+class Cluster:
+    def __init__(self, env: dict[str, str], root: Path) -> None:
+        from kubernetes import client, config
+
+        self.env, self.root = env, root
+        api = config.new_client_from_config(env["KUBECONFIG"])
+        self.core, self.apps, self.policy = client.CoreV1Api(api), client.AppsV1Api(api), client.PolicyV1Api(api)
+        self.resource = client.ResourceV1Api(api)
+
+    def pods(self, group: str) -> list[dict[str, Any]]:
+        answer = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"app=work-{group}", _preload_content=False)
+        return json.loads(answer.data)["items"]
+
+    def running(self, group: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods(group) if p["status"].get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")
+                and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]
+
+    def nodes(self, group: str) -> list[dict[str, Any]]:
+        return json.loads(self.core.list_node(label_selector=f"{GROUP}={group}", _preload_content=False).data)["items"]
+
+    def templates(self) -> dict[str, Any]:
+        return {g: self.apps.read_namespaced_deployment(f"work-{g}", NAMESPACE).to_dict()["spec"]["template"]
+                for g in REPLICAS}
+
+    def settled(self) -> bool:
+        return all(len(self.running(g)) == n == len(self.pods(g)) for g, n in REPLICAS.items())
+
+
+def await_true(what: str, check: Any, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp(NAME)
+    env = dict(sim_env, KUBECONFIG=str(root / "kubeconfig"))
+    proc = run_gpuctl("apply", "-f", str(spec(root / "device-plugin.yaml", a_dra=False)), env=env)
+    assert proc.returncode == 0, proc.stderr
+    made = Cluster(env, root)
+    try:
+        for group in REPLICAS:
+            made.apps.create_namespaced_deployment(NAMESPACE, deployment(group))
+        made.policy.create_namespaced_pod_disruption_budget(NAMESPACE, {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "work-a"},
+            "spec": {"maxUnavailable": MAX_UNAVAILABLE, "selector": {"matchLabels": {"app": "work-a"}}}})
+        await_true("the GPU Deployments running", made.settled)
+        yield made
+    finally:
+        assert run_gpuctl("cluster", "delete", "--name", NAME, "--yes", env=env).returncode == 0
+
+
+class Watch:
+    """Polls, while an apply runs, what must hold throughout: group b's pods (their uids) and GPUs advertised by
+    its device plugin, and group a's running pods never below what its PodDisruptionBudget allows."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster, self.stop = cluster, threading.Event()
+        self.b_uids: set[frozenset[str]] = set()
+        self.b_gpus: set[tuple[str, ...]] = set()
+        self.a_running: list[int] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.b_uids.add(frozenset(p["metadata"]["uid"] for p in self.cluster.pods("b")))
+            self.b_gpus.add(tuple(n["status"].get("allocatable", {}).get("nvidia.com/gpu", "none")
+                                  for n in self.cluster.nodes("b")))
+            self.a_running.append(len(self.cluster.running("a")))
+            time.sleep(0.2)
+
+    def __enter__(self) -> Watch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def plan(cluster: Cluster, path: Path) -> dict[str, dict[str, str]]:
+    proc = run_gpuctl("-o", "json", "plan", "-f", str(path), env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    return {s["step"]: s for s in json.loads(proc.stdout)}
+
+
+def extended_claim(cluster: Cluster, pod: dict[str, Any]) -> dict[str, Any] | None:
+    name = (pod["status"].get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    if not name:
+        return None
+    return json.loads(cluster.resource.read_namespaced_resource_claim(name, NAMESPACE, _preload_content=False).data)
+
+
+def move(cluster: Cluster, path: Path) -> tuple[subprocess.CompletedProcess[str], Watch, dict[str, Any]]:
+    before = cluster.templates()
+    b_uids = {p["metadata"]["uid"] for p in cluster.pods("b")}
+    with Watch(cluster) as watch:
+        proc = run_gpuctl("-o", "json", "apply", "-f", str(path), env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    assert cluster.templates() == before  # no pod manifest changed
+    assert watch.b_uids == {frozenset(b_uids)}, "group b's pods were replaced"
+    assert watch.b_gpus == {("2",)}, f"group b's node stopped advertising its GPUs: {watch.b_gpus}"
+    assert min(watch.a_running) >= REPLICAS["a"] - MAX_UNAVAILABLE, watch.a_running
+    return proc, watch, json.loads(proc.stdout)
+
+
+def test_plan_names_the_move_and_what_restarts(cluster: Cluster) -> None:
+    steps = plan(cluster, spec(cluster.root / "a-dra.yaml", a_dra=True))
+    names = list(steps)
+    assert names.index("install-dra-driver") < names.index("move-to-dra/a") < names.index(
+        "move-to-device-plugin/b") < names.index("wait-capacity/a")
+    moving = steps["move-to-dra/a"]
+    assert moving["action"] == "updated", moving
+    assert moving["detail"].startswith("moves group a to DRA: device plugin stops on its 2 nodes, GPU pods drained "
+                                       "respecting PDBs (2 now), DRA kubelet plugin starts"), moving
+    assert steps["move-to-device-plugin/b"]["action"] == "no change"
+
+
+def test_apply_moves_group_a_to_dra_and_b_keeps_serving(cluster: Cluster) -> None:
+    proc, watch, result = move(cluster, spec(cluster.root / "a-dra.yaml", a_dra=True))
+    outcomes = {s["step"]: s["outcome"] for s in result["steps"]}
+    assert outcomes["move-to-dra/a"] == "updated" and outcomes["move-to-device-plugin/b"] == "no change"
+    assert outcomes["validate/a"] == outcomes["validate/b"] == "passed"
+    assert "evicting GPU pod default/work-a-" in proc.stderr
+    await_true("group a's pods running again", cluster.settled)
+    a_nodes = {n["metadata"]["name"] for n in cluster.nodes("a")}
+    for pod in cluster.running("a"):  # served by DRA: a claim the scheduler made, allocated from a's slices
+        assert pod["spec"]["nodeName"] in a_nodes
+        claim = extended_claim(cluster, pod)
+        assert claim is not None, pod["metadata"]["name"]
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert [(r["driver"], r["pool"]) for r in results] == [("gpu.nvidia.com", pod["spec"]["nodeName"])]
+    for node in cluster.nodes("a"):  # the device plugin advertises nothing there any more
+        assert node["status"]["allocatable"].get("nvidia.com/gpu", "0") == "0"
+    assert all(extended_claim(cluster, p) is None for p in cluster.running("b"))
+
+
+def test_reapply_with_no_change_writes_nothing(cluster: Cluster) -> None:
+    path = spec(cluster.root / "a-dra.yaml", a_dra=True)
+    proc = subprocess.run([sys.executable, "-c", REAPPLY, str(path)], capture_output=True, text=True,
+                          env=cluster.env, timeout=300)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report == {"code": 0, "writes": []}, proc.stderr
+    assert {s["outcome"] for s in json.loads(proc.stdout)["steps"]} == {"no change"}, proc.stdout
+
+
+def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
+    path = spec(cluster.root / "device-plugin.yaml", a_dra=False)
+    assert plan(cluster, path)["move-to-device-plugin/a"]["detail"].startswith(
+        "moves group a back to the device plugin: DRA kubelet plugin stops on its 2 nodes")
+    _, _, result = move(cluster, path)
+    outcomes = {s["step"]: s["outcome"] for s in result["steps"]}
+    assert outcomes["move-to-device-plugin/a"] == "updated" and outcomes["validate/a"] == "passed"
+    await_true("group a's pods running again", cluster.settled)
+    assert all(extended_claim(cluster, p) is None for p in cluster.running("a"))
+    assert {n["status"]["allocatable"].get("nvidia.com/gpu") for n in cluster.nodes("a")} == {"2"}
+    slices = json.loads(cluster.resource.list_resource_slice(_preload_content=False).data)["items"]
+    assert not [s for s in slices if s["spec"].get("nodeName", "").startswith("a-")]
+    assert {s["action"] for s in plan(cluster, path).values()} == {"no change"}
