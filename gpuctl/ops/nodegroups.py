@@ -35,6 +35,7 @@ from gpuctl.ops.group_records import (
     with_recorded,
 )
 from gpuctl.ops.platform.capacity import wait_capacity
+from gpuctl.ops.platform.dra_groups import move_group
 from gpuctl.ops.platform.mig import apply_mig_layout
 from gpuctl.ops.platform.nodes import configure_nodes
 from gpuctl.ops.platform.results import Reporter, StepResult, run_step
@@ -213,7 +214,12 @@ def configure_recorded_group(client: Kube, selector: str, name: str) -> Change:
     change = configure_nodes(client, selector, plan.sharing, plan.spec.taints, plan.labels)
     if plan.mig is not None and apply_mig_layout(client, selector, plan.mig) is not Change.NO_CHANGE:
         change = Change.UPDATED
-    wait_capacity(client, selector, [], dra_mode(client))  # done means advertised, as after apply
+    stack = read_recorded_stack(client)
+    by_dra = dra_mode(client) if stack is None else stack.by_dra(name)
+    if stack is not None and not stack.dra and name in stack.dra_groups:  # its new nodes to DRA, as apply moves
+        if move_group(client, selector, name, True) is not Change.NO_CHANGE:
+            change = Change.UPDATED
+    wait_capacity(client, selector, [], by_dra)  # done means advertised, as after apply
     return change
 
 

@@ -211,3 +211,15 @@ def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
     slices = json.loads(cluster.resource.list_resource_slice(_preload_content=False).data)["items"]
     assert not [s for s in slices if s["spec"].get("nodeName", "").startswith("a-")]
     assert {s["action"] for s in plan(cluster, path).values()} == {"no change"}
+
+
+def test_a_dra_groups_new_nodes_come_up_on_dra(cluster: Cluster) -> None:
+    path = spec(cluster.root / "a-dra.yaml", a_dra=True)
+    move(cluster, path)  # forward again, after the rollback
+    proc = run_gpuctl("nodegroup", "scale", "--cluster", NAME, "--name", "a", "--nodes", "3", env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    new = {n["metadata"]["name"]: n for n in cluster.nodes("a")}["a-2"]
+    assert new["metadata"]["labels"].get("gpuctl.dev/dra") == "true"
+    assert new["status"]["allocatable"].get("nvidia.com/gpu", "0") == "0"
+    slices = json.loads(cluster.resource.list_resource_slice(_preload_content=False).data)["items"]
+    assert [len(s["spec"]["devices"]) for s in slices if s["spec"].get("nodeName") == "a-2"] == [2]
