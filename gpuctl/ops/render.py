@@ -77,7 +77,7 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
             files[f"{order}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"] = doc
     dra = spec.stack.dra
     models = list({g.spec.gpu.name: g.spec.gpu for g in spec.every_group}.values())
-    for device_class in [mig_device_class(p) for p in mig_profiles_of(models)] if dra else []:
+    for device_class in [mig_device_class(p) for p in mig_profiles_of(models)] if spec.stack.dra_driver else []:
         files[f"14-deviceclass-{device_class['metadata']['name']}.yaml"] = device_class
     shapes = [group_shape(g, spec.stack.mig_strategy) for g in spec.every_group]
     for tenant in spec.tenants:
@@ -99,7 +99,7 @@ def helm_releases(spec: PlatformSpec) -> dict[str, Release]:
     driver in DRA mode, Kueue where the cloud does not run it itself), in install order."""
     releases = [nfd_release(spec.stack)] if spec.stack.nfd == "standalone" else []
     releases.append(operator_release(spec.stack))
-    if spec.stack.dra:
+    if spec.stack.dra_driver:  # DRA mode, or node groups DRA serves (a group's dra: true)
         releases.append(dra_release(spec.stack))
     if capabilities_of(spec.cloud).kueue_chart(spec.kueue):
         releases.append(kueue_release(spec.stack.charts))

@@ -99,3 +99,13 @@ def test_a_moving_node_loses_only_the_pods_the_other_side_serves() -> None:
     to_dra, to_plugin = served_the_old_way(True), served_the_old_way(False)
     assert [to_dra(p) for p in (plugin_pod, dra_pod, claim_pod, cpu_pod)] == [True, False, False, False]
     assert [to_plugin(p) for p in (plugin_pod, dra_pod, claim_pod, cpu_pod)] == [False, True, True, False]
+
+
+def test_render_writes_the_driver_release_apply_installs_for_dra_groups() -> None:
+    from gpuctl.ops.render import helm_releases
+
+    doc, groups = load_document(spec(A, B), capabilities_of)
+    releases = helm_releases(to_platform(doc, groups, ships_driver=True))
+    assert releases["dra-driver-nvidia-gpu"].values["kubeletPlugin"]["nodeSelector"] == {L.DRA_GROUP: "true"}
+    doc, groups = load_document(spec({**A, "dra": False}, B), capabilities_of)
+    assert "dra-driver-nvidia-gpu" not in helm_releases(to_platform(doc, groups, ships_driver=True))
