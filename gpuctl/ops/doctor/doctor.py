@@ -2,8 +2,10 @@
 and with --fix do the safe repairs: restart a device-plugin pod that serves nothing, re-apply a tenant admission
 policy deleted by hand, cordon a node with a failed GPU and evict its GPU pods (gpu_repair.py), restart the
 device plugin of a node gpuctl cordoned and uncordon it once its GPUs are healthy, finish a wedged MIG change and
-roll back or re-apply a failed one (mig_repair.py). Each repair is said before it is done; the findings are then
-read again. The DCGM exporter's XIDs are read only where a GPU is unhealthy."""
+roll back or re-apply a failed one (mig_repair.py); in DRA mode, taint a failed GPU's device with gpuctl's
+DeviceTaintRule and evict the pods using it, and delete the rule once the device is healthy (dra_repair.py). Each
+repair is said before it is done; the findings are then read again. The DCGM exporter's XIDs are read only where a
+GPU is unhealthy."""
 
 from __future__ import annotations
 
@@ -14,8 +16,18 @@ from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.objects import read_config_map_data
+from gpuctl.model.device_taints import NO_SCHEDULE
 from gpuctl.model.tenant import TENANT_LABEL
 from gpuctl.ops.devices import PLUGIN_SELECTOR, pods_by_node
+from gpuctl.ops.doctor.dra_findings import diagnose_dra
+from gpuctl.ops.doctor.dra_repair import (
+    check_effect_applies,
+    is_dra,
+    read_own_rules,
+    read_slices,
+    remove_rule,
+    repair_failed_devices,
+)
 from gpuctl.ops.doctor.findings import (
     ADMISSION_API,
     FENCE_KINDS,
@@ -80,6 +92,7 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
     sizes = {} if node is not None else {g: n for g, n in read_group_sizes(kube, namespace).items()
                                          if nodegroup in (None, g)}
     xids, xids_read = read_xids(kube) if with_xids and any(unhealthy_gpus(n) for n in nodes) else ({}, False)
+    dra = is_dra(kube)
     return Snapshot(
         nodes=nodes,
         plugin_pods=pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin"),
@@ -95,26 +108,37 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
         sizes=sizes,
         namespace=namespace,
         xids=xids,
-        xids_read=xids_read)
+        xids_read=xids_read,
+        dra=dra,
+        slices=read_slices(kube) if dra else [],
+        taint_rules=read_own_rules(kube) if dra else [])
 
 
 def doctor(kube: Kube, nodegroup: str | None = None, node: str | None = None,
            with_xids: bool = True) -> list[Finding]:
     """What is wrong with the GPU platform, read-only."""
-    return diagnose(read_snapshot(kube, nodegroup, node, with_xids))
+    snap = read_snapshot(kube, nodegroup, node, with_xids)
+    return diagnose(snap) + diagnose_dra(snap)
 
 
 def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node: str | None = None,
-        timeout: float = FIX_TIMEOUT_S, grace: float = GRACE_S) -> list[Finding]:
+        timeout: float = FIX_TIMEOUT_S, grace: float = GRACE_S, taint_effect: str = NO_SCHEDULE) -> list[Finding]:
     """Do the safe repairs among `findings` (each said first), wait until they took, and read the findings
-    again; a node gpuctl cordoned whose GPUs came back meanwhile is uncordoned in the same run."""
+    again; a node gpuctl cordoned whose GPUs came back meanwhile is uncordoned in the same run, and gpuctl's
+    DeviceTaintRule of a device that came back is deleted. `taint_effect`: of gpuctl's new DeviceTaintRules."""
+    check_effect_applies(kube, taint_effect)
     restarted: list[str] = []
     tenants: list[str] = []
     failed_gpus: dict[str, list[Finding]] = {}
+    failed_devices: dict[str, list[tuple[str, str]]] = {}
     for finding in findings:
         if finding.action and finding.action[0] == "drain-gpus":
             failed_gpus.setdefault(finding.action[1], []).append(finding)
+        elif finding.action[:1] == ("taint-device",):
+            _, name, device, xid = finding.action
+            failed_devices.setdefault(name, []).append((device, xid))
     recovered = _repair_failed_gpus(kube, failed_gpus, grace, timeout)
+    healthy_devices = repair_failed_devices(kube, failed_devices, taint_effect, grace, timeout)
     namespace = None
     for finding in findings:
         if finding.action[:1] == ("repair-mig",):
@@ -126,6 +150,8 @@ def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node:
         kind, *args = finding.action
         if kind == "uncordon":
             uncordon(kube, args[0])
+        elif kind == "remove-taint-rule":
+            remove_rule(kube, *args)
         elif kind == "restart-plugin":
             name, namespace, pod = args
             info(f"fix: {finding.object}: restarting device-plugin pod {namespace}/{pod} "
@@ -148,6 +174,10 @@ def fix(kube: Kube, findings: list[Finding], nodegroup: str | None = None, node:
     back = [f for f in after if f.action[:1] == ("uncordon",) and f.node in recovered]
     for finding in back:
         uncordon(kube, finding.action[1])
+    untaint = [f for f in after if f.action[:1] == ("remove-taint-rule",) and tuple(f.action[2:]) in healthy_devices]
+    for finding in untaint:
+        remove_rule(kube, *finding.action[1:])
+    back += untaint
     return doctor(kube, nodegroup, node) if back else after
 
 
