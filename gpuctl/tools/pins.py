@@ -5,10 +5,12 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
-KUBERNETES_VERSION = "v1.36.3"
+# Kubernetes 1.37 (go.mod: go 1.26.0); DRAExtendedResource and DRADeviceTaints/DRADeviceTaintRules GA there.
+KUBERNETES_VERSION = "v1.37.2"
 HELM_VERSION = "v3.21.4"
 KWOK_VERSION = "v0.8.0"
-ETCD_VERSION = "v3.6.16"
+# etcd as Kubernetes v1.37.2 is tested with: its build/dependencies.yaml and hack/lib/etcd.sh name 3.7.0.
+ETCD_VERSION = "v3.7.0"
 KUEUE_VERSION = "v0.19.2"
 # controller-gen generates Kueue's and Karpenter's CRDs from their Go API types: the version kueue v0.19.2's
 # hack/tools/go.mod pins (its Makefile, hack/make/deps.mk, installs exactly that one), as does karpenter

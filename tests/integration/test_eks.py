@@ -27,8 +27,10 @@ pytestmark = pytest.mark.integration
 REGION = ("--cloud", "eks", "--region", "us-east-1")
 # The columns every provider fills alike (its bounds and Karpenter half: test_nodegroup_verbs on the sim).
 BASIC = ("name", "cluster", "gpu", "nodes", "readyNodes", "gpusPerNode")
+# Kubernetes 1.37 (issue 32): the version the sim data plane runs; EKS itself decides which versions it offers
+KUBERNETES = "1.37"
 CREATE = ("cluster", "create", *REGION, "--name", "eks1", "--gpu", "t4", "--slices", "4", "--karpenter",
-          "--charts", "bundled")
+          "--charts", "bundled", "--kubernetes-version", KUBERNETES)
 NODEPOOL = ("karpenter.sh", "v1", "nodepools", "gpuctl-gpu")
 NODECLASS = ("karpenter.k8s.aws", "v1", "ec2nodeclasses", "gpuctl-gpu")
 
@@ -89,6 +91,16 @@ def test_create_runs_the_whole_flow_and_validates(eks: Eks) -> None:
     assert "FEATURE_GATES=NodeOverlay=true" in eks.outputs[1]
     assert [{k: g[k] for k in BASIC} for g in eks.first["nodeGroups"]] == [
         {"name": "gpu", "cluster": "eks1", "gpu": "t4", "nodes": 1, "readyNodes": 1, "gpusPerNode": 1}]
+
+
+def test_the_cluster_runs_the_kubernetes_version_asked_for(eks: Eks) -> None:
+    """CreateCluster carries --kubernetes-version (botocore's model checks the request); the data plane answers
+    with the same minor."""
+    from kubernetes import client as k8s
+
+    assert eks.emulator.client("eks").describe_cluster(name="eks1")["cluster"]["version"] == KUBERNETES
+    served = k8s.VersionApi(eks.api()).get_code()
+    assert f"{served.major}.{served.minor}" == KUBERNETES, served.git_version
 
 
 def test_moto_holds_an_nvidia_gpu_node_group_with_the_gpu_taint(eks: Eks) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
@@ -81,7 +82,9 @@ def test_create_runs_the_whole_flow_against_real_magnum(os1: dict[str, Any], ope
         "node-config": True, "capacity": True, "device-plugin": True, "smoke-test": True, "doctor": True}
     [cluster] = named(openstack_bed, "os1")  # exactly one, however often gpuctl polled a 404 or an old status
     assert cluster["status"] == "UPDATE_COMPLETE" or cluster["status"] == "CREATE_COMPLETE"
-    assert cluster["labels"]["nvidia_gpu_enabled"] == "true" and cluster["labels"]["kube_tag"]  # merged
+    # merged with the template's labels; Kubernetes 1.37 from a template whose kube_tag names it (issue 32)
+    assert cluster["labels"]["nvidia_gpu_enabled"] == "true" and cluster["labels"]["kube_tag"] == KUBERNETES_VERSION
+    assert cluster["coe_version"] == KUBERNETES_VERSION
     # Issue 31: Magnum's auto-healing, as its drivers read it from the cluster's labels (docs/clouds.md)
     assert (cluster["labels"]["auto_healing_enabled"], cluster["labels"]["auto_healing_controller"]) == (
         "true", "magnum-auto-healer")

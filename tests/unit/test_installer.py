@@ -32,7 +32,7 @@ def test_version_matching_is_exact() -> None:
     assert reports_version("/bin/echo", TOOLS["kubectl"]) is False
     for output, ok in [("v3.21.4+g1234", True), ("v3.21.40", False), ("v13.21.4", False)]:
         assert reports_version_of(output, helm) is ok, output
-    assert reports_version_of("etcd Version: 3.6.16\nGit SHA: x", etcd)
+    assert reports_version_of(f"etcd Version: {etcd.version.lstrip('v')}\nGit SHA: x", etcd)
 
 
 def reports_version_of(output: str, tool) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 import requests
 import yaml
 
+from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.beds.openstack.fakes import IMAGE, KEYPAIR, NETWORK, Fakes
 from tests.beds.openstack.venv import bed_python, ensure_bed_venv
 
@@ -40,7 +41,7 @@ REPO_ROOT = HERE.parents[2]
 REGION = "RegionOne"
 MICROVERSION = "container-infra 1.14"
 TEMPLATE = "gpu-template"
-KUBE_TAG = "v1.36.3"
+KUBE_TAG = KUBERNETES_VERSION  # the template's Kubernetes: the sim's, which the driver's clusters run
 START_TIMEOUT_S = 90.0
 DRIVER_ENTRY_POINT = "gpuctl_sim = tests.beds.openstack.driver:SimDriver"
 

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.emulators.openstack.dataplane import FLAVORS, Flavor, SimDataPlane
 
 MIN_PROGRESS_S = 1.0  # every transition is observable as *_IN_PROGRESS for at least this long
 NODEGROUP_MIN_VERSION = (1, 9)
-COE_VERSION = "v1.36.3"
+COE_VERSION = KUBERNETES_VERSION  # the data plane is a sim cluster
 TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
           406: "Not Acceptable", 409: "Conflict", 429: "Too Many Requests"}
 
