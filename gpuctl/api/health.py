@@ -31,7 +31,7 @@ def doctor(nodegroup: str | None = None, node: str | None = None, fix: bool = Fa
     check_duration(grace, "--grace")
     check_effect(taint_effect)
     if taint_effect != NO_SCHEDULE and not fix:
-        raise UsageError("--taint-effect", "says how --fix taints a failed GPU's device", "add --fix")
+        raise UsageError("--taint-effect", "only --fix taints a failed GPU's device", "add --fix")
     kube = client(target)
     check_effect_applies(kube, taint_effect)
     findings = diagnose(kube, nodegroup, node)
