@@ -35,6 +35,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
      f"AWS throttled the request (ThrottlingException) {MAX_ATTEMPTS} times"),
     (_client_error("ResourceLimitExceededException", "You've reached your quota of clusters."), CloudError,
      "creating it failed: ResourceLimitExceededException: You've reached your quota of clusters."),
+    # a Kubernetes minor EKS does not offer yet (README: the version the cloud offers)
+    (_client_error("InvalidParameterException", "unsupported Kubernetes version 1.99"), CloudError,
+     "creating it failed: InvalidParameterException: unsupported Kubernetes version 1.99"),
 ])
 def test_client_errors_are_translated(raised: Exception, kind: type[GpuctlError], text: str) -> None:
     with pytest.raises(kind) as error, translated("creating it"):
