@@ -36,6 +36,7 @@ from gpuctl.ops.platform.run import Cluster
 from gpuctl.ops.validate import expected_devices, read_configs
 from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, current_limit, wait_until
+from gpuctl.util.words import plural
 
 DRAIN_S = 600.0  # per node, where the command sets no --timeout: PodDisruptionBudgets may hold evictions that long
 ON_DRA = {L.DEPLOY_DEVICE_PLUGIN: "false", L.DRA_GROUP: "true"}
@@ -93,7 +94,8 @@ def _to_move(kube: Kube, selector: str, dra: bool) -> tuple[list[KubeObject], li
 def observe_move(kube: Kube, selector: str, group: str, dra: bool) -> Observed:
     nodes, moving, pods = _to_move(kube, selector, dra)
     if not moving:
-        return Observed(Change.NO_CHANGE, f"{len(nodes)} nodes served by {'DRA' if dra else 'the device plugin'}")
+        return Observed(Change.NO_CHANGE, f"{plural(len(nodes), 'node')} served by "
+                                          f"{'DRA' if dra else 'the device plugin'}")
     drained = f"GPU pods drained respecting PDBs ({pods} now)"
     if dra:
         what = (f"moves group {group} to DRA: device plugin stops on its {len(moving)} nodes, {drained}, "
