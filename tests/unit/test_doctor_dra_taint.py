@@ -22,6 +22,7 @@ from gpuctl.model.device_taints import (
     rule_name,
 )
 from gpuctl.ops.doctor.dra_findings import diagnose_dra
+from gpuctl.ops.doctor.dra_repair import check_effect_applies
 from gpuctl.ops.doctor.findings import Snapshot
 from gpuctl.simulator.dra import TAINTS_ANNOTATION, gpu_uuid, render_node_slice
 from gpuctl.simulator.dra_health import next_record, tainted_devices
@@ -143,3 +144,17 @@ def test_doctor_says_gpuctls_rule_holds_a_failed_device_and_names_one_left_over(
     assert (left.check, left.object, left.gpu) == ("gpu-device-tainted", "DeviceTaintRule gpuctl-gpu-0-gpu-1", 1)
     assert left.action == ("remove-taint-rule", "gpuctl-gpu-0-gpu-1", "gpu-0", "gpu-1")
     assert diagnose_dra(snapshot([node_json("gpu-9")], [rule])) == []  # its node not in scope or not publishing
+
+
+class NoDeviceClass:
+    """A cluster in device-plugin mode, as check_effect_applies reads it."""
+
+    def get_or_none(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        assert (api_version, kind, name) == ("resource.k8s.io/v1", "DeviceClass", "gpu.nvidia.com")
+
+
+def test_no_execute_is_refused_outside_dra_mode_before_any_write() -> None:
+    check_effect_applies(NoDeviceClass(), "NoSchedule")  # type: ignore[arg-type]  # the default: fine anywhere
+    with pytest.raises(UsageError, match="not in DRA mode") as refused:
+        check_effect_applies(NoDeviceClass(), "NoExecute")  # type: ignore[arg-type]
+    assert refused.value.field == "--taint-effect"
