@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.beds.openstack.bed import OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
 from tests.integration.kube_api import core
 from tests.support.sim import KwokCluster
+from tests.support.tools import KUBERNETES_VERSION
 
 pytestmark = pytest.mark.integration
 

@@ -32,9 +32,9 @@ from typing import Any
 import requests
 import yaml
 
-from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.beds.openstack.fakes import IMAGE, KEYPAIR, NETWORK, Fakes
 from tests.beds.openstack.venv import bed_python, ensure_bed_venv
+from tests.support.tools import KUBERNETES_VERSION
 
 HERE = Path(__file__).parent
 REPO_ROOT = HERE.parents[2]

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuctl.tools.pins import KUBERNETES_VERSION
 from tests.emulators.openstack.dataplane import FLAVORS, Flavor, SimDataPlane
+from tests.support.tools import KUBERNETES_VERSION
 
 MIN_PROGRESS_S = 1.0  # every transition is observable as *_IN_PROGRESS for at least this long
 NODEGROUP_MIN_VERSION = (1, 9)
