@@ -10,7 +10,7 @@ from typing import Any
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import MIG_PROFILES
 from gpuctl.model.change import Change
-from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, quota_key
+from gpuctl.model.dra import GPU_CLASS, MIG_CLASS, mig_class, quota_key
 from gpuctl.model.mig import resource_name
 from gpuctl.model.naming import check_count, check_name, check_text
 from gpuctl.util.errors import UsageError, shown
@@ -38,7 +38,18 @@ class Tenant:
 
     def hard(self, dra: bool = False) -> dict[str, str]:
         """The namespace's ResourceQuota: the most the team may ever use, its quota plus what it may borrow;
-        in DRA mode also the devices its ResourceClaims may hold, per device class (MIG: all profiles)."""
+        in DRA mode also the devices its ResourceClaims may hold, per device class.
+
+        MIG in DRA mode: the devices of gpuctl's class of each profile it is given (`mig-3g.20gb.gpuctl.dev`),
+        which its `mig-<profile>` templates claim from and which serves an unmodified pod's
+        `nvidia.com/mig-<profile>` (KEP-5004): Kubernetes v1.37.2's quota charges the scheduler's claim for such
+        a pod `<class>.deviceclass.resource.k8s.io/devices` as it charges a template's claim, and charges any
+        claim of a class that names an extended resource `requests.<that resource>` too, less what its owning
+        pod already counts (pkg/quota/v1/evaluator/core/resource_claims.go Usage, addExtendedResourceQuota;
+        pods.go podComputeUsageHelper). So each of the two keys caps a profile however it is asked for, and
+        the profiles the team is not given stay at `requests.nvidia.com/mig-<profile>: 0`. The driver's own
+        mig.nvidia.com, which no template of gpuctl's names any more, is capped at 0: a claim of the team's
+        own on it would bypass the per-profile quota."""
         # A quota limits only the resources it names: every MIG profile the team is not given is named with 0,
         # else the team could take any number of instances of it.
         quota = {f"requests.{resource_name(p)}": "0" for p in MIG_PROFILES}
@@ -46,7 +57,8 @@ class Tenant:
         quota.update({f"requests.{resource_name(p)}": str(n + self.borrow) for p, n in sorted(self.mig.items())})
         if dra:
             quota[quota_key(GPU_CLASS)] = str(self.gpus + self.borrow)
-            quota[quota_key(MIG_CLASS)] = str(sum(self.mig.values()) + self.borrow)
+            quota[quota_key(MIG_CLASS)] = "0"
+            quota.update({quota_key(mig_class(p)): str(n + self.borrow) for p, n in self.mig.items()})
         return dict(sorted(quota.items()))
 
 

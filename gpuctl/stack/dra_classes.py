@@ -80,3 +80,16 @@ def ensure_mig_classes(kube: Kube, models: Iterable[GpuModel]) -> Change:
     if not applies and not deletes:
         return Change.NO_CHANGE
     return Change.UPDATED if deletes or existed else Change.CREATED
+
+
+def ensure_profile_classes(kube: Kube, profiles: Iterable[str]) -> Change:
+    """Make gpuctl's DeviceClass of each of `profiles` where none of that name exists (a tenant's MIG templates
+    claim from it: ops/tenancy/tenant_claims.py), on a cluster whose classes `apply` has not made (a driver
+    installed before gpuctl, a node of a model the spec does not name yet). Creates only: what differs or is
+    unwanted stays `apply`'s (ensure_mig_classes), a class of the name gpuctl did not make is left alone."""
+    missing = [mig_device_class(p) for p in sorted(set(profiles))
+               if kube.get_or_none(API_VERSION, "DeviceClass", mig_device_class(p)["metadata"]["name"]) is None]
+    with requesting("writing gpuctl's MIG DeviceClasses"):
+        for cls in missing:
+            kube.apply(cls, strict=True)
+    return Change.CREATED if missing else Change.NO_CHANGE

@@ -5,7 +5,8 @@ devices the real kube-scheduler allocates from the DRA driver's slices through t
 pod's extended resources (KEP-5004): full GPUs through the chart's DeviceClass gpu.nvidia.com, MIG devices
 through gpuctl's mig-3g.20gb.gpuctl.dev. The API server's ResourceQuota refuses a pod beyond the team's quota,
 Kueue charges a Job's MIG profile to the team's queue, the fence still refuses a bypass, and status/top/validate
-count the devices."""
+count the devices. The team's MIG template claims from the same class, so one quota of the profile caps both
+ways together: the API server refuses whichever comes second."""
 
 from __future__ import annotations
 
@@ -333,3 +334,90 @@ def test_without_gpuctls_class_a_mig_pod_stays_pending_until_apply_makes_it_agai
     assert steps["apply-mig-device-classes"] == "created"
     claim = until("the pod on a claimed MIG device", lambda: extended_claim(env, pods(env)["mig-again"]))
     assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == MIG_CLASS
+
+
+def template_pod(name: str) -> dict[str, Any]:
+    """A pod claiming a MIG device through the team's ResourceClaimTemplate mig-3g.20gb (tenant_claims.py)."""
+    body = mig_pod(name)
+    body["spec"]["resourceClaims"] = [{"name": "mig", "resourceClaimTemplateName": "mig-3g.20gb"}]
+    body["spec"]["containers"][0]["resources"] = {"claims": [{"name": "mig"}]}
+    return body
+
+
+def claim_refusal(env: dict[str, str], pod: str) -> str | None:
+    """The resourceclaim controller's event on `pod` when the API server refuses the claim it makes from the
+    pod's template (k8s.io/kubernetes v1.37.2 pkg/controller/resourceclaim/controller.go syncPod)."""
+    from kubernetes.client import CoreV1Api
+
+    events = CoreV1Api(client(env)).list_namespaced_event(TEAM, field_selector=f"involvedObject.name={pod}").items
+    return next((e.message for e in events if e.reason == "FailedResourceClaimCreation"), None)
+
+
+def quota_used(env: dict[str, str]) -> dict[str, str]:
+    from kubernetes.client import CoreV1Api
+
+    status = CoreV1Api(client(env)).read_namespaced_resource_quota("gpuctl-gpu-quota", TEAM).status
+    return dict((status.used if status else None) or {})
+
+
+def test_one_quota_of_the_profile_caps_template_claims_and_unmodified_pods_together(cluster: dict[str, Any]) -> None:
+    """The team's mig-3g.20gb template claims from gpuctl's class of the profile, the class the scheduler claims
+    from for an unmodified pod; the API server's quota charges a claim of it the class's devices and, as the
+    class names nvidia.com/mig-3g.20gb, `requests.nvidia.com/mig-3g.20gb` (k8s.io/kubernetes v1.37.2
+    pkg/quota/v1/evaluator/core/resource_claims.go Usage, addExtendedResourceQuota). With a quota of 1, whichever
+    way comes first, the other is refused by the API server: the template's claim when an unmodified pod holds
+    the profile, an unmodified pod when a template's claim does. (Before, the template claimed from the driver's
+    mig.nvidia.com, charged to a key of its own: the team had its MIG quota twice.)"""
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    env = cluster["env"]
+    api = CoreV1Api(client(env))
+    devices = f"{MIG_CLASS}.deviceclass.resource.k8s.io/devices"
+    hard = api.read_namespaced_resource_quota("gpuctl-gpu-quota", TEAM).spec.hard
+    assert (hard[devices], hard["requests.nvidia.com/mig-3g.20gb"]) == ("1", "1")
+    assert hard["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "0"
+    [request] = (until("the template", lambda: next((t for t in templates(env) if t["metadata"]["name"]
+                                                      == "mig-3g.20gb"), None))["spec"]["spec"]["devices"]["requests"])
+    assert request["exactly"]["deviceClassName"] == MIG_CLASS and "selectors" not in request["exactly"]
+
+    # An unmodified pod holds the profile (mig-again, from the test before): the template's claim is refused.
+    until("the unmodified pod on its device", lambda: (p := pods(env).get("mig-again")) and extended_claim(env, p))
+    until("its charge counted", lambda: quota_used(env).get(devices) == "1")
+    api.create_namespaced_pod(TEAM, template_pod("by-template"))
+    message = until("the API server's refusal of the template's claim", partial(claim_refusal, env, "by-template"))
+    assert "exceeded quota: gpuctl-gpu-quota" in message, message
+    assert f"{devices}=1" in message and "requests.nvidia.com/mig-3g.20gb=1" in message, message
+    assert not [c for c in claims(env, TEAM) if (c["metadata"].get("annotations") or {}).get(EXTENDED) != "true"]
+
+    # The other order: both pods gone, a template's claim holds the profile, an unmodified pod is refused.
+    for name in ("mig-again", "by-template"):
+        api.delete_namespaced_pod(name, TEAM, grace_period_seconds=0)
+    until("both pods gone", lambda: not {"mig-again", "by-template"} & set(pods(env)))
+    until("the quota free", lambda: quota_used(env).get(devices) == "0"
+          and quota_used(env).get("requests.nvidia.com/mig-3g.20gb") == "0")
+    api.create_namespaced_pod(TEAM, template_pod("by-template-2"))
+
+    def allocated() -> dict[str, Any] | None:
+        pod = pods(env).get("by-template-2") or {}
+        return next((c for c in claims(env, TEAM) if any(o.get("uid") == pod["metadata"]["uid"] for o in
+                                                          c["metadata"].get("ownerReferences") or [])
+                     and (c.get("status") or {}).get("allocation")), None) if pod else None
+
+    claim = until("the template's claim allocated", allocated)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert slice_device(env, result["pool"], result["device"])["attributes"]["profile"]["string"] == "3g.20gb"
+    until("its charges counted", lambda: quota_used(env).get(devices) == "1"
+          and quota_used(env).get("requests.nvidia.com/mig-3g.20gb") == "1")
+    with pytest.raises(ApiException) as refused:
+        api.create_namespaced_pod(TEAM, mig_pod("unmodified-late"))
+    assert refused.value.status == 403 and "exceeded quota: gpuctl-gpu-quota" in str(refused.value.body)
+    assert "requests.nvidia.com/mig-3g.20gb=1" in str(refused.value.body), refused.value.body
+    api.delete_namespaced_pod("by-template-2", TEAM, grace_period_seconds=0)
+
+
+def templates(env: dict[str, str]) -> list[dict[str, Any]]:
+    from kubernetes.client import ResourceV1Api
+
+    data = ResourceV1Api(client(env)).list_namespaced_resource_claim_template(TEAM, _preload_content=False).data
+    return list(json.loads(data)["items"])

@@ -31,7 +31,12 @@ from tests.support.sim import KwokCluster, SimProvider, dra
 pytestmark = pytest.mark.integration
 NAME = "tdra"
 GPU_DEVICES = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
-MIG_DEVICES = "mig.nvidia.com.deviceclass.resource.k8s.io/devices"
+MIG_DEVICES = "mig.nvidia.com.deviceclass.resource.k8s.io/devices"  # the driver's class: capped at 0
+
+
+def mig_devices(profile: str) -> str:
+    """The quota key of gpuctl's DeviceClass of a MIG profile, which the team's template of it claims from."""
+    return f"mig-{profile}.gpuctl.dev.deviceclass.resource.k8s.io/devices"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 HOLD = {"sim.gpuctl.dev/no-such-node": "true"}  # keeps a Job's pods (and its admitted quota) from completing
@@ -154,7 +159,7 @@ def test_tenant_add_writes_templates_and_counts_devices_idempotently(cluster: Cl
     out = add(cluster, "team-a", "--gpus", "2", "--mig", "3g.20gb=1")
     assert out["change"] == "created" and "warning" not in out["stderr"], out["stderr"]
     hard = {"requests.nvidia.com/gpu": "2", "requests.nvidia.com/mig-3g.20gb": "1", GPU_DEVICES: "2",
-            MIG_DEVICES: "1"}
+            mig_devices("3g.20gb"): "1"}  # (MIG_DEVICES: 0, which granted leaves out)
     assert out["quota"] == {k.removeprefix("requests."): int(v) for k, v in hard.items()}  # as tenant list names it
     assert granted(CoreV1Api(cluster.client).read_namespaced_resource_quota("gpuctl-gpu-quota", "team-a").spec.hard) == hard
     made = templates(cluster, "team-a")
@@ -163,6 +168,12 @@ def test_tenant_add_writes_templates_and_counts_devices_idempotently(cluster: Cl
                                                          "gpuctl.dev/tenant": "team-a"}
     [request] = made["gpu-t4"]["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+    [request] = made["mig-3g.20gb"]["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "mig-3g.20gb.gpuctl.dev"
+    # the cluster's classes are only the chart's: tenant add made gpuctl's class the template claims from
+    made_class = cluster.resource.read_device_class("mig-3g.20gb.gpuctl.dev")
+    assert made_class.spec.extended_resource_name == "nvidia.com/mig-3g.20gb"
+    assert made_class.metadata.labels["app.kubernetes.io/managed-by"] == "gpuctl"
 
     again = add(cluster, "team-a", "--gpus", "2", "--mig", "3g.20gb=1")
     assert again["change"] == "no change"
@@ -173,7 +184,8 @@ def test_tenant_add_writes_templates_and_counts_devices_idempotently(cluster: Cl
     assert "nvidia.com/gpu quota 6 is above the cluster's allocatable 5" in over["stderr"]
     assert f"{GPU_DEVICES} quota 6 is above the cluster's allocatable 5" in over["stderr"]
     assert "nvidia.com/mig-2g.10gb quota 9 is above the cluster's allocatable 8" in over["stderr"]
-    assert MIG_DEVICES not in over["stderr"]  # 9 of 12
+    assert f"{mig_devices('2g.10gb')} quota 9 is above the cluster's allocatable 8" in over["stderr"]
+    assert MIG_DEVICES not in over["stderr"]  # 0
 
 
 def test_the_api_server_refuses_claims_beyond_the_quota(cluster: Cluster) -> None:
@@ -182,9 +194,13 @@ def test_the_api_server_refuses_claims_beyond_the_quota(cluster: Cluster) -> Non
     create("team-q", claim("pair", "gpu.nvidia.com", 2))  # within: accepted
     message = refused(lambda: create("team-q", claim("third", "gpu.nvidia.com", 1)))
     assert "exceeded quota: gpuctl-gpu-quota" in message and f"{GPU_DEVICES}=1" in message, message
-    create("team-q", claim("mig", "mig.nvidia.com", 1))
-    message = refused(lambda: create("team-q", claim("mig-2", "mig.nvidia.com", 1)))
-    assert f"{MIG_DEVICES}=1" in message, message
+    # MIG: per profile, by gpuctl's class of it (the class names the extended resource, so the claim is charged
+    # requests.nvidia.com/mig-2g.10gb too); the driver's mig.nvidia.com not at all
+    create("team-q", claim("mig", "mig-2g.10gb.gpuctl.dev", 1))
+    message = refused(lambda: create("team-q", claim("mig-2", "mig-2g.10gb.gpuctl.dev", 1)))
+    assert f"{mig_devices('2g.10gb')}=1" in message and "requests.nvidia.com/mig-2g.10gb=1" in message, message
+    message = refused(lambda: create("team-q", claim("any-mig", "mig.nvidia.com", 1)))
+    assert f"limited: {MIG_DEVICES}=0" in message, message
     # DRAExtendedResource: a claim of gpu.nvidia.com also counts as requests.nvidia.com/gpu, so the two GPUs
     # claimed leave none for a pod asking for nvidia.com/gpu the device plugin's way
     service_account(cluster, "team-q")
@@ -228,8 +244,9 @@ def test_pods_claiming_the_templates_get_their_model_and_show_in_tenant_list(clu
         return row if row["used"].get(GPU_DEVICES) == 2 else None
 
     row = wait("tenant list shows the claimed devices", listed)
-    assert row["quota"][GPU_DEVICES] == 2 and row["quota"][MIG_DEVICES] == 1
-    assert row["used"][GPU_DEVICES] == 2 and row["used"][MIG_DEVICES] == 1
+    assert row["quota"][GPU_DEVICES] == 2 and row["quota"][mig_devices("3g.20gb")] == 1
+    assert row["used"][GPU_DEVICES] == 2 and row["used"][mig_devices("3g.20gb")] == 1
+    assert row["used"]["nvidia.com/mig-3g.20gb"] == 1 and MIG_DEVICES not in row["quota"]
     assert row["used"]["nvidia.com/gpu"] == 2  # the claims, counted as the extended resource too
     table = gpuctl(cluster, "tenant", "list")
     assert table.returncode == 0 and "team-s" in table.stdout, table.stderr
@@ -243,8 +260,8 @@ def test_templates_follow_the_quota_and_the_nodes(cluster: Cluster) -> None:
     cluster.resource.create_namespaced_resource_claim_template("team-m", {
         "metadata": {"name": "own"}, "spec": {"spec": {"devices": {"requests": [
             {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
-    # an H100 group: a template for it, and its 1g.10gb MIG devices also answer mig-1g.10gb (a new spec:
-    # the template is made again, its spec being immutable)
+    # an H100 group: a template for it; its 1g.10gb MIG devices also answer mig-1g.10gb, whose class selects
+    # the profile on any model: that template stays as it is
     provider.ensure_node_group(NAME, NodeGroupSpec("h100", get_gpu("h100-80gb"), 1, 1))
     try:
         out = add(cluster, "team-m", "--mig", "2g.10gb=0")  # 2g.10gb no longer in the quota
@@ -252,8 +269,9 @@ def test_templates_follow_the_quota_and_the_nodes(cluster: Cluster) -> None:
         after = templates(cluster, "team-m")
         assert sorted(after) == ["gpu-a100-40gb", "gpu-h100-80gb", "gpu-t4", "mig-1g.10gb", "own"]
         [request] = after["mig-1g.10gb"]["spec"]["spec"]["devices"]["requests"]
-        assert "NVIDIA H100 80GB HBM3" in request["exactly"]["selectors"][0]["cel"]["expression"]
-        assert after["mig-1g.10gb"]["metadata"]["uid"] != before["mig-1g.10gb"]["metadata"]["uid"]
+        assert request["exactly"]["deviceClassName"] == "mig-1g.10gb.gpuctl.dev"
+        assert "selectors" not in request["exactly"]
+        assert after["mig-1g.10gb"]["metadata"]["uid"] == before["mig-1g.10gb"]["metadata"]["uid"]
         assert after["gpu-t4"]["metadata"]["uid"] == before["gpu-t4"]["metadata"]["uid"]  # untouched
     finally:
         provider.delete_node_group(NAME, "h100")

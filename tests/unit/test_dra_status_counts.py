@@ -68,7 +68,10 @@ def test_the_quota_warning_counts_mig_devices_per_class_and_profile() -> None:
     model = get_gpu("a100-40gb")
     devices = dra.render_devices("n", model, 2, parse_layout("3g.20gb-2x2g.10gb", model))
     assert tenant_claims.device_totals(devices) == {model_dra.quota_key(model_dra.MIG_CLASS): 6,
-                                                    "nvidia.com/mig-3g.20gb": 2, "nvidia.com/mig-2g.10gb": 4}
+                                                    "nvidia.com/mig-3g.20gb": 2, "nvidia.com/mig-2g.10gb": 4,
+                                                    # gpuctl's class of each profile (the quota's MIG keys)
+                                                    model_dra.quota_key("mig-3g.20gb.gpuctl.dev"): 2,
+                                                    model_dra.quota_key("mig-2g.10gb.gpuctl.dev"): 4}
 
 
 def test_allocations_per_pool_of_the_gpu_driver_only() -> None:
@@ -97,8 +100,8 @@ def test_mig_only_from_the_device_type() -> None:
 
 def test_table_columns_follow_the_mode() -> None:
     assert status.status_columns([]) == status.COLUMNS
-    assert status.status_columns([{"node": "a", "allocatable": {}}]) == status.COLUMNS
-    columns = status.status_columns([{"node": "a", "devices": 8, "allocated": 1, "free": 7}])
+    assert status.status_columns([{"node": "a", "allocatable": {}, "served_by": "device-plugin"}]) == status.COLUMNS
+    columns = status.status_columns([{"node": "a", "devices": 8, "allocated": 1, "free": 7, "served_by": "dra"}])
     assert columns == status.DRA_COLUMNS
     assert {"devices", "allocated", "free", "kubelet_plugin"} <= set(columns)
     assert not {"allocatable", "sharing", "replicas", "device_plugin"} & set(columns)

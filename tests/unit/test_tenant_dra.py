@@ -10,7 +10,7 @@ import pytest
 
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.catalog import MIG_PROFILES
-from gpuctl.model.dra import device_class_mappings
+from gpuctl.model.dra import device_class_mappings, mig_device_class
 from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import make_tenant
 from gpuctl.ops.tenancy.queues import DRA_FLAVOR, dra_flavor, flavor_manifest, queue_manifests
@@ -54,11 +54,18 @@ def test_quota_counts_claimed_devices_per_class_beside_the_device_plugin_keys() 
     refused = {f"requests.{resource_name(p)}": "0" for p in MIG_PROFILES}  # every profile it is not given
     assert team.hard() == {**refused, "requests.nvidia.com/gpu": "5", "requests.nvidia.com/mig-1g.5gb.me": "4",
                            "requests.nvidia.com/mig-3g.20gb": "3"}  # outside DRA mode: as before
-    assert team.hard(dra=True) == {**team.hard(), GPU_DEVICES: "5", MIG_DEVICES: "6"}  # 2 + 3 MIG, + 1 borrowed
+    # MIG per profile, by gpuctl's class of the profile (what the templates and an unmodified pod both claim
+    # from, so one key caps both ways); the driver's mig.nvidia.com at 0, else a claim of the team's own on it
+    # would be a second MIG quota beside the profiles'
+    assert team.hard(dra=True) == {**team.hard(), GPU_DEVICES: "5", MIG_DEVICES: "0",
+                                   "mig-3g.20gb.gpuctl.dev.deviceclass.resource.k8s.io/devices": "3",
+                                   "mig-1g.5gb.me.gpuctl.dev.deviceclass.resource.k8s.io/devices": "4"}
     [quota] = [body for kind, body in tenant_manifests(team, dra=True) if kind == "quota"]
     assert quota["spec"]["hard"] == team.hard(dra=True)
     no_mig = make_tenant("team-b", 2, {}, None, False, "tenant")
     assert no_mig.hard(dra=True)[MIG_DEVICES] == "0"  # MIG claims refused, not unlimited
+    assert not [k for k in no_mig.hard(dra=True) if k.endswith(".gpuctl.dev.deviceclass.resource.k8s.io/devices")]
+    assert no_mig.hard(dra=True)["requests.nvidia.com/mig-3g.20gb"] == "0"  # caps claims of the class too
 
 
 def test_a_template_per_gpu_model_and_per_mig_profile_with_guessable_names() -> None:
@@ -74,19 +81,15 @@ def test_a_template_per_gpu_model_and_per_mig_profile_with_guessable_names() -> 
         assert t["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpuctl", "gpuctl.dev/tenant": "team-a"}
         [request] = t["spec"]["spec"]["devices"]["requests"]
         assert request["exactly"]["allocationMode"] == "ExactCount" and request["exactly"]["count"] == 1
+        # MIG: gpuctl's class of the profile (model/dra.py mig_class), the one an unmodified pod's
+        # nvidia.com/mig-<profile> is served by; the class selects the profile on any model (1g.10gb: the
+        # A100-40GB's and the H100's), so the template has no selector of its own
         assert request["exactly"]["deviceClassName"] == ("gpu.nvidia.com" if name.startswith("gpu-") else
-                                                         "mig.nvidia.com")
+                                                         f"{name}.gpuctl.dev")
+        assert ("selectors" in request["exactly"]) == name.startswith("gpu-")
     assert selector(templates["gpu-t4"]) == "device.attributes['gpu.nvidia.com'].productName == 'Tesla T4'"
-    assert selector(templates["mig-3g.20gb"]) == (
-        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB' && "
-        "device.attributes['gpu.nvidia.com'].profile == '3g.20gb'")
-    # 1g.10gb is on both the A100-40GB and the H100: either one
-    assert selector(templates["mig-1g.10gb"]) == (
-        "(device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB' && "
-        "device.attributes['gpu.nvidia.com'].profile == '1g.10gb') || "
-        "(device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3' && "
-        "device.attributes['gpu.nvidia.com'].profile == '1g.10gb')")
-    assert selector(templates["mig-1g.10gb.me"]).endswith("profile == '1g.10gb+me'")  # the driver's spelling
+    assert templates["mig-1g.10gb.me"]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] \
+        == mig_device_class("1g.10gb+me")["metadata"]["name"]  # the class gpuctl makes: `+me` spelled `.me`
     assert claim_templates(team, []) == []  # no GPU node yet: nothing to claim
 
 
@@ -147,3 +150,22 @@ def test_the_sim_restarts_a_kueue_manager_whose_config_is_not_what_gpuctl_render
     del config["resources"]["deviceClassMappings"]  # as gpuctl wrote it before DRA
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     assert not kueue._config_is_current("c")
+
+
+def test_a_tenant_made_before_converges_to_the_per_profile_classes() -> None:
+    """A tenant gpuctl made with the MIG keys and templates of mig.nvidia.com: its quota is applied again (the
+    old key at 0, the profile's key added: tenants.holds compares `hard` exactly) and its MIG template, whose
+    spec is immutable, is deleted and made again (tenant_claims.ensure_claim_templates: spec not contained)."""
+    from gpuctl.kube.objects import contains
+    from gpuctl.ops.tenancy.tenants import holds
+
+    team = make_tenant("team-a", 1, {"3g.20gb": 2}, None, False, "tenant")
+    [quota] = [body for kind, body in tenant_manifests(team, dra=True) if kind == "quota"]
+    before = {**team.hard(), GPU_DEVICES: "1", MIG_DEVICES: "2"}  # as gpuctl wrote it before
+    assert not holds({**quota, "spec": {"hard": before}}, quota)
+    assert holds(quota, quota)
+    [template] = [t for t in claim_templates(team, models_of(NODES)) if t["metadata"]["name"] == "mig-3g.20gb"]
+    old_spec = {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+        "deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1, "selectors": [{"cel": {
+            "expression": "device.attributes['gpu.nvidia.com'].profile == '3g.20gb'"}}]}}]}}}
+    assert not contains(old_spec, template["spec"])

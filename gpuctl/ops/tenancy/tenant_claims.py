@@ -3,8 +3,10 @@
 The team's namespace gets one template per GPU model on the cluster's GPU nodes (`gpu-<model>`, e.g.
 `gpu-a100-40gb`: one full GPU of that model, DeviceClass gpu.nvidia.com) and one per MIG profile of its
 quota (`mig-<profile>`, e.g. `mig-3g.20gb`, `+me` written `.me`: one MIG device of that profile on any of
-those models, DeviceClass mig.nvidia.com). A pod claims a device by naming a template in
-`spec.resourceClaims[].resourceClaimTemplateName`; the resourceclaim controller makes a ResourceClaim of it
+those models, from gpuctl's DeviceClass of the profile, `mig-3g.20gb.gpuctl.dev`: stack/dra_classes.py). The
+MIG templates claim from the class an unmodified pod's `nvidia.com/mig-<profile>` is served by, so that one
+quota key per profile caps both ways together (model/tenant.py Tenant.hard). A pod claims a device by naming a
+template in `spec.resourceClaims[].resourceClaimTemplateName`; the resourceclaim controller makes a ResourceClaim of it
 per pod, which the namespace's ResourceQuota counts and the scheduler allocates. One device per template:
 a pod that wants two lists the template twice.
 
@@ -32,7 +34,7 @@ from gpuctl.model.dra import (
     device_request,
     device_type,
     gpu_selector,
-    mig_selector,
+    mig_class,
     quota_key,
 )
 from gpuctl.model.mig import resource_name
@@ -74,17 +76,20 @@ def _template(tenant: Tenant, name: str, request: dict[str, Any]) -> dict[str, A
 
 def claim_templates(tenant: Tenant, models: list[GpuModel]) -> list[dict[str, Any]]:
     """The templates the team gets, by name: a GPU of each of `models` (the cluster's, models_of), a MIG device
-    of each profile of its quota that one of those models offers (the selector names every such model)."""
+    of each profile of its quota that one of those models offers, from gpuctl's class of the profile (which
+    selects the profile on any model: no selector of the template's own)."""
     templates = [_template(tenant, gpu_template_name(m), device_request("gpu", GPU_CLASS, gpu_selector(m)))
                  for m in models]
-    for profile in sorted(tenant.mig):
-        offering = [m for m in models if m.mig and profile in {p.name for p in m.mig.profiles}]
-        if not offering:
-            continue  # no GPU here has it: over_allocatable warns of the quota
-        selectors = [mig_selector(m, profile) for m in offering]
-        selector = selectors[0] if len(selectors) == 1 else " || ".join(f"({s})" for s in selectors)
-        templates.append(_template(tenant, mig_template_name(profile), device_request("mig", MIG_CLASS, selector)))
+    templates += [_template(tenant, mig_template_name(p), device_request("mig", mig_class(p)))
+                  for p in template_profiles(tenant, models)]
     return sorted(templates, key=lambda t: t["metadata"]["name"])
+
+
+def template_profiles(tenant: Tenant, models: list[GpuModel]) -> list[str]:
+    """The MIG profiles of the team's quota that one of `models` offers: one template each (a profile no GPU
+    here has gets none: over_allocatable warns of the quota)."""
+    return [profile for profile in sorted(tenant.mig)
+            if any(m.mig and profile in {p.name for p in m.mig.profiles} for m in models)]
 
 
 def _list(kube: Kube, namespace: str) -> dict[str, KubeObject] | None:
@@ -138,7 +143,8 @@ def remove_claim_templates(kube: Kube, namespace: str) -> None:
 
 def published_devices(kube: Kube) -> dict[str, int]:
     """What the driver's ResourceSlices offer, in the quota's terms: full GPUs (as `nvidia.com/gpu` and devices
-    of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and `nvidia.com/mig-<profile>` per profile).
+    of gpu.nvidia.com), MIG devices (devices of mig.nvidia.com, and per profile `nvidia.com/mig-<profile>` and
+    devices of gpuctl's class of the profile).
     Only the slices the scheduler allocates from count (model/dra.py current_slices), as in `gpuctl status`."""
     return device_totals(d for s in current_slices(list_slices(kube)) for d in s["spec"].get("devices") or [])
 
@@ -159,4 +165,5 @@ def device_totals(devices: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             add(quota_key(MIG_CLASS))
             if profile := ((device.get("attributes") or {}).get("profile") or {}).get("string"):
                 add(resource_name(profile))
+                add(quota_key(mig_class(profile)))
     return totals

@@ -11,7 +11,9 @@ alternative per class), whoever made the claim (a pod's template, the scheduler 
 a user). With DRAExtendedResource (beta, on by default in 1.36, pkg/features/kube_features.go) it also
 charges `requests.<extendedResourceName>` of the class, `requests.nvidia.com/gpu` for the chart's
 gpu.nvidia.com, less what the owning pod's own requests already count (addExtendedResourceQuota), so one
-`requests.nvidia.com/gpu` caps GPUs asked for either way. The device-plugin keys stay: a pod's
+`requests.nvidia.com/gpu` caps GPUs asked for either way. MIG likewise, per profile: the team's `mig-<profile>`
+templates claim from gpuctl's class of the profile, which serves an unmodified pod's `nvidia.com/mig-<profile>`
+(model/tenant.py Tenant.hard). The device-plugin keys stay: a pod's
 `nvidia.com/gpu` is still counted by the pod evaluator, and nodes outside the driver may still serve them.
 """
 
@@ -44,8 +46,10 @@ from gpuctl.ops.tenancy.tenant_claims import (
     models_of,
     published_devices,
     remove_claim_templates,
+    template_profiles,
 )
 from gpuctl.ops.tenancy.tolerations import cluster_groups, converge_tolerations, remove_tolerations
+from gpuctl.stack.dra_classes import ensure_profile_classes
 from gpuctl.util.errors import UsageError
 from gpuctl.util.output import detail, info
 from gpuctl.util.waiting import Look, wait_until
@@ -152,7 +156,10 @@ def ensure_tenant(kube: Kube, tenant: Tenant, adopt_field: str = "--adopt") -> C
     kueue = Queues(kube).installed()
     nodes = gpu_nodes(kube) if dra or kueue else []
     # outside DRA mode gpuctl wants no template: those it made while the cluster was in DRA mode go
-    templates = ensure_claim_templates(kube, tenant.name, claim_templates(tenant, models_of(nodes)) if dra else [])
+    models = models_of(nodes)
+    # the classes the MIG templates claim from, where apply has not made them
+    classes = ensure_profile_classes(kube, template_profiles(tenant, models)) if dra else Change.NO_CHANGE
+    templates = ensure_claim_templates(kube, tenant.name, claim_templates(tenant, models) if dra else [])
     if kueue:
         queued = _ensure_queues(kube, tenant, nodes, dra)
     else:
@@ -160,7 +167,7 @@ def ensure_tenant(kube: Kube, tenant: Tenant, adopt_field: str = "--adopt") -> C
         _warn_no_kueue(tenant)
     if new:
         return Change.CREATED
-    others = (fence, tolerating, templates, queued)
+    others = (fence, tolerating, classes, templates, queued)
     return Change.UPDATED if created or updated or any(c is not Change.NO_CHANGE for c in others) else Change.NO_CHANGE
 
 
