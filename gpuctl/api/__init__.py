@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the same names, for mypy: gpuctl.api.apply_platform keeps i
     from gpuctl.api.platform import apply_platform, plan_platform
     from gpuctl.api.sim import install_sim_tools
     from gpuctl.api.specs import check_cloud, load_document, load_spec, to_platform
-    from gpuctl.api.status import gpu_status, status_columns
+    from gpuctl.api.status import gpu_status, status_columns, status_summary
     from gpuctl.api.tenants import add_tenant, ensure_tenant, list_tenants, remove_tenant
     from gpuctl.api.validate import validate_cluster
     from gpuctl.model.cloud_options import CloudOptions
@@ -48,7 +48,7 @@ __all__ = ["CloudOptions", "GroupPlan", "PlannedStep", "PlatformResult", "Platfo
            "get_node_group", "gpu_status", "list_clusters", "list_node_groups", "list_tenants", "load_spec",
            "plan_platform", "remove_tenant", "render", "scale_node_group", "to_platform", "validate_cluster",
            "StepResult", "check_cloud", "install_sim_tools", "load_document", "reporting", "status_columns", "top",
-           "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget",
+           "status_summary", "top_table", "advise", "advice_text", "add_tenant", "ClusterTarget",
            "doctor"]
 
 # module -> the public names it defines (the API's concerns, then the model's types and the results' types,
@@ -60,7 +60,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "gpuctl.api.clusters": ("delete_cluster", "list_clusters"),
     "gpuctl.api.nodegroups": ("add_node_group", "scale_node_group", "delete_node_group", "get_node_group",
                               "list_node_groups"),
-    "gpuctl.api.status": ("gpu_status", "status_columns"),
+    "gpuctl.api.status": ("gpu_status", "status_columns", "status_summary"),
     "gpuctl.api.metrics": ("top", "top_table", "advise", "advice_text"),
     "gpuctl.api.validate": ("validate_cluster",),
     "gpuctl.api.health": ("doctor",),

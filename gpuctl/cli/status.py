@@ -14,11 +14,15 @@ from gpuctl.util.output import TABLE_WIDTH, emit, is_table, section
 from gpuctl.util.words import plural
 
 # 80 columns for the common case; -o wide adds the rest. DRA mode: the driver's devices instead of the device
-# plugin's sharing and allocatable.
+# plugin's sharing and allocatable. Where the DRA driver serves some node groups and the device plugin the others
+# (a group's `dra: true`), both: each row fills its own agent's cells, `-` in the other's.
 COLUMNS = ("node", "nodegroup", "gpu", "gpus", "sharing", "replicas", "allocatable")
 WIDE = ("product", "mig_config", "mig_state", "device_plugin", "taints")
 DRA_COLUMNS = ("node", "nodegroup", "gpu", "gpus", "devices", "allocated", "free", "kubelet_plugin")
 DRA_WIDE = ("product", "mig_config", "mig_state", "taints")
+MIXED_COLUMNS = ("node", "nodegroup", "gpus", "served_by", "allocatable", "devices", "free")
+MIXED_WIDE = ("gpu", "allocated", "device_plugin", "kubelet_plugin", "sharing", "replicas", "product", "mig_config",
+              "mig_state", "taints")
 
 
 def status(
@@ -30,7 +34,9 @@ def status(
     GPUs the device plugin reports unhealthy are marked `!` (GPUS `3/4!`: 3 of 4 healthy) and listed below the
     table; in -o json, `unhealthy` per resource.
 
-    In DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable.
+    In DRA mode: the DRA driver's devices per node, allocated and free, instead of sharing and allocatable. Where
+    it serves some node groups only (a group's dra: true), column SERVED_BY says which agent serves each node and
+    the row shows that agent's figures; a line below the table counts both.
 
     Examples:
       gpuctl status
@@ -41,14 +47,30 @@ def status(
     rows = api.gpu_status(nodegroup, opts.target)
     operator = next((r["gpu_operator"] for r in rows if r.get("gpu_operator")), None)
     nodes = [{k: v for k, v in r.items() if k != "gpu_operator"} for r in rows]  # the operator once, not per node
-    dra = any("devices" in r for r in rows)
-    table_rows = [{**r, "gpus": gpus_cell(r)} for r in nodes]
-    emit({"gpuOperator": operator, "nodes": nodes}, opts.output, DRA_COLUMNS if dra else COLUMNS,
-         DRA_WIDE if dra else WIDE, rows=table_rows)
+    summary = api.status_summary(nodes)
+    kind = "mixed" if summary["dra"]["nodes"] and summary["device_plugin"]["nodes"] else \
+        "dra" if summary["dra"]["nodes"] else "device-plugin"
+    columns, wide = {"mixed": (MIXED_COLUMNS, MIXED_WIDE), "dra": (DRA_COLUMNS, DRA_WIDE)}.get(kind, (COLUMNS, WIDE))
+    table_rows = [{**r, "gpus": gpus_cell(r), "allocatable": r["allocatable"] if r["served_by"] != "dra" else None}
+                  for r in nodes] if kind == "mixed" else [{**r, "gpus": gpus_cell(r)} for r in nodes]
+    emit({"gpuOperator": operator, "nodes": nodes, "summary": summary}, opts.output, columns, wide, rows=table_rows)
     if is_table(opts.output) and (unhealthy := unhealthy_section(nodes)) is not None:
         section(unhealthy)
+    if is_table(opts.output) and kind == "mixed":
+        section(summary_line(summary))
     if operator is not None and is_table(opts.output):
         section(operator["summary"])
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """Both kinds counted, wrapped to the table's width: `served: 1 node by the device plugin (2 nvidia.com/gpu
+    allocatable), 2 nodes by DRA (4 devices: 2 allocated, 2 free)`."""
+    plugin, dra = summary["device_plugin"], summary["dra"]
+    allocatable = ", ".join(f"{n} {k}" for k, n in plugin["allocatable"].items()) or "no GPU"
+    line = (f"served: {plural(plugin['nodes'], 'node')} by the device plugin ({allocatable} allocatable), "
+            f"{plural(dra['nodes'], 'node')} by DRA ({plural(dra['devices'], 'device')}: {dra['allocated']} "
+            f"allocated, {dra['free']} free)")
+    return "\n".join(textwrap.wrap(line, TABLE_WIDTH, subsequent_indent="  "))
 
 
 def gpus_cell(row: Mapping[str, Any]) -> str:

@@ -3,7 +3,9 @@ the names every part of gpuctl that speaks DRA shares (stack, sim, tenants, vali
 
 A cluster is in DRA mode when the driver's DeviceClass `gpu.nvidia.com` exists: the driver's chart creates
 it (templates/deviceclass-gpu.yaml), whoever installed the chart. GPUs are then claimed through
-ResourceClaims, not counted as the device plugin's extended resource.
+ResourceClaims, not counted as the device plugin's extended resource. Where gpuctl's driver serves only the node
+groups marked `dra: true` the others keep the device plugin: which one serves a node is decided per node
+(dra_served), never per cluster.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ def check_dra_kubernetes(version: str | None, field: str) -> None:
     if found and (int(found[1]), int(found[2])) < MIN_KUBERNETES:
         raise UsageError(field, f"Kubernetes {version} serves no {API_VERSION}: DRA is GA from "
                          f"{'.'.join(map(str, MIN_KUBERNETES))}", "use 1.34 or later, or leave DRA mode off")
+
+
+def dra_served(labels: Mapping[str, str], published: bool, everywhere: bool) -> bool:
+    """Whether the DRA driver serves a node's GPUs (else the device plugin does), in a cluster where the driver
+    exists: the node's devices are in the driver's current slices (`published`: current_slices), or the node
+    carries gpuctl.dev/dra=true (a group moved to DRA: its kubelet plugin runs there, ready or not), or the driver
+    serves every node (`everywhere`: its kubelet plugin confined to no label). A node of a group left on the device
+    plugin has neither: the scheduler serves `nvidia.com/gpu` there from its allocatable (KEP-5004)."""
+    return published or labels.get(L.DRA_GROUP) == "true" or everywhere
 
 
 def quota_key(device_class: str) -> str:
@@ -136,10 +147,28 @@ def device_type(device: Mapping[str, Any]) -> str | None:
     return ((device.get("attributes") or {}).get("type") or {}).get("string")
 
 
-def device_class_mappings() -> list[dict[str, Any]]:
+KUEUE_MAX_MAPPINGS = 16  # kueue v0.19.2 pkg/config/validation.go validateDeviceClassMappings
+
+
+def device_class_mappings(profiles: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Kueue Configuration `resources.deviceClassMappings`: each of the driver's DeviceClasses to its logical
-    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping). gpuctl's
-    classes of MIG profiles need none: a Job asking for their extended resource is charged as that name when its
-    class is unmapped (kueue v0.19.2 pkg/dra/extended_resources.go resolveQuotaKey), and Kueue takes at most 16
-    mappings (pkg/config/validation.go validateDeviceClassMappings), fewer than the catalog's profiles."""
-    return [{"name": dra_resource(c), "deviceClassNames": [c]} for c in DEVICE_CLASSES]
+    resource, counted in devices (no `sources`: kueue v0.19.2 apis/config/v1beta2 DeviceClassMapping), and
+    gpuctl's class of each of `profiles` (the cluster's: mig_profiles_of) to the profile's extended resource.
+
+    A tenant's `mig-<profile>` template claims from gpuctl's class of the profile, and Kueue never admits a
+    workload whose template names an unmapped class (pkg/dra/claims.go
+    GetResourceRequestsForResourceClaimTemplates: "is not mapped"). Mapped to `nvidia.com/mig-<profile>`, the
+    template's claim is charged as that name, and so is a Job asking for `nvidia.com/mig-<profile>` as written
+    (pkg/dra/extended_resources.go resolveQuotaKey: a mapped class's logical name, else the extended resource
+    name itself): one resource of the team's queue either way. Kueue takes at most 16 mappings
+    (KUEUE_MAX_MAPPINGS), fewer than the catalog's profiles: the profiles past the first 14 by name are left
+    out (unmapped_profiles), their templates unadmitted by Kueue."""
+    driver = [{"name": dra_resource(c), "deviceClassNames": [c]} for c in DEVICE_CLASSES]
+    return driver + [{"name": resource_name(p), "deviceClassNames": [mig_class(p)]}
+                     for p in sorted(set(profiles))[:KUEUE_MAX_MAPPINGS - len(driver)]]
+
+
+def unmapped_profiles(profiles: Iterable[str]) -> list[str]:
+    """The profiles of `profiles` that device_class_mappings leaves out (past Kueue's limit)."""
+    mapped = {n for m in device_class_mappings(profiles) for n in m["deviceClassNames"]}
+    return [p for p in sorted(set(profiles)) if mig_class(p) not in mapped]

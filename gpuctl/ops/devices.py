@@ -1,6 +1,8 @@
 """What a GPU node's device plugin and, in DRA mode, its DRA driver offer and serve: the devices each node's
-ResourceSlices publish and the ones allocated to ResourceClaims, the plugin pods' state per node, the GPU Operator.
-Read by `gpuctl status` (ops.status), the wait-capacity step (ops.platform.capacity), `mig apply` and `validate`.
+ResourceSlices publish and the ones allocated to ResourceClaims, which of the two serves each node (DraServing:
+where the driver serves only some node groups, the others keep the device plugin), the plugin pods' state per
+node, the GPU Operator. Read by `gpuctl status` (ops.status), the wait-capacity step (ops.platform.capacity),
+`mig apply`, `validate` and `doctor`.
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuctl.kube.dra import list_claims, list_slices
+from gpuctl.kube.dra import dra_mode, list_claims, list_slices
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
-from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, slice_devices
+from gpuctl.model.dra import DRIVER, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, device_type, dra_served, slice_devices
+from gpuctl.stack.dra_driver import serves_groups_only
 from gpuctl.stack.existing import Operator, read_operators
 
 PLUGIN_SELECTOR = f"app={L.DEVICE_PLUGIN_APP}"  # the operator's device-plugin pods
@@ -45,6 +48,31 @@ class NodeDevices:
     def mig_only(self) -> bool:
         """True when every device is a MIG device (the driver's `type` attribute), none a full GPU."""
         return bool(self.devices) and all(device_type(d) == "mig" for d in self.devices)
+
+
+@dataclass(frozen=True)
+class DraServing:
+    """Which GPU nodes the DRA driver serves, the device plugin the others (model.dra.dra_served, per node):
+    `driver` (the cluster is in DRA mode: DeviceClass gpu.nvidia.com exists), `everywhere` (its kubelet plugin
+    confined to no node label: every GPU node is its), and each node's devices in the driver's current slices."""
+
+    driver: bool
+    everywhere: bool
+    devices: dict[str, NodeDevices]
+
+    def serves(self, node: KubeObject) -> bool:
+        return self.driver and dra_served(node.labels, node.name in self.devices, self.everywhere)
+
+    def of(self, node: str) -> NodeDevices:
+        return self.devices.get(node, NodeDevices((), frozenset()))
+
+
+def read_dra_serving(kube: Kube) -> DraServing:
+    """DraServing from the DeviceClass, gpuctl's driver DaemonSets (stack.dra_driver.serves_groups_only) and one
+    LIST each of ResourceSlices and ResourceClaims; no LIST of them outside DRA mode."""
+    if not dra_mode(kube):
+        return DraServing(False, False, {})
+    return DraServing(True, not serves_groups_only(kube), read_node_devices(kube))
 
 
 def claim_allocations(claims: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, model_of, nodegroup_of
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
@@ -30,7 +29,7 @@ from gpuctl.model.mig import (
 from gpuctl.model.naming import check_duration, check_name, check_selector
 from gpuctl.model.sharing import CONFIG_LABEL
 from gpuctl.model.stack_spec import MIG_STRATEGY, GroupSharing, StackSpec, choose_mig_strategy
-from gpuctl.ops.devices import NodeDevices, device_type, read_node_devices
+from gpuctl.ops.devices import NodeDevices, device_type, read_dra_serving, read_node_devices
 from gpuctl.ops.group_records import read_group_plans
 from gpuctl.ops.platform.gpu_stack import ensure_cluster_policy
 from gpuctl.ops.platform.mig import label_mig_config, wait_for_mig_state
@@ -134,18 +133,22 @@ def apply_mig(kube: Kube, helm: HelmTarget, text: str, nodegroup: str | None, se
     steps.append(run_step("label-nodes", lambda: label_mig_config(kube, nodes, name), report))
     steps.append(run_step("wait-mig-manager",
                           lambda: wait_for_mig_state(kube, [t.node for t in targets], name, timeout), report))
-    if dra_mode(kube):  # the DRA driver publishes the MIG devices; no device plugin advertises them
-        expected = {t.node: dra_devices(t.layout, t.gpus) for t in targets}
+    # Per node (ops.devices.DraServing): the DRA driver publishes the MIG devices of the nodes it serves, the device
+    # plugin advertises them on the others (a cluster where only some node groups are on DRA has both)
+    serving = read_dra_serving(kube)
+    on_dra = {n.name for n in nodes if serving.serves(n)}
+    by_dra = {t.node: dra_devices(t.layout, t.gpus) for t in targets if t.node in on_dra}
+    if by_dra:
         steps.append(run_step("verify-devices", lambda: _verify(
-            expected, timeout, lambda: {n: published(d) for n, d in read_node_devices(kube).items()}, DEVICES),
+            by_dra, timeout, lambda: {n: published(d) for n, d in read_node_devices(kube).items()}, DEVICES),
             report))
-        return steps, expected
-    expected = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
-                for t in targets}
-    steps.append(run_step("verify-allocatable", lambda: _verify(  # one LIST a look, not a GET per node
-        expected, timeout, lambda: {n.name: gpu_resources(n) for n in gpu_nodes(kube) if n.name in expected},
-        ALLOCATABLE), report))
-    return steps, expected
+    by_plugin = {t.node: {k: v for k, v in advertised_resources(t.layout, t.gpus, wanted_strategy).items() if v}
+                 for t in targets if t.node not in on_dra}
+    if by_plugin:
+        steps.append(run_step("verify-allocatable", lambda: _verify(  # one LIST a look, not a GET per node
+            by_plugin, timeout, lambda: {n.name: gpu_resources(n) for n in gpu_nodes(kube) if n.name in by_plugin},
+            ALLOCATABLE), report))
+    return steps, {**by_plugin, **by_dra}
 
 
 @dataclass(frozen=True)

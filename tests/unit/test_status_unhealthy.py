@@ -12,6 +12,7 @@ import pytest
 from gpuctl.cli.status import COLUMNS, gpus_cell, unhealthy_section
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.ops import status
+from gpuctl.ops.devices import DraServing
 from gpuctl.util.output import document, table
 from tests.output_contract import faults, table_faults
 
@@ -41,7 +42,7 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     ready = {n.name: KubeObject({"status": {"phase": "Running", "containerStatuses": [{"ready": True}]}})
              for n in nodes}
     monkeypatch.setattr(status, "pods_by_node", lambda kube, selector, what: ready)
-    monkeypatch.setattr(status, "dra_mode", lambda kube: False)
+    monkeypatch.setattr(status, "read_dra_serving", lambda kube: DraServing(False, False, {}))
     monkeypatch.setattr(status, "gpu_operator", lambda kube: None)
     return status.gpu_status(None)  # type: ignore[arg-type]  # every read is patched: no cluster
 
