@@ -189,6 +189,49 @@ def test_apply_moves_group_a_to_dra_and_b_keeps_serving(cluster: Cluster) -> Non
     assert all(extended_claim(cluster, p) is None for p in cluster.running("b"))
 
 
+def test_status_and_top_show_each_node_its_own_agent(cluster: Cluster) -> None:
+    """Group a on DRA, b on the device plugin, the driver's DeviceClass present: status -o json gives b's node its
+    allocatable GPUs (not 'devices 0, kubelet plugin missing') and a's nodes their devices; the summary counts
+    both; top finds each group's pods on its own node's GPUs (b's from the series, a's from the claims)."""
+    proc = run_gpuctl("-o", "json", "status", env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    nodes = {n["node"]: n for n in found["nodes"]}
+    a_nodes = sorted(n["metadata"]["name"] for n in cluster.nodes("a"))
+    [b_node] = [n["metadata"]["name"] for n in cluster.nodes("b")]
+    b = nodes[b_node]
+    assert (b["servedBy"], b["allocatable"], b["devicePlugin"]) == ("device-plugin", {"nvidia.com/gpu": 2}, "ready"), b
+    assert not {"devices", "kubeletPlugin", "free"} & set(b), b
+    held = {p["spec"]["nodeName"] for p in cluster.running("a")}
+    for name in a_nodes:
+        a = nodes[name]
+        assert (a["servedBy"], a["devices"], a["kubeletPlugin"], a["allocatable"]) == ("dra", 2, "ready", {}), a
+        assert a["allocated"] == sum(p["spec"]["nodeName"] == name for p in cluster.running("a")), a
+    assert held <= set(a_nodes)
+    assert found["summary"] == {"devicePlugin": {"nodes": 1, "gpus": 2, "allocatable": {"nvidia.com/gpu": 2}},
+                                "dra": {"nodes": 2, "gpus": 4, "devices": 4, "allocated": REPLICAS["a"],
+                                        "free": 4 - REPLICAS["a"]}}, found["summary"]
+    table = run_gpuctl("status", env=cluster.env)
+    assert table.returncode == 0 and "SERVED_BY" in table.stdout and "served: 1 node by the device plugin" in \
+        table.stdout, table.stdout
+    assert max(map(len, table.stdout.splitlines())) <= 80, table.stdout
+    pods = {g: {f"{NAMESPACE}/{p['metadata']['name']}": p["spec"]["nodeName"] for p in cluster.running(g)}
+            for g in REPLICAS}
+    deadline = time.monotonic() + 90
+    while True:
+        proc = run_gpuctl("-o", "json", "top", env=cluster.env)
+        assert proc.returncode == 0, proc.stderr
+        gpus = json.loads(proc.stdout)["gpus"]
+        on = {p: g["node"] for g in gpus for p in g["pods"]}
+        if all(on.get(p) == node for group in pods.values() for p, node in group.items()) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert {g["node"] for g in gpus} >= {b_node, *a_nodes}, gpus
+    for group in pods.values():
+        assert {p: on.get(p) for p in group} == group, gpus
+
+
 def test_reapply_with_no_change_writes_nothing(cluster: Cluster) -> None:
     path = spec(cluster.root / "a-dra.yaml", a_dra=True)
     proc = subprocess.run([sys.executable, "-c", REAPPLY, str(path)], capture_output=True, text=True,
