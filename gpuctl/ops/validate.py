@@ -5,6 +5,8 @@ In DRA mode (gpuctl.kube.dra.dra_mode: NVIDIA's DRA driver serves the GPUs) the 
 driver's side: the devices each node's ResourceSlice publishes against the configuration (and no device
 plugin advertising the same GPUs), the driver's kubelet plugin ready on every node, and a smoke-test pod
 that gets its GPU through a ResourceClaim, which the scheduler must have allocated on a node of the group.
+Where gpuctl's driver serves only some node groups, a run with no node group checks each group the way it is
+served (mixed_groups).
 """
 
 from __future__ import annotations
@@ -240,6 +242,10 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
         nodes = gpu_nodes(kube, nodegroup)
     if not nodes:
         return [Check("gpu-nodes", False, f"no GPU nodes (label {GPU_NODE_SELECTOR})")]
+    if nodegroup is None and (groups := mixed_groups(kube, nodes)):
+        # some groups on DRA, the others on the device plugin: each group checked the way it is served, as
+        # apply's validate/<group> steps do; each check named after its group
+        return [replace(c, name=f"{c.name}/{g}") for g in groups for c in validate_cluster(kube, g, image, timeout)]
     plugin, mig = read_configs(kube)
     labels = nodes[0].labels
     node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
@@ -263,6 +269,17 @@ def dra_serves(kube: Kube, nodes: list[KubeObject]) -> bool:
     if not dra_mode(kube):
         return False
     return all(n.labels.get(L.DRA_GROUP) == "true" for n in nodes) or not serves_groups_only(kube)
+
+
+def mixed_groups(kube: Kube, nodes: list[KubeObject]) -> list[str]:
+    """The node groups of `nodes` where gpuctl's DRA driver serves some of them (L.DRA_GROUP) and the device
+    plugin the others (stack.dra_driver.serves_groups_only); [] where one agent serves them all, or where a node
+    is of no group (then checked as one set, as before)."""
+    on_dra = {n.labels.get(L.DRA_GROUP) == "true" for n in nodes}
+    groups = {nodegroup_of(n) for n in nodes}
+    if len(on_dra) < 2 or None in groups or not dra_mode(kube) or not serves_groups_only(kube):
+        return []
+    return sorted(g for g in groups if g is not None)
 
 
 def check_doctor(kube: Kube, nodegroup: str | None) -> Check:

@@ -232,6 +232,19 @@ def test_status_and_top_show_each_node_its_own_agent(cluster: Cluster) -> None:
         assert {p: on.get(p) for p in group} == group, gpus
 
 
+def test_validate_checks_each_group_the_way_it_is_served(cluster: Cluster) -> None:
+    """validate with no --nodegroup on the mixed cluster: group a through the driver's slices and a claim's smoke
+    test, group b through allocatable and the device plugin, each check named after its group."""
+    proc = run_gpuctl("-o", "json", "validate", env=cluster.env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = {c["check"]: c for c in json.loads(proc.stdout)}
+    assert {name.rsplit("/", 1)[-1] for name in checks} == {"a", "b"}, checks
+    assert "device-plugin/b" in checks and "capacity/b" in checks, checks
+    assert "device-plugin/a" not in checks and "dra-driver/a" in checks, checks
+    assert "allocated by the scheduler" in checks["smoke-test/a"]["detail"], checks  # through a claim
+    assert "allocated by the scheduler" not in checks["smoke-test/b"]["detail"], checks
+
+
 def test_reapply_with_no_change_writes_nothing(cluster: Cluster) -> None:
     path = spec(cluster.root / "a-dra.yaml", a_dra=True)
     proc = subprocess.run([sys.executable, "-c", REAPPLY, str(path)], capture_output=True, text=True,

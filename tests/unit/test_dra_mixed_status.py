@@ -114,3 +114,19 @@ def test_one_kind_keeps_its_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = gpu_status(monkeypatch, [a_node("b-0", "b", 2)], devices.DraServing(False, False, {}), {})
     assert [r["served_by"] for r in rows] == ["device-plugin"] and "devices" not in rows[0]
     assert status.status_columns(rows) == status.COLUMNS
+
+
+def test_validate_checks_a_mixed_cluster_group_by_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate without --nodegroup where gpuctl's driver serves group a and the device plugin b: one pass per
+    group (each the way it is served); one agent for all, or a node of no group: one pass, as before."""
+    from gpuctl.ops import validate
+
+    monkeypatch.setattr(validate, "dra_mode", lambda kube: True)
+    monkeypatch.setattr(validate, "serves_groups_only", lambda kube: True)
+    mixed = [a_node("a-0", "a", 0, ON_DRA), a_node("b-0", "b", 2), a_node("a-1", "a", 0, ON_DRA)]
+    assert validate.mixed_groups(None, mixed) == ["a", "b"]  # type: ignore[arg-type]  # reads patched
+    assert validate.mixed_groups(None, mixed[:1]) == []  # type: ignore[arg-type]
+    loose = KubeObject({"metadata": {"name": "x", "labels": {L.GPU_MODEL: "t4"}}})  # of no node group
+    assert validate.mixed_groups(None, [*mixed, loose]) == []  # type: ignore[arg-type]
+    monkeypatch.setattr(validate, "serves_groups_only", lambda kube: False)  # the driver serves every node
+    assert validate.mixed_groups(None, mixed) == []  # type: ignore[arg-type]
