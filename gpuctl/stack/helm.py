@@ -33,7 +33,7 @@ else:
     pyhelm3 = LazyImport("pyhelm3")
     helm_errors = LazyImport("pyhelm3.errors", "pyhelm3")
 
-TIMEOUT = "5m"  # helm's own deadline for its waits (--wait, --atomic)
+TIMEOUT = "5m"  # helm's own deadline for its waits (--wait, --rollback-on-failure)
 INSTALL_DEADLINE_S = 5 * 60 + HELM_MARGIN_S  # TIMEOUT, then time for the rollback
 # What helm (client-go) says when the API server took the connection and never answered.
 _HELM: str | None = None  # the helm binary in use, to find its processes on a deadline
@@ -176,10 +176,18 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
     if crds:
         apply_crds(target.kubeconfig, target.context, crds)
     try:
-        # atomic: a failed install or upgrade is rolled back (or uninstalled) by helm itself.
+        # A failed install or upgrade is rolled back (or uninstalled) by helm itself: Helm 4's
+        # --rollback-on-failure, Helm 3's --atomic (Helm 4 keeps --atomic only as a deprecated alias,
+        # helm.sh/helm/v4@v4.3.1 pkg/cmd/upgrade.go L297-299; pyhelm3 warns when asked for it there).
+        # wait: pyhelm3 passes `--wait --wait-for-jobs`; Helm 4's bare --wait is its "watcher" strategy, every
+        # resource of the release Current by kstatus (pkg/cmd/flags.go AddWaitFlag, pkg/kube/statuswait.go),
+        # where a Helm 4 upgrade without --wait waits for hooks only. Apply method: Helm 4's default
+        # --server-side=auto upgrades a release as it was last applied, so one Helm 3 made stays client-side
+        # (pkg/action/upgrade.go getUpgradeServerSideValue); a new install is server-side.
         await _bounded(target, client.install_or_upgrade_release(
-            release.name, chart, release.values, namespace=release.namespace, create_namespace=True, atomic=True,
-            wait=True, timeout=TIMEOUT), INSTALL_DEADLINE_S, f"installing {release.name}")
+            release.name, chart, release.values, namespace=release.namespace, create_namespace=True,
+            **_rollback_on_failure(client), wait=True, timeout=TIMEOUT), INSTALL_DEADLINE_S,
+            f"installing {release.name}")
     except helm_errors.Error as exc:
         verb = "upgrade" if current else "install"
         if (timed_out := _timed_out(target, exc, f"{verb} of {release.name}")) is not None:
@@ -187,6 +195,11 @@ async def _ensure(target: HelmTarget, release: Release) -> Change:
         raise ClusterError(f"helm {verb} of {release.name} failed and was rolled back: {_reason(exc)}",
                            f"inspect with 'helm history {release.name} -n {release.namespace}'") from None
     return Change.CREATED if current is None else Change.UPDATED
+
+
+def _rollback_on_failure(client: pyhelm3.Client) -> dict[str, bool]:
+    """pyhelm3's argument for helm's roll-back-on-failure under the major it found (`helm version`)."""
+    return {"rollback_on_failure": True} if client.version.major >= 4 else {"atomic": True}
 
 
 def ensure_release(target: HelmTarget, release: Release) -> Change:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 # Kubernetes 1.37 (go.mod: go 1.26.0); DRAExtendedResource and DRADeviceTaints/DRADeviceTaintRules GA there.
 KUBERNETES_VERSION = "v1.37.2"
-HELM_VERSION = "v3.21.4"
+# Helm 4, the newest on the Go module proxy (module helm.sh/helm/v4). Releases made with the earlier pin v3.21.4
+# upgrade in place, still client-side applied (docs/clusters.md, "Helm 4"; tests/integration/test_helm_majors.py).
+HELM_VERSION = "v4.3.1"
 KWOK_VERSION = "v0.8.0"
 # etcd as Kubernetes v1.37.2 is tested with: its build/dependencies.yaml and hack/lib/etcd.sh name 3.7.0.
 ETCD_VERSION = "v3.7.0"

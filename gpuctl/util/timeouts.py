@@ -19,7 +19,7 @@ ENV = "GPUCTL_REQUEST_TIMEOUT"
 CLOUD_ATTEMPTS = 2  # a cloud call that timed out is tried once more; then it fails with exit 7
 HELM_QUERY_S = 60.0  # helm status / history / get values: client-go's own 10 s TLS handshake deadline, retried
 HELM_CHART_S = 300.0  # helm show chart / pull: a chart repository or OCI mirror, not the API server
-HELM_MARGIN_S = 60.0  # past helm's own --timeout (its waits), for an --atomic rollback to finish
+HELM_MARGIN_S = 60.0  # past helm's own --timeout (its waits), for a --rollback-on-failure rollback to finish
 
 
 @dataclass(frozen=True)

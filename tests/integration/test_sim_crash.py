@@ -82,7 +82,9 @@ def assert_private_keys(name: str) -> None:
 
 def assert_no_pending_release_and_no_lease(name: str) -> None:
     kubeconfig = str(KwokCluster(name).kubeconfig_path)
-    helm = subprocess.run([str(find_tool("helm")), "--kubeconfig", kubeconfig, "list", "-A", "-a", "-o", "json"],
+    # Helm 4 lists releases in every state unless a state flag is given (it has no --all): helm.sh/helm/v4@v4.3.1
+    # pkg/action/list.go SetStateMask, so a pending or failed release shows here.
+    helm = subprocess.run([str(find_tool("helm")), "--kubeconfig", kubeconfig, "list", "-A", "-o", "json"],
                           capture_output=True, text=True, timeout=60)
     assert helm.returncode == 0, helm.stderr
     releases = json.loads(helm.stdout)

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuctl.tools.installer import cached_path, ensure_tools, find_tool, reports_version
-from gpuctl.tools.pins import TOOLS
+from gpuctl.tools.gobuild import helm_module
+from gpuctl.tools.installer import cached_path, ensure_installed, ensure_tools, find_tool, reports_version
+from gpuctl.tools.pins import TOOLS, helm_tool
 from gpuctl.util.errors import ToolError
 
 
@@ -27,7 +28,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_version_matching_is_exact() -> None:
-    helm = TOOLS["helm"]
+    helm = helm_tool("v3.21.4")
     etcd = TOOLS["etcd"]
     assert reports_version("/bin/echo", TOOLS["kubectl"]) is False
     for output, ok in [("v3.21.4+g1234", True), ("v3.21.40", False), ("v13.21.4", False)]:
@@ -43,7 +44,7 @@ def reports_version_of(output: str, tool) -> bool:
 
 
 def test_tool_on_path_at_the_pinned_version_is_linked_into_the_cache(offline: Path) -> None:
-    fake = fake_tool(offline, "helm", "v3.21.4+gdeadbeef")
+    fake = fake_tool(offline, "helm", f"{TOOLS['helm'].version}+gdeadbeef")
     [helm] = ensure_tools(["helm"])
     assert helm.source == "PATH"
     assert cached_path(TOOLS["helm"]).resolve() == fake.resolve()
@@ -57,8 +58,26 @@ def test_nothing_works_says_exactly_what_is_missing(offline: Path) -> None:
     with pytest.raises(ToolError) as err:
         ensure_tools(["helm", "kwokctl"])
     line = err.value.one_line()
-    assert "helm v3.21.4 (download from get.helm.sh failed" in line
+    assert f"helm {TOOLS['helm'].version} (download from get.helm.sh failed" in line
     assert "kwokctl v0.8.0 (download from github.com failed" in line
     assert "no Go toolchain on PATH" in line and "install Go 1.26+" in line
     assert not cached_path(TOOLS["helm"]).exists()
     assert find_tool("helm") is None
+
+
+def test_a_helm_other_than_the_pin_is_installed_and_cached_by_its_own_version(offline: Path) -> None:
+    """ensure_installed with an explicit Tool (a test's second Helm): found on PATH at its version, cached under
+    that version, and the pin left alone."""
+    old = helm_tool("v3.21.4")
+    assert old.version != TOOLS["helm"].version
+    fake_tool(offline, "helm", "v3.21.4+gdeadbeef")
+    [helm] = ensure_installed([old])
+    assert (helm.source, helm.version) == ("PATH", "v3.21.4")
+    assert helm.path == cached_path(old) and cached_path(old).parent.name == "v3.21.4"
+    assert find_tool("helm") is None  # the pin is not v3.21.4: not installed by this
+
+
+def test_helm_builds_from_its_majors_module() -> None:
+    """Each Helm major is its own Go module (helm.sh/helm/v4@v4.3.1 go.mod: `module helm.sh/helm/v4`)."""
+    assert helm_module("v3.21.4") == "helm.sh/helm/v3"
+    assert helm_module("v4.3.1") == "helm.sh/helm/v4"
