@@ -37,7 +37,7 @@ from gpuctl.providers import (
     karpenter_objects,  # their renderers load only for a spec with Karpenter
 )
 from gpuctl.stack.dra_driver import dra_release
-from gpuctl.stack.kueue import kueue_release
+from gpuctl.stack.kueue import kueue_release, mig_class_profiles
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import NAMESPACE
 from gpuctl.util.errors import ToolError, UsageError
@@ -102,7 +102,7 @@ def helm_releases(spec: PlatformSpec) -> dict[str, Release]:
     if spec.stack.dra_driver:  # DRA mode, or node groups DRA serves (a group's dra: true)
         releases.append(dra_release(spec.stack))
     if capabilities_of(spec.cloud).kueue_chart(spec.kueue):
-        releases.append(kueue_release(spec.stack.charts))
+        releases.append(kueue_release(spec.stack.charts, profiles=mig_class_profiles(spec)))
     return {r.name: r for r in releases}
 
 

@@ -37,12 +37,16 @@ import datetime
 import ipaddress
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
+from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.kube import Kube
+from gpuctl.model.dra import API_VERSION
+from gpuctl.model.tenant import profile_of
 from gpuctl.simulator.daemons import Daemon, apply_crds, free_port, wait_ready
 from gpuctl.simulator.kueue_webhooks import (
     WEBHOOKS_FILE,
@@ -52,6 +56,7 @@ from gpuctl.simulator.kueue_webhooks import (
 )
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.procs import flag
+from gpuctl.stack.dra_classes import SELECTOR
 from gpuctl.stack.kueue import manager_config
 from gpuctl.tools.gobuild import KUEUE_METRICS_CERT_ENV
 from gpuctl.tools.installer import ensure_tools
@@ -132,11 +137,12 @@ def _write_certs(certs: Path) -> None:
     write_atomic(certs / "tls.crt", cert.public_bytes(serialization.Encoding.PEM).decode())
 
 
-def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> str:
+def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int, profiles: Iterable[str] = ()) -> str:
     """The manager's Configuration (config.kueue.x-k8s.io/v1beta2; decoded strictly: no unknown keys):
-    the one gpuctl installs on clouds (stack/kueue.py), made to run out of cluster (see above)."""
+    the one gpuctl installs on clouds (stack/kueue.py), made to run out of cluster (see above); `profiles`: those
+    of gpuctl's MIG DeviceClasses on the cluster (class_profiles), mapped as the clouds' release maps the spec's."""
     config = {
-        **manager_config(),
+        **manager_config(profiles),
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
@@ -145,6 +151,18 @@ def render_kueue_config(cert_dir: Path, webhook_port: int, health_port: int) -> 
         "integrations": {"frameworks": list(FRAMEWORKS)},
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def class_profiles(cluster: str) -> list[str]:
+    """The MIG profiles of gpuctl's DeviceClasses on the cluster (stack/dra_classes.py: apply makes them before
+    install-kueue), from their extended resource names; none where resource.k8s.io/v1 is not served. A class
+    made later is mapped once the manager is started again (ensure_kueue: its config is then not current)."""
+    kube = Kube.connect(KwokCluster(cluster).kubeconfig_path)
+    try:
+        classes = kube.list(API_VERSION, "DeviceClass", labels=SELECTOR, what="listing gpuctl's DeviceClasses")
+    except KubeNotFound:
+        return []
+    return sorted(p for c in classes if (p := profile_of(str(c.spec.get("extendedResourceName") or ""))))
 
 
 def ensure_kueue(cluster: str) -> bool:
@@ -217,7 +235,8 @@ def _config_is_current(cluster: str) -> bool:
         text = _config_path(cluster).read_text()
         config = yaml.safe_load(text)
         webhook, health = config["webhook"], config["health"]["healthProbeBindAddress"]
-        wanted = render_kueue_config(Path(webhook["certDir"]), int(webhook["port"]), int(health.rsplit(":", 1)[1]))
+        wanted = render_kueue_config(Path(webhook["certDir"]), int(webhook["port"]), int(health.rsplit(":", 1)[1]),
+                                     class_profiles(cluster))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
         return False
     return text == wanted
@@ -226,7 +245,7 @@ def _config_is_current(cluster: str) -> bool:
 def _start(cluster: str, argv: list[str]) -> int:
     certs = _kueue_dir(cluster) / "certs"
     _write_certs(certs)
-    write_atomic(_config_path(cluster), render_kueue_config(certs, free_port(), free_port()))
+    write_atomic(_config_path(cluster), render_kueue_config(certs, free_port(), free_port(), class_profiles(cluster)))
     env = dict(os.environ, **{KUEUE_METRICS_CERT_ENV: str(certs)})
     env.pop("KUBECONFIG", None)  # --kubeconfig names the cluster's; nothing else may be picked up
     return daemon(cluster).start(argv, env)

@@ -226,9 +226,10 @@ def quota_reserved(env: dict[str, str], job: str) -> dict[str, Any] | None:
 
 
 def test_kueue_charges_a_jobs_mig_profile_to_the_teams_queue(cluster: dict[str, Any]) -> None:
-    """A Job asking for nvidia.com/mig-3g.20gb: Kueue charges it under that name (gpuctl's class is unmapped:
+    """A Job asking for nvidia.com/mig-3g.20gb: Kueue charges it under that name (gpuctl's class is mapped to it:
     kueue v0.19.2 pkg/dra/extended_resources.go resolveQuotaKey), which the team's DRA queue covers with its
-    quota of the profile (1): a second such Job is not admitted. (Kueue admits by its own count; the pods of the
+    quota of the profile (1): a second such Job is not admitted, nor one claiming by the team's template, and
+    in the other order likewise. (Kueue admits by its own count; the pods of the
     first then meet the ResourceQuota, which mig-pod already fills.)"""
     from kubernetes.client import BatchV1Api, CustomObjectsApi
 
@@ -249,8 +250,36 @@ def test_kueue_charges_a_jobs_mig_profile_to_the_teams_queue(cluster: dict[str, 
         else:
             assert reserved["status"] == "False", reserved
             assert "nvidia.com/mig-3g.20gb" in reserved["message"], reserved
-    for name in ("mig-job-1", "mig-job-2"):
+    # A Job whose pods claim by the team's template mig-3g.20gb: its class, gpuctl's, is mapped to the same
+    # nvidia.com/mig-3g.20gb (model/dra.py device_class_mappings; unmapped, Kueue would never admit it), so
+    # mig-job-1 leaves it no quota either
+    submit_job(env, "tmpl-job-1", template_pod("tmpl-job-1"))
+    reserved = until("Kueue's decision on tmpl-job-1", partial(quota_reserved, env, "tmpl-job-1"))
+    assert reserved["status"] == "False" and "nvidia.com/mig-3g.20gb" in reserved["message"], reserved
+    assert "not mapped" not in reserved["message"], reserved
+    for name in ("mig-job-1", "mig-job-2", "tmpl-job-1"):
         BatchV1Api(client(env)).delete_namespaced_job(name, TEAM, propagation_policy="Background")
+    until("their Workloads gone", lambda: all(workload_of(env, n) is None for n in ("mig-job-1", "mig-job-2",
+                                                                                      "tmpl-job-1")))
+    # the other order: the template's Job admitted, charged the profile, and a Job asking for it refused
+    submit_job(env, "tmpl-job-2", template_pod("tmpl-job-2"))
+    reserved = until("Kueue's decision on tmpl-job-2", partial(quota_reserved, env, "tmpl-job-2"))
+    assert reserved["status"] == "True", reserved
+    usage = (workload_of(env, "tmpl-job-2") or {})["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    assert usage.get("nvidia.com/mig-3g.20gb") in ("1", 1), usage
+    submit_job(env, "mig-job-3", mig_pod("mig-job-3"))
+    reserved = until("Kueue's decision on mig-job-3", partial(quota_reserved, env, "mig-job-3"))
+    assert reserved["status"] == "False" and "nvidia.com/mig-3g.20gb" in reserved["message"], reserved
+    for name in ("tmpl-job-2", "mig-job-3"):
+        BatchV1Api(client(env)).delete_namespaced_job(name, TEAM, propagation_policy="Background")
+
+
+def submit_job(env: dict[str, str], name: str, pod: dict[str, Any]) -> None:
+    from kubernetes.client import BatchV1Api
+
+    BatchV1Api(client(env)).create_namespaced_job(TEAM, {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", **pod["spec"]}}}})
 
 
 def test_the_fence_still_refuses_a_bypass_of_a_mig_pod(cluster: dict[str, Any]) -> None:

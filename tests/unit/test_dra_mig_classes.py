@@ -41,8 +41,9 @@ def test_names_do_not_collide_and_me_is_spelled_as_the_device_plugin_does() -> N
 
 
 def test_kueue_charges_an_extended_mig_resource_as_its_own_name() -> None:
-    """No mapping for gpuctl's classes (Kueue takes at most 16): the Job's resource name is the quota key, which
-    a DRA-mode ClusterQueue covers with the team's quota of the profile."""
+    """Without gpuctl's classes mapped (none made; past Kueue's 16), the Job's resource name is the quota key;
+    mapped, the logical name is that same name (model/dra.py device_class_mappings). A DRA-mode ClusterQueue
+    covers it with the team's quota of the profile."""
     from gpuctl.model.tenant import make_tenant
     from gpuctl.ops.tenancy.queues import quota_of
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.catalog import MIG_PROFILES
-from gpuctl.model.dra import device_class_mappings, mig_device_class
+from gpuctl.model.dra import device_class_mappings, mig_device_class, unmapped_profiles
 from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import make_tenant
 from gpuctl.ops.tenancy.queues import DRA_FLAVOR, dra_flavor, flavor_manifest, queue_manifests
@@ -108,7 +108,8 @@ def test_dra_queue_covers_the_mapped_resources_on_one_flavor_without_node_labels
     # profile's extended resource, served by gpuctl's class of the profile, is its own name, as without DRA
     assert group == {"coveredResources": [MIG_DEVICES, "nvidia.com/gpu", "nvidia.com/mig-2g.10gb",
                                           "nvidia.com/mig-3g.20gb"], "flavors": [{"name": DRA_FLAVOR, "resources": [
-        {"name": MIG_DEVICES, "nominalQuota": "3", "borrowingLimit": "2", "lendingLimit": "3"},
+        # the driver's mig.nvidia.com: none, as in the ResourceQuota (MIG is claimed by profile)
+        {"name": MIG_DEVICES, "nominalQuota": "0", "borrowingLimit": "2", "lendingLimit": "0"},
         {"name": "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "2", "lendingLimit": "3"},
         {"name": "nvidia.com/mig-2g.10gb", "nominalQuota": "1", "borrowingLimit": "2", "lendingLimit": "1"},
         {"name": "nvidia.com/mig-3g.20gb", "nominalQuota": "2", "borrowingLimit": "2", "lendingLimit": "2"}]}]}
@@ -128,8 +129,18 @@ def test_kueue_maps_each_device_class_to_the_resource_the_queues_cover() -> None
     assert resources["deviceClassMappings"] == device_class_mappings() == [
         {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]},
         {"name": MIG_DEVICES, "deviceClassNames": ["mig.nvidia.com"]}]
-    for mapping in resources["deviceClassMappings"]:  # kueue v0.19.2 pkg/config/validation.go: IsLabelKey
+    # gpuctl's class of each of the cluster's MIG profiles, to the profile's resource: the one name Kueue
+    # charges a template's claim of it and a Job's nvidia.com/mig-<profile>
+    mapped = manager_config(["3g.20gb", "1g.5gb+me"])["resources"]["deviceClassMappings"]
+    assert mapped[2:] == [{"name": "nvidia.com/mig-1g.5gb.me", "deviceClassNames": ["mig-1g.5gb.me.gpuctl.dev"]},
+                          {"name": "nvidia.com/mig-3g.20gb", "deviceClassNames": ["mig-3g.20gb.gpuctl.dev"]}]
+    for mapping in mapped:  # kueue v0.19.2 pkg/config/validation.go: IsLabelKey
         assert QUALIFIED_NAME.fullmatch(mapping["name"]) and len(mapping["name"]) <= 253
+        assert all(QUALIFIED_NAME.fullmatch(n) and len(n.split("/")[-1]) <= 63 for n in mapping["deviceClassNames"])
+    # Kueue takes at most 16 mappings: the catalog's 32 profiles leave 18 out, said by unmapped_profiles
+    every = device_class_mappings(MIG_PROFILES)
+    assert len(every) == 16 and len(unmapped_profiles(MIG_PROFILES)) == len(MIG_PROFILES) - 14
+    assert not unmapped_profiles(["3g.20gb", "1g.5gb+me"])
 
 
 def test_the_sim_restarts_a_kueue_manager_whose_config_is_not_what_gpuctl_renders_now(
@@ -140,13 +151,18 @@ def test_the_sim_restarts_a_kueue_manager_whose_config_is_not_what_gpuctl_render
     from gpuctl.simulator import kueue
 
     monkeypatch.setenv("GPUCTL_STATE_DIR", str(tmp_path))
+    profiles = ["3g.20gb"]
+    monkeypatch.setattr(kueue, "class_profiles", lambda cluster: profiles)  # gpuctl's classes on the cluster
     path = kueue._config_path("c")
     path.parent.mkdir(parents=True)
     assert not kueue._config_is_current("c")  # none yet
-    path.write_text(kueue.render_kueue_config(tmp_path / "certs", 40001, 40002))
+    path.write_text(kueue.render_kueue_config(tmp_path / "certs", 40001, 40002, profiles))
     assert kueue._config_is_current("c")
     config = yaml.safe_load(path.read_text())
-    assert config["resources"]["deviceClassMappings"] == device_class_mappings()
+    assert config["resources"]["deviceClassMappings"] == device_class_mappings(profiles)
+    profiles.append("2g.10gb")  # a class made since the manager started: not mapped by it
+    assert not kueue._config_is_current("c")
+    profiles.pop()
     del config["resources"]["deviceClassMappings"]  # as gpuctl wrote it before DRA
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     assert not kueue._config_is_current("c")

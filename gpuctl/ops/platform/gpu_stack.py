@@ -13,6 +13,7 @@ from gpuctl.kube.errors import requesting
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.objects import contains
 from gpuctl.model.change import Change, Observed, Step
+from gpuctl.model.dra import KUEUE_MAX_MAPPINGS, unmapped_profiles
 from gpuctl.model.stack_spec import StackSpec
 from gpuctl.ops.platform.diffs import diff_text, or_unknown, subset
 from gpuctl.ops.platform.run import Cluster
@@ -22,7 +23,7 @@ from gpuctl.stack.dra_classes import ensure_mig_classes, observe_mig_classes
 from gpuctl.stack.dra_driver import dra_release, install_dra_driver
 from gpuctl.stack.existing import CLUSTER_POLICY, Operator
 from gpuctl.stack.helm import HelmTarget, Release, ensure_release, plan_release
-from gpuctl.stack.kueue import kueue_release
+from gpuctl.stack.kueue import kueue_release, mig_class_profiles
 from gpuctl.stack.owners import StackPlan
 from gpuctl.stack.releases import nfd_release, operator_release
 from gpuctl.stack.values import DEVICE_PLUGIN_CONFIGMAP, cluster_policy_fields
@@ -53,7 +54,7 @@ def stack_steps(cluster: Cluster) -> list[Step]:
                           lambda: _noted(f"uses the DRA driver of {owner}" if owner else "",
                                          lambda: install_dra_driver(helm, stack, owner))))
         # an unmodified pod's nvidia.com/mig-<profile>, served by DRA as nvidia.com/gpu is (stack/dra_classes.py)
-        models = [g.spec.gpu for g in spec.every_group]
+        models = [g.spec.gpu for g in spec.every_group]  # (Kueue maps the same: mig_class_profiles)
         steps.append(Step("apply-mig-device-classes", lambda: or_unknown(lambda: observe_mig_classes(client, models)),
                           lambda: ensure_mig_classes(client, models)))
     return steps
@@ -63,8 +64,13 @@ def kueue_step(provider: Provider, cluster: Cluster) -> Step:
     """install-kueue. Clouds: Kueue's chart as any release; the sim instead runs Kueue's CRDs and controller
     itself (Capabilities.kueue_chart: the spec's check and `render` ask it too), done once its API is served."""
     kube, charts = cluster.client, cluster.spec.stack.charts
+    profiles = mig_class_profiles(cluster.spec)
+    if unmapped := unmapped_profiles(profiles):
+        info(f"warning: Kueue takes at most {KUEUE_MAX_MAPPINGS} DeviceClass mappings: the MIG profiles "
+             f"{', '.join(unmapped)} are left out, so Kueue admits no job claiming them by a tenant's template "
+             "(asking for nvidia.com/mig-<profile> works)")
     if provider.capabilities.kueue_chart(cluster.spec.kueue):
-        return release_step("install-kueue", cluster.helm, lambda: kueue_release(charts))
+        return release_step("install-kueue", cluster.helm, lambda: kueue_release(charts, profiles=profiles))
 
     def observe() -> Observed:
         served = Queues(kube).installed()

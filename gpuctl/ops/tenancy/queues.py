@@ -32,8 +32,10 @@ which GPU model a claim's CEL selector picks (it only checks that enough devices
 pkg/dra/claims.go validateCELSelectorsAgainstDevices), so with a flavor per model it would inject another
 model's node labels; the claim's selector, not the flavor, chooses the model, and the quota is per device
 class, as the ResourceQuota's is. A pod or Job asking for `nvidia.com/mig-<profile>` as written is served by
-gpuctl's DeviceClass of the profile (model/dra.py mig_device_class), mapped to that same name: the team's
-quota of the profile covers it, as in device-plugin mode.
+gpuctl's DeviceClass of the profile (model/dra.py mig_device_class), which the team's `mig-<profile>` template
+claims from too, and Kueue's Configuration maps that class to the same name (model/dra.py
+device_class_mappings): the team's quota of the profile covers both ways together, as in device-plugin mode. The
+driver's mig.nvidia.com gets no quota (0), as in the ResourceQuota (model/tenant.py Tenant.hard).
 """
 
 from __future__ import annotations
@@ -157,9 +159,10 @@ def offered_flavors(shapes: list[NodeShape], dra: bool = False) -> list[Flavor]:
 
 
 def quota_of(tenant: Tenant, dra: bool = False) -> dict[str, int]:
-    """The team's nominal quota per GPU resource; in DRA mode per device class (MIG: all profiles together)."""
+    """The team's nominal quota per GPU resource; in DRA mode per device class (MIG: per profile, the driver's
+    mig.nvidia.com none)."""
     if dra:
-        return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): sum(tenant.mig.values()),
+        return {dra_resource(GPU_CLASS): tenant.gpus, dra_resource(MIG_CLASS): 0,
                 **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}
     return {L.GPU_RESOURCE: tenant.gpus, **{resource_name(p): n for p, n in sorted(tenant.mig.items())}}
 
