@@ -51,15 +51,22 @@ def status(
     kind = "mixed" if summary["dra"]["nodes"] and summary["device_plugin"]["nodes"] else \
         "dra" if summary["dra"]["nodes"] else "device-plugin"
     columns, wide = {"mixed": (MIXED_COLUMNS, MIXED_WIDE), "dra": (DRA_COLUMNS, DRA_WIDE)}.get(kind, (COLUMNS, WIDE))
-    table_rows = [{**r, "gpus": gpus_cell(r), "allocatable": r["allocatable"] if r["served_by"] != "dra" else None}
-                  for r in nodes] if kind == "mixed" else [{**r, "gpus": gpus_cell(r)} for r in nodes]
-    emit({"gpuOperator": operator, "nodes": nodes, "summary": summary}, opts.output, columns, wide, rows=table_rows)
+    emit({"gpuOperator": operator, "nodes": nodes, "summary": summary}, opts.output, columns, wide,
+         rows=table_rows(nodes, kind == "mixed"))
     if is_table(opts.output) and (unhealthy := unhealthy_section(nodes)) is not None:
         section(unhealthy)
     if is_table(opts.output) and kind == "mixed":
         section(summary_line(summary))
     if operator is not None and is_table(opts.output):
         section(operator["summary"])
+
+
+def table_rows(nodes: Sequence[Mapping[str, Any]], mixed: bool) -> list[dict[str, Any]]:
+    """The table's cells: the GPUS mark; in a mixed cluster a DRA row's device-plugin cells `-` (the device plugin
+    is off there by design: not missing)."""
+    rows = [{**r, "gpus": gpus_cell(r)} for r in nodes]
+    return [{**r, "allocatable": None, "device_plugin": None} if mixed and r.get("served_by") == "dra" else r
+            for r in rows]
 
 
 def summary_line(summary: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuctl.cli.status import MIXED_COLUMNS, summary_line
+from gpuctl.cli.status import MIXED_COLUMNS, summary_line, table_rows
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.dra import dra_served
@@ -93,8 +93,8 @@ def test_the_summary_counts_both_kinds(mixed: list[dict[str, Any]]) -> None:
 
 
 def test_the_mixed_table_within_80_columns(mixed: list[dict[str, Any]]) -> None:
-    text = table([{**r, "allocatable": r["allocatable"] if r["served_by"] != "dra" else None} for r in mixed],
-                 MIXED_COLUMNS)
+    text = table(table_rows(mixed, True), MIXED_COLUMNS)
+    assert "missing" not in table(table_rows(mixed[:1], True), ["device_plugin"])  # off by design on a DRA node
     assert table_faults(text) == [] and table_faults(summary_line(status.status_summary(mixed)) + "\n") == [], text
     header, *lines = text.splitlines()
     assert header.split() == ["NODE", "NODEGROUP", "GPUS", "SERVED_BY", "ALLOCATABLE", "DEVICES", "FREE"]
