@@ -28,12 +28,12 @@ from gpuctl.model.device_taints import (
     rule_condition,
 )
 from gpuctl.model.dra import API_VERSION, DRIVER, GPU_CLASS, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, slice_devices
+from gpuctl.ops.doctor.agent_restart import restart_agent
 from gpuctl.ops.drain import drain_pods
-from gpuctl.util.errors import ClusterError, UsageError, WaitTimeout
+from gpuctl.util.errors import ClusterError, UsageError
 from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, wait_until
 
-RECOVERY_WAIT_S = 30.0  # for a restarted kubelet plugin to publish a reset GPU's device untainted
 PLUGIN_SELECTOR = f"{PLUGIN_COMPONENT_LABEL}={PLUGIN_COMPONENT}"
 OWN = f"{L.MANAGED_BY}={L.MANAGER}"
 
@@ -142,39 +142,24 @@ def _wait_deleted(kube: Kube, node: str, using: dict[tuple[str, str], str], time
 def restart_kubelet_plugin(kube: Kube, node: str, devices: list[str], timeout: float) -> bool:
     """Restart `node`'s DRA kubelet plugin so that it publishes its devices afresh, and wait for `devices` to be
     published untainted; False where one is still tainted (or unpublished) after RECOVERY_WAIT_S."""
-    pods = [p for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR, fields=f"spec.nodeName={node}",
-                                 what=f"listing the DRA kubelet-plugin pod on {node}") if not p.deleting]
-    if not pods:
-        info(f"fix: node {node}: no DRA kubelet-plugin pod to restart")
-        return False
-    pod = pods[0]
-    info(f"fix: node {node}: restarting DRA kubelet-plugin pod {pod.namespace}/{pod.name}: the driver never removes "
-         "its taint from a device until it restarts, then publishes every device afresh")
-    with requesting(f"deleting DRA kubelet-plugin pod {pod.namespace}/{pod.name}"):
-        kube.delete("v1", "Pod", pod.name, pod.namespace)
 
-    def look() -> Look:
+    def look(old: KubeObject) -> Look:
         published = {str(d.get("name")): d for d in slice_devices(
             kube.list(API_VERSION, "ResourceSlice", fields=f"spec.nodeName={node},spec.driver={DRIVER}",
                       what=f"listing {node}'s ResourceSlices")).get(node, [])}
         healthy = [d for d in devices if d in published and failing_taint(published[d]) is None]
         current = [p for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR, fields=f"spec.nodeName={node}",
                                         what=f"listing the DRA kubelet-plugin pod on {node}")
-                   if p.uid != pod.uid and p.status.get("phase") == "Running"]
+                   if p.uid != old.uid and p.status.get("phase") == "Running"]
         done = bool(current) and len(healthy) == len(devices)
         return Look(done, (Count("devices published healthy", len(healthy) if current else 0, len(devices)),),
                     "" if done else "its new kubelet plugin has not started" if not current
                     else f"still tainted or unpublished: {', '.join(sorted(set(devices) - set(healthy)))}")
 
-    try:
-        wait_until(f"node {node}'s devices published healthy after its DRA kubelet plugin restarted", look,
-                   "a GPU still failing needs a reset or a replacement", timeout=min(timeout, RECOVERY_WAIT_S),
-                   stall=min(timeout, RECOVERY_WAIT_S))
-    except WaitTimeout:
-        info(f"fix: node {node}: a device is still tainted after its DRA kubelet plugin restarted: the GPU is "
-             "still failed")
-        return False
-    return True
+    return restart_agent(kube, node, agent="DRA kubelet-plugin", selector=PLUGIN_SELECTOR,
+                         healthy="devices published healthy",
+                         why="the driver never removes its taint from a device until it restarts, then publishes "
+                             "every device afresh", look=look, timeout=timeout)
 
 
 def _using(pods: dict[tuple[str, str], str]) -> Callable[[KubeObject], bool]:

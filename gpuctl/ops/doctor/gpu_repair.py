@@ -11,21 +11,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuctl.kube.errors import requesting
 from gpuctl.kube.gpu_nodes import gpu_resources, unhealthy_gpus
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.kube.prometheus import URL_ENV
 from gpuctl.ops.devices import PLUGIN_SELECTOR
+from gpuctl.ops.doctor.agent_restart import restart_agent
 from gpuctl.ops.doctor.findings import CORDONED, GpuXid
 from gpuctl.ops.drain import drain_pods, is_gpu_pod, pods_on
 from gpuctl.ops.metrics.gpu_metrics import prometheus_for
-from gpuctl.util.errors import GpuctlError, UsageError, WaitTimeout
+from gpuctl.util.errors import GpuctlError, UsageError
 from gpuctl.util.output import info
-from gpuctl.util.waiting import Count, Look, wait_until
+from gpuctl.util.waiting import Count, Look
 
 XID_QUERY = "max by (Hostname, hostname, gpu, UUID, GPU_I_ID) (DCGM_FI_DEV_XID_ERRORS) > 0"
-RECOVERY_WAIT_S = 30.0  # for a restarted device plugin to list a reset GPU healthy
 
 
 def read_xids(kube: Kube) -> tuple[dict[str, list[GpuXid]], bool]:
@@ -88,18 +87,8 @@ def drain_gpu_pods(kube: Kube, node: str, grace: float, clock: Callable[[], floa
 def restart_plugin(kube: Kube, node: str, timeout: float) -> bool:
     """Restart the device-plugin pod of `node` (a cordoned node gpuctl drained) so that it checks its GPUs afresh,
     and wait for the kubelet to list them all healthy; False where one is still unhealthy (still failed)."""
-    pods = [p for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR, fields=f"spec.nodeName={node}",
-                                 what=f"listing the device-plugin pod on {node}") if not p.deleting]
-    if not pods:
-        info(f"fix: node {node}: no device-plugin pod to restart")
-        return False
-    pod = pods[0]
-    info(f"fix: node {node}: restarting device-plugin pod {pod.namespace}/{pod.name}: the plugin never marks "
-         f"a device healthy again until it restarts, then checks every GPU afresh")
-    with requesting(f"deleting device-plugin pod {pod.namespace}/{pod.name}"):
-        kube.delete("v1", "Pod", pod.name, pod.namespace)
 
-    def look() -> Look:
+    def look(_old: KubeObject) -> Look:
         current = kube.get_or_none("v1", "Node", node)
         bad: dict[str, Any] = unhealthy_gpus(current) if current is not None else {}
         serving = current is not None and bool(gpu_resources(current))  # the new plugin has registered its GPUs
@@ -107,11 +96,6 @@ def restart_plugin(kube: Kube, node: str, timeout: float) -> bool:
         return Look(done, (Count(f"{node} healthy", int(done), 1),),
                     f"unhealthy: {bad}" if bad else "" if serving else "its device plugin has not registered yet")
 
-    try:
-        wait_until(f"node {node}'s GPUs healthy after its device plugin restarted", look,
-                   "a GPU still failing needs a reset or a replacement", timeout=min(timeout, RECOVERY_WAIT_S),
-                   stall=min(timeout, RECOVERY_WAIT_S))
-    except WaitTimeout:
-        info(f"fix: node {node}: still unhealthy after its device plugin restarted: the GPU is still failed")
-        return False
-    return True
+    return restart_agent(kube, node, agent="device-plugin", selector=PLUGIN_SELECTOR, healthy="GPUs healthy",
+                         why="the plugin never marks a device healthy again until it restarts, then checks every "
+                             "GPU afresh", look=look, timeout=timeout)
