@@ -83,16 +83,23 @@ GPU_REQUEST = re.compile(r"^nvidia\.com/(gpu|mig-.+)$")  # what the device plugi
 
 def _claims(pod: dict[str, Any]) -> list[Claim]:
     """A running pod's containers that hold GPUs through the device plugin (an extended resource's request equals
-    its limit); the pod as JSON."""
-    meta, spec = pod["metadata"], pod["spec"]
-    if (pod.get("status") or {}).get("phase") != "Running" or not spec.get("nodeName"):
+    its limit); the pod as JSON. A container's extended resource that DRA serves (the scheduler's claim for it,
+    named in the pod's status.extendedResourceClaimStatus.requestMappings) gets no device-plugin device: the
+    kubelet skips it (Kubernetes v1.37.2 pkg/kubelet/cm/devicemanager/manager.go isDRAExtendedResource), so
+    the exporter sees only the claim's device (claimed_slots)."""
+    meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+    if status.get("phase") != "Running" or not spec.get("nodeName"):
         return []
+    by_dra = {(m.get("containerName"), m.get("resourceName"))
+              for m in (status.get("extendedResourceClaimStatus") or {}).get("requestMappings") or []}
     util, memory = pod_load(pod)
     claims = []
     for container in spec.get("containers") or []:
         resources = container.get("resources") or {}
         wanted = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
         for resource, quantity in sorted(wanted.items()):
+            if (container["name"], resource) in by_dra:
+                continue
             if GPU_REQUEST.match(resource) and (count := int(number(str(quantity)))) > 0:
                 claims.append(Claim(meta["uid"], meta["namespace"], meta["name"], container["name"], resource, count,
                                     util, memory, meta.get("creationTimestamp") or ""))

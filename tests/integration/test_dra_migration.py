@@ -177,16 +177,18 @@ def test_apply_moves_group_a_to_dra_and_b_keeps_serving(cluster: Cluster) -> Non
     assert outcomes["validate/a"] == outcomes["validate/b"] == "passed"
     assert "evicting GPU pod default/work-a-" in proc.stderr
     await_true("group a's pods running again", cluster.settled)
-    a_nodes = {n["metadata"]["name"] for n in cluster.nodes("a")}
-    for pod in cluster.running("a"):  # served by DRA: a claim the scheduler made, allocated from a's slices
+    a_node_objects, running_a, running_b = cluster.nodes("a"), cluster.running("a"), cluster.running("b")
+    a_nodes = {n["metadata"]["name"] for n in a_node_objects}
+    assert (len(a_nodes), len(running_a), len(running_b)) == (2, REPLICAS["a"], REPLICAS["b"])
+    for pod in running_a:  # served by DRA: a claim the scheduler made, allocated from a's slices
         assert pod["spec"]["nodeName"] in a_nodes
         claim = extended_claim(cluster, pod)
         assert claim is not None, pod["metadata"]["name"]
         results = claim["status"]["allocation"]["devices"]["results"]
         assert [(r["driver"], r["pool"]) for r in results] == [("gpu.nvidia.com", pod["spec"]["nodeName"])]
-    for node in cluster.nodes("a"):  # the device plugin advertises nothing there any more
+    for node in a_node_objects:  # the device plugin advertises nothing there any more
         assert node["status"]["allocatable"].get("nvidia.com/gpu", "0") == "0"
-    assert all(extended_claim(cluster, p) is None for p in cluster.running("b"))
+    assert all(extended_claim(cluster, p) is None for p in running_b)
 
 
 def test_status_and_top_show_each_node_its_own_agent(cluster: Cluster) -> None:
@@ -198,6 +200,7 @@ def test_status_and_top_show_each_node_its_own_agent(cluster: Cluster) -> None:
     found = json.loads(proc.stdout)
     nodes = {n["node"]: n for n in found["nodes"]}
     a_nodes = sorted(n["metadata"]["name"] for n in cluster.nodes("a"))
+    assert len(a_nodes) == 2, a_nodes
     [b_node] = [n["metadata"]["name"] for n in cluster.nodes("b")]
     b = nodes[b_node]
     assert (b["servedBy"], b["allocatable"], b["devicePlugin"]) == ("device-plugin", {"nvidia.com/gpu": 2}, "ready"), b
@@ -262,7 +265,8 @@ def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
     outcomes = {s["step"]: s["outcome"] for s in result["steps"]}
     assert outcomes["move-to-device-plugin/a"] == "updated" and outcomes["validate/a"] == "passed"
     await_true("group a's pods running again", cluster.settled)
-    assert all(extended_claim(cluster, p) is None for p in cluster.running("a"))
+    running_a = cluster.running("a")
+    assert len(running_a) == REPLICAS["a"] and all(extended_claim(cluster, p) is None for p in running_a)
     assert {n["status"]["allocatable"].get("nvidia.com/gpu") for n in cluster.nodes("a")} == {"2"}
     slices = json.loads(cluster.resource.list_resource_slice(_preload_content=False).data)["items"]
     assert not [s for s in slices if s["spec"].get("nodeName", "").startswith("a-")]

@@ -153,7 +153,9 @@ def test_the_four_workloads_and_a_mig_pod_run_on_dra_devices(cluster: dict[str, 
                     found[prefix] = (pod, c)
         return found if len(found) == len(running) else None
 
-    for prefix, (pod, claim) in until("every pod scheduled on a claimed device", placed).items():
+    claimed = until("every pod scheduled on a claimed device", placed)
+    assert sorted(claimed) == sorted(running)
+    for prefix, (pod, claim) in claimed.items():
         request = claim["spec"]["devices"]["requests"][0]["exactly"]
         [result] = claim["status"]["allocation"]["devices"]["results"]
         assert result["driver"] == "gpu.nvidia.com" and result["pool"] == pod["spec"]["nodeName"], prefix
@@ -323,7 +325,7 @@ def test_status_top_and_validate_count_them(cluster: dict[str, Any]) -> None:
     team = next(t for t in view["tenants"] if t["tenant"] == TEAM)
     assert (team["used"]["nvidia.com/gpu"], team["used"]["nvidia.com/mig-3g.20gb"]) == (3, 1), team
     held = sorted(p for g in view["gpus"] for p in g["pods"] if p.startswith(f"{TEAM}/"))
-    assert len(held) == 4 and f"{TEAM}/mig-pod" in held, view["gpus"]
+    assert len(held) == 4 and f"{TEAM}/mig-pod" in held, json.dumps(view["gpus"])
     proc = run_gpuctl("validate", "--nodegroup", "migs", env=env)  # a 2g.10gb device is free for its smoke test
     assert proc.returncode == 0, proc.stderr
     # The last free GPU taken by an unmodified pod: validate's smoke test finds none free (exit 6)

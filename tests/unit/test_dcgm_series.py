@@ -176,3 +176,21 @@ def test_claimed_mig_devices_are_named_as_the_driver_publishes_them() -> None:
     busy = {(s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"]): s.value
             for s in of(samples, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}
     assert busy == {("3g.20gb", "2"): 0.0, ("2g.10gb", "3"): 0.0, ("2g.10gb", "4"): 0.4}
+
+
+def test_an_extended_resource_dra_serves_gets_no_device_plugin_device() -> None:
+    """The kubelet allocates no device-plugin device for a container's extended resource that the scheduler's
+    DRA claim serves (devicemanager isDRAExtendedResource): the exporter attributes only the claim's device."""
+    from gpuctl.simulator.dcgm_exporter import _claims
+
+    def pod(mappings: list[dict[str, str]]) -> dict[str, object]:
+        return {"metadata": {"uid": "u1", "namespace": "team", "name": "p"},
+                "spec": {"nodeName": "gpu-0", "containers": [
+                    {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                    {"name": "side", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": "Running", "extendedResourceClaimStatus": {
+                    "resourceClaimName": "p-extended-resources-x", "requestMappings": mappings}}}
+
+    assert [c.container for c in _claims(pod([]))] == ["main", "side"]
+    served = [{"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]
+    assert [c.container for c in _claims(pod(served))] == ["side"]
