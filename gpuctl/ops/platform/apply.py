@@ -25,6 +25,7 @@ from gpuctl.ops.validation_record import forget_validated, record_validated, spe
 from gpuctl.providers import get_provider
 from gpuctl.stack.helm import HelmTarget
 from gpuctl.util.errors import Interrupted
+from gpuctl.util.interrupts import recording_interrupts
 from gpuctl.util.output import info
 
 LOCK_TIMEOUT_S = 300.0
@@ -110,6 +111,7 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, 
 
     def act(step: Step, first: bool) -> StepResult:
         nonlocal where, created
+        interrupts.check()  # a Ctrl-C that code on the way swallowed still stops the run here
         where = f"in step {step.name}"
         if not first:  # ensure-cluster done: the cloud's (the sim's) own record says what comes before
             record_step(spec.cloud, spec.name, step.name)
@@ -121,6 +123,7 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, 
 
     try:
         with ExitStack() as held:
+            interrupts = held.enter_context(recording_interrupts())
             while True:
                 run = Run(kubeconfig=target.kubeconfig, context=write_context, checks=[], changed=created)
                 steps: list[StepResult] = []
@@ -141,6 +144,7 @@ def apply_platform(spec: PlatformSpec, target: ClusterTarget, report: Reporter, 
                     locked = True
                     continue
                 break
+            interrupts.check()
             # An unlocked pass's first lines stand where the locked pass found the same (ensure-cluster's created).
             result.steps = [reported[s.name] if s.outcome is Change.NO_CHANGE and s.name in reported else s
                             for s in steps]
