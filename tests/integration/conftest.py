@@ -73,6 +73,23 @@ def own_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
         assert proc.returncode == 0, proc.stderr
 
 
+@contextmanager
+def spec_cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, name: str,
+                 spec: str) -> Iterator[tuple[dict[str, str], Path, dict[str, Any]]]:
+    """A sim cluster of the module's own, made by `gpuctl -o json apply -f` of `spec` (its metadata.name is
+    `name`) in a kubeconfig of its own: (env, the spec file, apply's JSON); deleted at the end."""
+    home = tmp_path_factory.mktemp(name)
+    env = dict(sim_env, KUBECONFIG=str(home / "kubeconfig"))
+    path = home / "spec.yaml"
+    path.write_text(spec)
+    try:
+        proc = run_gpuctl("-o", "json", "apply", "-f", str(path), env=env)
+        assert proc.returncode == 0, proc.stderr
+        yield env, path, json.loads(proc.stdout)
+    finally:
+        assert run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", name, "--yes", env=env).returncode == 0
+
+
 def await_value(what: str, read: Callable[[], Any], wanted: Any, timeout: float = 60.0) -> None:
     """Poll `read()` until it returns `wanted` (a decision of the sim's agents or a controller), or fail naming
     what it last read."""

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import spec_cluster
 from tests.integration.test_workload_admission import documented_workloads, kubectl_apply
 
 pytestmark = pytest.mark.integration
@@ -45,18 +46,8 @@ MIG_CLASS = "mig-3g.20gb.gpuctl.dev"
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("draplain")
-    env = dict(sim_env, KUBECONFIG=str(home / "kubeconfig"))
-    spec = home / "spec.yaml"
-    spec.write_text(SPEC)
-    try:
-        started = time.monotonic()
-        proc = run_gpuctl("-o", "json", "apply", "-f", str(spec), env=env)
-        assert proc.returncode == 0, proc.stderr
-        print(f"\nsim cluster {CLUSTER!r} in DRA mode in {time.monotonic() - started:.1f}s")
-        yield {"env": env, "spec": spec, "first": json.loads(proc.stdout)}
-    finally:
-        assert run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env).returncode == 0
+    with spec_cluster(sim_env, tmp_path_factory, CLUSTER, SPEC) as (env, spec, first):
+        yield {"env": env, "spec": spec, "first": first}
 
 
 def client(env: dict[str, str]) -> Any:

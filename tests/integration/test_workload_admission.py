@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import spec_cluster
 from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
@@ -58,18 +59,10 @@ def kubectl_apply(env: dict[str, str], manifest: str, namespace: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    home = tmp_path_factory.mktemp("workloads")
-    env = dict(sim_env, KUBECONFIG=str(home / "kubeconfig"))
-    spec = home / "spec.yaml"
-    spec.write_text(SPEC)
-    try:
-        proc = run_gpuctl("-o", "json", "apply", "-f", str(spec), env=env)
-        assert proc.returncode == 0, proc.stderr
-        steps = {s["step"]: s["outcome"] for s in json.loads(proc.stdout)["steps"]}
+    with spec_cluster(sim_env, tmp_path_factory, CLUSTER, SPEC) as (env, _, first):
+        steps = {s["step"]: s["outcome"] for s in first["steps"]}
         assert steps["ensure-gpu-tolerations"] == "created"  # before the tenant's namespace exists
         yield env
-    finally:
-        assert run_gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes", env=env).returncode == 0
 
 
 def api(env: dict[str, str]) -> Any:
