@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.device_taints import (
@@ -149,8 +150,9 @@ def test_doctor_says_gpuctls_rule_holds_a_failed_device_and_names_one_left_over(
 class NoDeviceClass:
     """A cluster in device-plugin mode, as check_effect_applies reads it."""
 
-    def get_or_none(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         assert (api_version, kind, name) == ("resource.k8s.io/v1", "DeviceClass", "gpu.nvidia.com")
+        raise KubeNotFound("deviceclasses.resource.k8s.io \"gpu.nvidia.com\" not found", status=404)
 
 
 def test_no_execute_is_refused_outside_dra_mode_before_any_write() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from gpuctl.kube.dra import dra_mode, list_slices
 from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, unhealthy_gpus
 from gpuctl.kube.kube import Kube
@@ -22,9 +23,7 @@ from gpuctl.ops.devices import PLUGIN_SELECTOR, pods_by_node
 from gpuctl.ops.doctor.dra_findings import diagnose_dra
 from gpuctl.ops.doctor.dra_repair import (
     check_effect_applies,
-    is_dra,
     read_own_rules,
-    read_slices,
     remove_rule,
     repair_failed_devices,
 )
@@ -92,7 +91,7 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
     sizes = {} if node is not None else {g: n for g, n in read_group_sizes(kube, namespace).items()
                                          if nodegroup in (None, g)}
     xids, xids_read = read_xids(kube) if with_xids and any(unhealthy_gpus(n) for n in nodes) else ({}, False)
-    dra = is_dra(kube)
+    dra = dra_mode(kube)
     return Snapshot(
         nodes=nodes,
         plugin_pods=pods_by_node(kube, PLUGIN_SELECTOR, "device-plugin"),
@@ -110,7 +109,7 @@ def read_snapshot(kube: Kube, nodegroup: str | None = None, node: str | None = N
         xids=xids,
         xids_read=xids_read,
         dra=dra,
-        slices=read_slices(kube) if dra else [],
+        slices=list_slices(kube) if dra else [],
         taint_rules=read_own_rules(kube) if dra else [])
 
 

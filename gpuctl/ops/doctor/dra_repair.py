@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpuctl.kube.dra import dra_mode
 from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
@@ -27,23 +28,15 @@ from gpuctl.model.device_taints import (
     render_rule,
     rule_condition,
 )
-from gpuctl.model.dra import API_VERSION, DRIVER, GPU_CLASS, PLUGIN_COMPONENT, PLUGIN_COMPONENT_LABEL, slice_devices
+from gpuctl.model.dra import API_VERSION, DRIVER, GPU_CLASS, slice_devices
+from gpuctl.ops.devices import DRA_PLUGIN_SELECTOR
 from gpuctl.ops.doctor.agent_restart import restart_agent
 from gpuctl.ops.drain import drain_pods
 from gpuctl.util.errors import ClusterError, UsageError
 from gpuctl.util.output import info
 from gpuctl.util.waiting import Count, Look, wait_until
 
-PLUGIN_SELECTOR = f"{PLUGIN_COMPONENT_LABEL}={PLUGIN_COMPONENT}"
 OWN = f"{L.MANAGED_BY}={L.MANAGER}"
-
-
-def is_dra(kube: Kube) -> bool:
-    """DRA mode: the driver's DeviceClass gpu.nvidia.com exists (model/dra.py)."""
-    try:
-        return kube.get_or_none(API_VERSION, "DeviceClass", GPU_CLASS) is not None
-    except KubeNotFound:
-        return False  # resource.k8s.io/v1 not served
 
 
 def read_own_rules(kube: Kube) -> list[KubeObject]:
@@ -55,13 +48,9 @@ def read_own_rules(kube: Kube) -> list[KubeObject]:
         return []
 
 
-def read_slices(kube: Kube) -> list[KubeObject]:
-    return kube.list(API_VERSION, "ResourceSlice", fields=f"spec.driver={DRIVER}", what="listing ResourceSlices")
-
-
 def check_effect_applies(kube: Kube, effect: str) -> None:
     """Before any write: --taint-effect other than the default says something only in DRA mode."""
-    if effect != NO_SCHEDULE and not is_dra(kube):
+    if effect != NO_SCHEDULE and not dra_mode(kube):
         raise UsageError("--taint-effect", f"the cluster is not in DRA mode (no DeviceClass {GPU_CLASS}): --fix "
                          "cordons a failed GPU's node and evicts its GPU pods instead", "leave --taint-effect out")
 
@@ -148,7 +137,7 @@ def restart_kubelet_plugin(kube: Kube, node: str, devices: list[str], timeout: f
             kube.list(API_VERSION, "ResourceSlice", fields=f"spec.nodeName={node},spec.driver={DRIVER}",
                       what=f"listing {node}'s ResourceSlices")).get(node, [])}
         healthy = [d for d in devices if d in published and failing_taint(published[d]) is None]
-        current = [p for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR, fields=f"spec.nodeName={node}",
+        current = [p for p in kube.list("v1", "Pod", labels=DRA_PLUGIN_SELECTOR, fields=f"spec.nodeName={node}",
                                         what=f"listing the DRA kubelet-plugin pod on {node}")
                    if p.uid != old.uid and p.status.get("phase") == "Running"]
         done = bool(current) and len(healthy) == len(devices)
@@ -156,7 +145,7 @@ def restart_kubelet_plugin(kube: Kube, node: str, devices: list[str], timeout: f
                     "" if done else "its new kubelet plugin has not started" if not current
                     else f"still tainted or unpublished: {', '.join(sorted(set(devices) - set(healthy)))}")
 
-    return restart_agent(kube, node, agent="DRA kubelet-plugin", selector=PLUGIN_SELECTOR,
+    return restart_agent(kube, node, agent="DRA kubelet-plugin", selector=DRA_PLUGIN_SELECTOR,
                          healthy="devices published healthy",
                          why="the driver never removes its taint from a device until it restarts, then publishes "
                              "every device afresh", look=look, timeout=timeout)
