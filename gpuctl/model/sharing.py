@@ -10,6 +10,7 @@ plugin's MIG_STRATEGY env (ClusterPolicy mig.strategy) overrides any flag in the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from gpuctl.model.catalog import GpuModel
@@ -90,8 +91,10 @@ def plugin_configs(sharings: list[Sharing]) -> dict[str, str]:
     return {DEFAULT_CONFIG_KEY: render_plugin_config(NO_SHARING), **keys} if keys else {}
 
 
+@lru_cache(maxsize=64)
 def parse_plugin_config(text: str) -> Sharing:
-    """Inverse of render_plugin_config, for the simulated device plugin (ValueError if malformed)."""
+    """Inverse of render_plugin_config, for the simulated device plugin (ValueError if malformed). Cached: a
+    capacity check asks it for each of 1,000 nodes, which share a handful of configs."""
     doc = yaml.safe_load(text) or {}
     sharing = doc.get("sharing") or {}
     for strategy, section in SECTIONS.items():

@@ -119,8 +119,9 @@ def test_controllers_run_at_a_large_clusters_client_rates(sim_cluster: SimCluste
     pids = KwokCluster(sim_cluster.name).pids()
     manager = open(f"/proc/{pids['kube-controller-manager']}/cmdline").read().split("\0")
     scheduler = open(f"/proc/{pids['kube-scheduler']}/cmdline").read().split("\0")
-    assert {"--kube-api-qps=100", "--kube-api-burst=100"} <= set(manager), manager
-    assert "--kube-api-qps=100" in scheduler and not any(a.startswith("--config") for a in scheduler), scheduler
+    assert {"--kube-api-qps=1000", "--kube-api-burst=1000"} <= set(manager), manager
+    assert {"--kube-api-qps=1200", "--kube-api-burst=1200"} <= set(scheduler), scheduler
+    assert not any(a.startswith("--config") for a in scheduler), scheduler
 
 
 def test_cluster_list_shows_the_running_cluster(sim_cluster: SimCluster) -> None:
