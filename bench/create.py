@@ -16,20 +16,24 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench import support
 from bench.support import ROOT, gpuctl
 
 CLUSTER = "bench-create"
 STEP = re.compile(r"^(\S+)\s+(created|updated|no change|passed|deleted)\s+([0-9.]+)s$")
 
 
-def run_create(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, float, dict[str, float], list[str]]:
-    """The create, its stderr passed through: exit code, seconds, seconds per step, the last stderr lines."""
+def run_create(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, float, dict[str, float], list[str],
+                                                                        dict[str, float]]:
+    """The create, its stderr passed through: exit code, seconds, seconds per step, the last stderr lines, and
+    the CPU seconds the sim cluster's processes and the gpuctl command (helm and kwokctl included) used."""
     command = gpuctl("cluster", "create", "--cloud", "sim", "--name", CLUSTER, "--gpu", args.gpu,
                      "--nodes", str(args.nodes), "--slices", str(args.slices))
     print(f"$ gpuctl {' '.join(command[3:])}", file=sys.stderr, flush=True)
@@ -45,7 +49,11 @@ def run_create(args: argparse.Namespace, env: dict[str, str]) -> tuple[int, floa
             if match := STEP.match(line.strip()):
                 steps[match[1]] = float(match[3])
         code = proc.wait()
-    return code, time.perf_counter() - started, steps, tail
+    seconds = time.perf_counter() - started
+    cpu = support.sim_cpu_seconds(CLUSTER)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu["gpuctl"] = children.ru_utime + children.ru_stime  # its helm and kwokctl children too, not the cluster's
+    return code, seconds, steps, tail, cpu
 
 
 def main() -> int:
@@ -56,9 +64,10 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=0.0, help="fail above this many seconds (0: report only)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuctl-bench-create-") as tmp:
-        env = dict(os.environ, GPUCTL_STATE_DIR=str(Path(tmp) / "state"), KUBECONFIG=str(Path(tmp) / "kubeconfig"))
+        os.environ["GPUCTL_STATE_DIR"] = str(Path(tmp) / "state")  # where sim_cpu_seconds finds the cluster
+        env = dict(os.environ, KUBECONFIG=str(Path(tmp) / "kubeconfig"))
         try:
-            code, seconds, steps, tail = run_create(args, env)
+            code, seconds, steps, tail, cpu = run_create(args, env)
         finally:
             deleted = subprocess.run(gpuctl("cluster", "delete", "--cloud", "sim", "--name", CLUSTER, "--yes"),
                                      capture_output=True, text=True, env=env, cwd=ROOT)
@@ -68,13 +77,15 @@ def main() -> int:
     print(f"gpuctl cluster create --cloud sim --gpu {args.gpu} --nodes {args.nodes} --slices {args.slices}")
     print(f"exit code {code} after {seconds:.1f} s (first run, fresh cluster)")
     print("slowest steps: " + ", ".join(f"{name} {s:.1f} s" for name, s in slowest))
+    print(support.cpu_report(cpu, seconds))
     if code != 0:
         print("last lines: " + " / ".join(tail))
     ok = code == 0 and (not args.max_seconds or seconds <= args.max_seconds)
     limit = f", <= {args.max_seconds:g} s" if args.max_seconds else ""
     print(f"targets: {'MET' if ok else 'NOT MET'} (exit 0{limit})")
     print(json.dumps({"nodes": args.nodes, "gpu": args.gpu, "slices": args.slices, "exit_code": code,
-                      "seconds": round(seconds, 1), "steps": steps}))
+                      "seconds": round(seconds, 1), "steps": steps,
+                      "cpu_s": {name: round(value, 1) for name, value in cpu.items()}}))
     return 0 if ok else 1
 
 

@@ -211,7 +211,7 @@ def verify(client: Any, seen: Seen, gpus: int) -> None:
         sys.exit(f"bench.dra: {len(claims)} claims, {len(devices)} distinct devices for {seen.pods} pods")
 
 
-def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[str, Any]]) -> dict[str, float]:
+def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[str, Any]]) -> dict[str, Any]:
     """One side on a fresh sim cluster: seconds to all bound (and allocated), to all created, to the last
     claim made (DRA), and the median create->bound seconds of a pod."""
     from kubernetes.client import CoreV1Api, ResourceV1Api
@@ -248,6 +248,7 @@ def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[
             v1.create_namespaced_pod(NS, body, _preload_content=False).drain_conn()
             created[body["metadata"]["name"]] = time.perf_counter()
 
+        cpu_before, bench_cpu = support.sim_cpu_seconds(name), time.process_time()
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=args.workers) as pool:
             list(pool.map(create, bodies))
@@ -260,10 +261,12 @@ def run_side(name: str, dra: bool, args: argparse.Namespace, classes: list[dict[
             sys.exit(f"bench.dra: {name}: after {args.timeout:.0f}s {len(seen.bound)} of {args.pods} pods bound"
                      + (f", {len(seen.allocated)} claims allocated" if dra else ""))
         end = max([t for t, _ in seen.bound.values()] + list(seen.allocated.values()))
+        cpu = {c: v - cpu_before.get(c, 0.0) for c, v in support.sim_cpu_seconds(name).items()}
+        cpu["bench.dra"] = time.process_time() - bench_cpu  # its client threads and watches
         verify(client, seen, args.gpus_per_node)
         latency = statistics.median(max(0.0, seen.bound[n][0] - created[n]) for n in names)
         return {"seconds": end - t0, "create_s": all_created - t0, "median_latency_s": latency,
-                "claims_made_s": max(seen.made.values()) - t0 if dra else 0.0}
+                "claims_made_s": max(seen.made.values()) - t0 if dra else 0.0, "cpu": cpu}
     finally:
         support.delete_sim_cluster(name)
 
@@ -300,6 +303,8 @@ def main() -> int:
               f"(creates done {side['create_s']:.2f} s, median create->bound {side['median_latency_s']:.2f} s)")
     print(f"{'  last claim made from the template':<34} {claims['claims_made_s']:7.2f} s  "
           f"(kube-controller-manager's resourceclaim controller)")
+    for label, side in (("extended resource", extended), ("DRA", claims)):
+        print(f"  {label}: {support.cpu_report(side['cpu'], side['seconds'])}")
     limit = f"limit {args.max_ratio:g}x" if args.max_ratio else "report only"
     print(f"{'ratio DRA / extended resource':<34} {ratio:7.2f}x  ({limit})")
     print(json.dumps({"bench": "dra", "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "pods": args.pods,
@@ -307,7 +312,9 @@ def main() -> int:
                       "extended_s": round(extended["seconds"], 3), "dra_s": round(claims["seconds"], 3),
                       "dra_claims_made_s": round(claims["claims_made_s"], 3),
                       "extended_pods_per_s": round(args.pods / extended["seconds"], 1),
-                      "dra_pods_per_s": round(args.pods / claims["seconds"], 1), "ratio": round(ratio, 3)}))
+                      "dra_pods_per_s": round(args.pods / claims["seconds"], 1), "ratio": round(ratio, 3),
+                      "extended_cpu_s": round(sum(extended["cpu"].values()), 1),
+                      "dra_cpu_s": round(sum(claims["cpu"].values()), 1)}))
     ok = not args.max_ratio or ratio <= args.max_ratio
     print(f"targets: {'MET' if ok else 'NOT MET'}" if args.max_ratio else "targets: none (report only)")
     return 0 if ok else 1

@@ -110,6 +110,35 @@ def sim_kubeconfig(name: str) -> Path:
     return KwokCluster(name).kubeconfig_path
 
 
+def sim_cpu_seconds(name: str) -> dict[str, float]:
+    """CPU seconds (user + system) each running process of sim cluster `name` has used since it started: its
+    control-plane components and its simulated GPU operator, by component name (/proc/<pid>/stat)."""
+    import os
+
+    from gpuctl.simulator.kwok import KwokCluster
+
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for component, pid in KwokCluster(name).pids().items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone: a component the supervisor restarts, or the cluster stopping
+        used[component] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (proc(5), from field 3)
+    return used
+
+
+def cpu_report(used: dict[str, float], seconds: float) -> str:
+    """One line: the CPU seconds used, by whom, against what the machine's CPUs offered in `seconds`."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    total = sum(used.values())
+    parts = ", ".join(f"{name} {value:.0f}" for name, value in sorted(used.items(), key=lambda kv: -kv[1]) if value)
+    offered = cpus * seconds
+    return f"CPU {total:.0f} s of the {offered:.0f} s {cpus} CPUs offered ({100 * total / offered:.0f} %): {parts}"
+
+
 def api_client(kubeconfig: Path) -> ApiClient:
     """A Kubernetes client as gpuctl makes it (deadlines, a connection pool for its worker threads)."""
     from gpuctl.kube.client import api_client as make
