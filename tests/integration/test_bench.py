@@ -54,11 +54,12 @@ def test_bench_dra_runs(sim_env: dict[str, str]) -> None:
                           capture_output=True, text=True, env=sim_env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "32 single-GPU pods on 4 sim nodes x 8 GPUs (32 GPUs)" in proc.stdout
-    assert "ratio DRA / extended resource" in proc.stdout and "targets: none (report only)" in proc.stdout
+    assert "ratio DRA claims / extended" in proc.stdout and "targets: none (report only)" in proc.stdout
     [figures] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert figures["pods"] == 32 and figures["nodes"] == 4
     assert figures["extended_s"] > 0 and figures["dra_s"] > 0
     assert figures["ratio"] == pytest.approx(figures["dra_s"] / figures["extended_s"], rel=0.01)
+    assert figures["dra_unmodified_s"] > 0 and figures["dra_cpu_s"] > 0
 
 
 def test_bench_karpenter_runs(sim_env: dict[str, str]) -> None:
