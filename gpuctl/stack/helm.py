@@ -234,6 +234,24 @@ async def _plan(target: HelmTarget, release: Release) -> tuple[Change, str]:
     return Change.NO_CHANGE, ""
 
 
+async def _remove(target: HelmTarget, name: str, namespace: str) -> None:
+    client = _client(target)
+    doing = f"uninstalling {name}"
+    try:  # --wait: until the release's resources are gone (a missing release is no error to pyhelm3)
+        await _bounded(target, client.uninstall_release(name, namespace=namespace, wait=True, timeout=TIMEOUT),
+                       INSTALL_DEADLINE_S, doing)
+    except helm_errors.Error as exc:
+        if (timed_out := _timed_out(target, exc, doing)) is not None:
+            raise timed_out from None
+        raise ClusterError(f"helm uninstall of {name} failed: {_reason(exc)}",
+                           f"inspect with 'helm status {name} -n {namespace}'") from None
+
+
+def remove_release(target: HelmTarget, name: str, namespace: str) -> None:
+    """`helm uninstall` of a release gpuctl made, returning once its resources are gone."""
+    asyncio.run(_remove(target, name, namespace))
+
+
 def plan_release(target: HelmTarget, release: Release) -> tuple[Change, str]:
     """What ensure_release would do, and why; reads only."""
     return asyncio.run(_plan(target, release))

@@ -20,6 +20,7 @@ import yaml
 
 from tests.conftest import run_gpuctl
 from tests.integration.test_apply import REAPPLY
+from tests.support.tools import find_tool
 
 pytestmark = pytest.mark.integration
 NAME = "dramove"
@@ -28,6 +29,7 @@ GROUP = "gpuctl.dev/nodegroup"
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 REPLICAS = {"a": 2, "b": 1}
 MAX_UNAVAILABLE = 1
+TEAM = "team-r"
 
 
 def spec(path: Path, a_dra: bool) -> Path:
@@ -73,6 +75,10 @@ class Cluster:
     def templates(self) -> dict[str, Any]:
         return {g: self.apps.read_namespaced_deployment(f"work-{g}", NAMESPACE).to_dict()["spec"]["template"]
                 for g in REPLICAS}
+
+    def team_templates(self) -> list[str]:
+        found = self.resource.list_namespaced_resource_claim_template(TEAM, _preload_content=False)
+        return [t["metadata"]["name"] for t in json.loads(found.data)["items"]]
 
     def settled(self) -> bool:
         return all(len(self.running(g)) == n == len(self.pods(g)) for g, n in REPLICAS.items())
@@ -258,12 +264,29 @@ def test_reapply_with_no_change_writes_nothing(cluster: Cluster) -> None:
 
 
 def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
+    """...and takes away what the move added: the team's claim templates (a team added while group a was on DRA
+    got them), then the driver's release, after the moves; the cluster is out of DRA mode."""
+    proc = run_gpuctl("tenant", "add", TEAM, "--gpus", "1", env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    assert cluster.team_templates(), "a team added in DRA mode gets claim templates"
     path = spec(cluster.root / "device-plugin.yaml", a_dra=False)
-    assert plan(cluster, path)["move-to-device-plugin/a"]["detail"].startswith(
+    steps = plan(cluster, path)
+    assert steps["move-to-device-plugin/a"]["detail"].startswith(
         "moves group a back to the device plugin: DRA kubelet plugin stops on its 2 nodes")
+    names = list(steps)
+    assert names.index("move-to-device-plugin/b") < names.index("remove-dra-driver") < names.index("wait-capacity/a")
+    assert steps["remove-dra-driver"]["action"] == "deleted", steps["remove-dra-driver"]
+    assert "helm uninstall dra-driver-nvidia-gpu" in steps["remove-dra-driver"]["detail"]
     _, _, result = move(cluster, path)
     outcomes = {s["step"]: s["outcome"] for s in result["steps"]}
     assert outcomes["move-to-device-plugin/a"] == "updated" and outcomes["validate/a"] == "passed"
+    assert outcomes["remove-dra-driver"] == "deleted"
+    classes = json.loads(cluster.resource.list_device_class(_preload_content=False).data)["items"]
+    assert not classes, [c["metadata"]["name"] for c in classes]
+    assert not cluster.team_templates()
+    listed = subprocess.run([str(find_tool("helm")), "list", "-q", "-n", "dra-driver-nvidia-gpu"], env=cluster.env,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and not listed.stdout.strip(), listed.stdout + listed.stderr
     await_true("group a's pods running again", cluster.settled)
     running_a = cluster.running("a")
     assert len(running_a) == REPLICAS["a"] and all(extended_claim(cluster, p) is None for p in running_a)

@@ -20,6 +20,7 @@ from gpuctl.ops.group_records import read_recorded_groups, read_recorded_stack, 
 from gpuctl.ops.platform.capacity import capacity_step
 from gpuctl.ops.platform.cloud import cluster_step, node_group_step
 from gpuctl.ops.platform.dra_groups import dra_move_steps
+from gpuctl.ops.platform.dra_removal import removal_steps
 from gpuctl.ops.platform.gpu_config import gpu_config_steps
 from gpuctl.ops.platform.gpu_stack import kueue_step, stack_steps
 from gpuctl.ops.platform.kubeconfig import kubeconfig_step
@@ -90,6 +91,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     steps.extend(stack_steps(cluster))
     steps.append(restart_plugin)
     steps.extend(dra_move_steps(cluster))  # one node group at a time, in spec order, before the next
+    steps.extend(removal_steps(cluster))  # the driver goes once no group asks for DRA: after the moves
     for group in spec.groups:
         if group.mig is not None:
             steps.append(mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig))
