@@ -193,3 +193,35 @@ def test_a_helm3_release_upgrades_under_the_helm4_pin_and_rolls_back(cluster: di
     history = json.loads(helm(new, env, "history", NFD, "-n", NAMESPACE, "-o", "json"))
     assert [(r["revision"], r["status"]) for r in history][-2:] == [(4, "superseded"), (5, "deployed")], history
     assert json.loads(helm(new, env, "get", "values", NFD, "-n", NAMESPACE, "-o", "json")) == old_values
+
+
+def test_helm3_rolls_back_a_release_helm4_installed_server_side(cluster: dict[str, Any]) -> None:
+    """The GPU Operator's release, installed by gpuctl's Helm 4 (server-side apply) in the test before: the old
+    spec's second taint upgrades it (revision 2, still server-side); Helm 3 rolls it back to revision 1 with its
+    client-side patch over the fields Helm 4 applied; gpuctl's next apply upgrades it again under Helm 4 and then
+    has nothing to do."""
+    env, old, new = cluster["env"], cluster["old"], cluster["new"]
+    release = "gpu-operator"
+
+    def values() -> Any:
+        return json.loads(helm(new, env, "get", "values", release, "-n", NAMESPACE, "-o", "json"))
+
+    first = values()
+    assert apply(cluster["specs"]["old"], env).get("install-gpu-operator") == "updated"
+    upgraded = values()
+    assert upgraded != first
+    assert json.loads(helm(new, env, "get", "metadata", release, "-n", NAMESPACE, "-o", "json")).get(
+        "applyMethod") == "ssa"
+
+    helm(old, env, "rollback", release, "1", "-n", NAMESPACE, "--wait")
+    history = json.loads(helm(old, env, "history", release, "-n", NAMESPACE, "-o", "json"))
+    assert [(r["revision"], r["status"]) for r in history] == [(1, "superseded"), (2, "superseded"),
+                                                                (3, "deployed")], history
+    assert values() == first
+    operator = deployment(env, "app.kubernetes.io/component=gpu-operator")
+    assert operator["status"].get("readyReplicas") == operator["spec"]["replicas"], operator["status"]
+
+    assert apply(cluster["specs"]["old"], env).get("install-gpu-operator") == "updated"
+    assert values() == upgraded
+    again = apply(cluster["specs"]["old"], env)
+    assert set(again.values()) <= {"no change", "passed"}, again
