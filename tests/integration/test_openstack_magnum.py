@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.beds.openstack.bed import OpenStackBed
+from tests.beds.openstack.bed import BedError, OpenStackBed
 from tests.conftest import run_gpuctl
 from tests.integration.conftest import BED_PASSWORD as PASSWORD
 from tests.integration.kube_api import core
@@ -43,6 +43,17 @@ def os_env(openstack_bed: OpenStackBed, sim_env: dict[str, str],
 
 def named(bed: OpenStackBed, name: str) -> list[dict[str, Any]]:
     return [c for c in bed.clusters() if c["name"] == name]
+
+
+def listed_while_deleted(bed: OpenStackBed, name: str) -> bool:
+    """Whether cluster `name` is still listed; while Magnum's periodic job destroys a deleted cluster's node groups
+    before the cluster (magnum/service/periodic.py) the listing fails its own check (master_count 0): still there."""
+    try:
+        return bool(named(bed, name))
+    except BedError as exc:
+        if "master_count" not in str(exc):
+            raise
+        return True
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +263,7 @@ def test_delete_of_a_cluster_made_elsewhere_removes_only_gpuctl_node_groups(
     resp = openstack_bed.magnum("DELETE", f"/v1/clusters/{legacy['uuid']}", token=token)
     assert resp.status_code == 204, resp.text
     deadline = time.monotonic() + 120
-    while named(openstack_bed, "legacy") and time.monotonic() < deadline:  # its sim cluster goes with it
+    while listed_while_deleted(openstack_bed, "legacy") and time.monotonic() < deadline:  # its sim cluster too
         time.sleep(1)
     assert named(openstack_bed, "legacy") == []
 

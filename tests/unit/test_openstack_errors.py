@@ -188,8 +188,9 @@ def test_an_accepted_create_is_remembered_until_seen_or_too_old(tmp_path, monkey
     assert not path.exists()
 
 
-def test_a_cluster_magnum_cannot_show_yet_right_after_its_create_is_not_visible_yet() -> None:
-    # The conductor writes the cluster row before its node groups; a GET in between is a 400 (master_count 0).
+def test_a_cluster_magnum_cannot_show_while_created_or_deleted_is_not_there() -> None:
+    # The conductor writes the cluster row before its node groups, and the periodic job destroys the node groups
+    # of a deleted cluster before it: a GET in between is a 400 (master_count 0).
     from types import SimpleNamespace
 
     from gpuctl.providers.openstack.magnum import MagnumApi
@@ -198,6 +199,6 @@ def test_a_cluster_magnum_cannot_show_yet_right_after_its_create_is_not_visible_
     body = json.dumps({"errors": [{"detail": "Invalid input for field/attribute master_count. Value: 0."}]})
     api._request = lambda *args, **kwargs: SimpleNamespace(status_code=400, text=body)  # type: ignore[method-assign]
     api._register_token = lambda: None  # type: ignore[method-assign]
-    assert api.get_cluster("4b617382-6401-4193-98a1-583f5dbea42d", being_created=True) is None
+    assert api.get_cluster("4b617382-6401-4193-98a1-583f5dbea42d", in_flux=True) is None
     with pytest.raises(CloudError, match="master_count"):
         api.get_cluster("4b617382-6401-4193-98a1-583f5dbea42d")

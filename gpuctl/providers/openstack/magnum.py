@@ -257,12 +257,12 @@ class MagnumApi:
         return resp.json() if resp.content else None
 
     def _get_named(self, path: str, ident: str, kind: str, listing: Callable[[], list[Json]],
-                   where: str, being_created: bool = False) -> Json | None:
-        """GET by name or uuid; Magnum answers 409 when several records share the name. A record
-        `being_created` that Magnum cannot show yet (400, see get_cluster) is None: not visible yet."""
+                   where: str, in_flux: bool = False) -> Json | None:
+        """GET by name or uuid; Magnum answers 409 when several records share the name. A record `in_flux`
+        (being created or deleted) that Magnum cannot show (400, see get_cluster) is None: not there."""
         doing = f"reading {kind} {ident!r}"
         resp = self._request("GET", path, doing)
-        if resp.status_code == 400 and being_created:
+        if resp.status_code == 400 and in_flux:
             return None
         if resp.status_code == 409:
             uuids = sorted(item["uuid"] for item in listing() if item.get("name") == ident)
@@ -279,13 +279,15 @@ class MagnumApi:
 
     # -- clusters --------------------------------------------------------------------------
 
-    def get_cluster(self, ident: str, being_created: bool = False) -> Json | None:
-        """The cluster record; None when there is none. Right after a create Magnum's conductor writes the
-        cluster row before its default node groups (magnum/conductor/handlers/cluster_conductor.py
-        cluster_create), and a GET in between fails the API type's own check (master_count 0 below its
-        minimum 1: HTTP 400); `being_created` takes that for "not visible yet"."""
+    def get_cluster(self, ident: str, in_flux: bool = False) -> Json | None:
+        """The cluster record; None when there is none. A cluster without node groups fails the API type's own
+        check (master_count 0 below its minimum 1: HTTP 400), which happens twice: right after a create,
+        Magnum's conductor writes the cluster row before its default node groups
+        (magnum/conductor/handlers/cluster_conductor.py cluster_create); at the end of a delete, its periodic job
+        destroys the node groups one by one, then the cluster (magnum/service/periodic.py, DELETE_COMPLETE).
+        `in_flux` (a create or delete gpuctl waits for) takes that for "not there": not visible yet, or gone."""
         return self._get_named(f"/clusters/{quote(ident, safe='')}", ident, "cluster", self.list_clusters, "",
-                               being_created)
+                               in_flux)
 
     def list_clusters(self) -> list[Json]:
         return self._call("GET", "/clusters", "listing clusters")["clusters"]

@@ -133,7 +133,7 @@ class MagnumProvider:
 
     def ensure_cluster(self, name: str) -> Change:
         cluster = self.api.get_cluster(name) or self._accepted(
-            "cluster", name, lambda uuid: self.api.get_cluster(uuid, being_created=True))
+            "cluster", name, lambda uuid: self.api.get_cluster(uuid, in_flux=True))
         if cluster is not None:  # adopt it, once any operation in progress has finished
             if cluster["status"] not in USABLE:
                 self._wait_cluster(cluster["uuid"], name, USABLE)
@@ -167,7 +167,8 @@ class MagnumProvider:
     def _wait_cluster(self, uuid: str, name: str, goal: tuple[str, ...] | None, before: Json | None = None,
                       created: bool = False) -> Json | None:
         try:
-            return wait_for_status(lambda: self.api.get_cluster(uuid, being_created=created),
+            # created: a 400 is a record not visible yet; deleted (goal None): one whose node groups Magnum destroyed
+            return wait_for_status(lambda: self.api.get_cluster(uuid, in_flux=created or goal is None),
                                    f"Magnum cluster {name!r}", goal,
                                    CLUSTER_TIMEOUT_S, self._cluster_cleanup(name), before, created)
         finally:
