@@ -17,9 +17,14 @@ wait that looks at the rollout alone passes on the state before the change. How 
   devicePlugin.env entry on the main container (setContainerEnv), MIG_STRATEGY from mig.strategy when set
   (applyMIGConfiguration), and with devicePlugin.config.name CONFIG_FILE on the main container and
   DEFAULT_CONFIG=config.default on the config-manager containers (handleDevicePluginConfig,
-  transformConfigManagerInitContainer/SidecarContainer), which it removes without one.
+  transformConfigManagerInitContainer/SidecarContainer), which it removes without one;
+- applyCommonDaemonsetConfig, for every operand: the pod template's tolerations replaced by
+  daemonsets.tolerations where that list is not empty (gpuctl's values list the node groups' GPU taints there,
+  so a group's new taint is such a change).
 So the template is read for those fields: what of the ClusterPolicy it does not carry yet (pure, on the
-objects as the API returns them).
+objects as the API returns them). Tolerations are read for containment, each of the ClusterPolicy's in the
+template: a toleration dropped from the ClusterPolicy is not told apart from one a platform adds to the
+template (the sim's operand pods tolerate its own startup taint besides).
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ def image_path(plugin: dict[str, Any]) -> str | None:
     if not (repository and image and version):
         return None  # the operator refuses it (imagePath); the rollout check names what follows
     return f"{repository}/{image}{'@' if version.startswith('sha256:') else ':'}{version}"
+
+
+def _toleration(entry: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A toleration as a comparable value: its fields that are set (the API leaves unset ones out)."""
+    return tuple(sorted((k, str(v)) for k, v in entry.items() if v not in (None, "")))
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    value = f"={entry['value']}" if entry.get("value") else ""
+    return f"{entry.get('key') or '*'}{value}:{entry.get('effect') or '*'}"
 
 
 def policy_not_carried(policy_spec: dict[str, Any], daemon_set: dict[str, Any]) -> list[str]:
@@ -82,4 +97,7 @@ def policy_not_carried(policy_spec: dict[str, Any], daemon_set: dict[str, Any]) 
             wrong.append(f"DEFAULT_CONFIG={default}, not {', '.join(sorted(defaults)) or '(unset)'}")
     elif "CONFIG_FILE" in env:
         wrong.append("no plugin config, not one from a ConfigMap")
+    carried = {_toleration(t) for t in pod.get("tolerations") or []}
+    wrong += [f"toleration {_describe(t)}, not there" for t in (policy_spec.get("daemonsets") or {}).get(
+        "tolerations") or [] if _toleration(t) not in carried]
     return wrong

@@ -34,8 +34,12 @@ def upstream_daemon_set(spec: dict[str, Any]) -> dict[str, Any]:
         init.append({"name": "config-manager-init", "image": image_path(plugin), "env": copy.deepcopy(manager)})
     for entry in plugin.get("env") or []:  # setContainerEnv: replaces a value the asset has
         env[:] = [e for e in env if e["name"] != entry["name"]] + [entry]
+    # applyCommonDaemonsetConfig: daemonsets.tolerations, where given, replace the asset's
+    tolerations = (spec.get("daemonsets") or {}).get("tolerations") or [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     return {"metadata": {"name": "nvidia-device-plugin-daemonset"},
-            "spec": {"template": {"spec": {"initContainers": init, "containers": containers}}}}
+            "spec": {"template": {"spec": {"initContainers": init, "containers": containers,
+                                           "tolerations": copy.deepcopy(tolerations)}}}}
 
 
 def changed(spec: dict[str, Any], **sections: Any) -> dict[str, Any]:
@@ -69,6 +73,17 @@ def test_the_daemon_set_before_the_operator_rewrote_it_is_named_for_what_it_lack
     env = [*HARDENING, {"name": "PASS_DEVICE_SPECS", "value": "false"}]  # a value the asset has, changed
     assert policy_not_carried(changed(SHARED, devicePlugin={**SHARED["devicePlugin"], "env": env}), before) == \
         ["PASS_DEVICE_SPECS=false, not true"]
+
+
+def test_a_toleration_the_cluster_policy_adds_is_awaited_in_the_template() -> None:
+    """A node group's new taint reaches the ClusterPolicy's daemonsets.tolerations; until the operator rewrote the
+    DaemonSet its template lacks it (the sim's template also tolerates its startup taint: containment)."""
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    old = {"key": "dedicated", "operator": "Equal", "value": "old", "effect": "NoSchedule"}
+    tainted = changed(SHARED, daemonsets={"tolerations": [gpu, old]})
+    assert policy_not_carried(tainted, upstream_daemon_set(SHARED)) == ["toleration dedicated=old:NoSchedule, not there"]
+    assert policy_not_carried(tainted, upstream_daemon_set(tainted)) == []
+    assert policy_not_carried(tainted, render_daemon_set(PLUGIN, Policy("cluster-policy", "uid", tainted))) == []
 
 
 def test_a_mig_strategy_given_as_plugin_env_wins_as_in_the_operator() -> None:
