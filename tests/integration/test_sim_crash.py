@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,16 +146,28 @@ def component_started(name: str, component: str) -> Callable[[], bool]:
 
 
 def release_pending(name: str) -> Callable[[], bool]:
-    """A Helm release exists in state pending-install (helm is installing it)."""
+    """A Helm release exists in state pending-install (helm is installing it). Read with an API client, a LIST of
+    a few milliseconds: at the sim's client rates a one-node release is ready within a second, a window a kubectl
+    process per look (hundreds of milliseconds on a loaded machine) could miss."""
+    from kubernetes import client, config
+
     kubeconfig = KwokCluster(name).kubeconfig_path
-    kubectl = str(find_tool("kubectl"))
+    api: list[Any] = []
 
     def ready() -> bool:
-        if not kubeconfig.exists():
+        if not api:
+            if not kubeconfig.exists():
+                return False
+            try:
+                api.append(client.CoreV1Api(config.new_client_from_config(str(kubeconfig))))
+            except Exception:  # noqa: BLE001 - written in place by kwokctl: not whole yet
+                return False
+        try:
+            found = api[0].list_secret_for_all_namespaces(label_selector="owner=helm,status=pending-install",
+                                                          _request_timeout=5, _preload_content=False)
+        except Exception:  # noqa: BLE001 - the API server is not up yet
             return False
-        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", "secrets", "-A", "-o", "name",
-                              "-l", "owner=helm,status=pending-install"], capture_output=True, text=True, timeout=30)
-        return bool(out.stdout.strip())
+        return bool(json.loads(found.data)["items"])
 
     return ready
 
