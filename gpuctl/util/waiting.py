@@ -77,6 +77,12 @@ def moved(before: dict[str, int] | None, now: dict[str, int]) -> bool:
     return before is not None and any(value > before[label] for label, value in now.items() if label in before)
 
 
+def pause_after(look_s: float, poll: float = POLL_S) -> float:
+    """The pause after a look that took `look_s`: `poll`, or as long as the look when that is longer, so that
+    looking at 1,000 nodes takes at most half of a CPU the cluster needs too."""
+    return max(poll, look_s)
+
+
 def wait_until(what: str, look: Callable[[], Look], hint: str, *, stall: float = STALL_S,
                timeout: float | None = None, every: float | None = None, poll: float = POLL_S,
                clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None) -> Look:
@@ -110,4 +116,4 @@ def wait_until(what: str, look: Callable[[], Look], hint: str, *, stall: float =
                 line += f" (no progress for {quiet:.0f}s of {stall:.0f}s)"
             wait.update(line)
             ends = last_move + stall if limit is None else min(last_move + stall, started + limit)
-            sleep(min(max(poll, now - began), ends - now))  # never past the moment the wait would end
+            sleep(min(pause_after(now - began, poll), ends - now))  # never past the moment the wait would end

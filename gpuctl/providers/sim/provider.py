@@ -42,6 +42,7 @@ from gpuctl.tools.pins import KUBERNETES_VERSION
 from gpuctl.util.errors import ClusterError, GpuctlError, NotFound, UsageError, WaitTimeout
 from gpuctl.util.files import write_atomic
 from gpuctl.util.output import info
+from gpuctl.util.waiting import pause_after
 from gpuctl.util.words import plural
 
 log = logging.getLogger(__name__)
@@ -399,8 +400,7 @@ class SimProvider:
             if now > deadline:
                 raise WaitTimeout(f"nodes not Ready after {NODES_READY_TIMEOUT_S:.0f}s: {', '.join(not_ready)}",
                                   "check the kwok-controller log of the sim cluster")
-            # never shorter than the look: listing 1,000 nodes four times a second costs the CPUs kwok needs
-            time.sleep(max(0.25, time.monotonic() - looked))
+            time.sleep(pause_after(time.monotonic() - looked, 0.25))
 
     def _describe(self, cluster: str, group: str, nodes: list[KubeObject]) -> NodeGroupInfo:
         labels = nodes[0].labels
