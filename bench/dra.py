@@ -185,16 +185,15 @@ def prepare(client: Any, side: Side, nodes: list[str], gpus: int, classes: list[
             resource.patch_device_class(dc["metadata"]["name"], dc, field_manager="gpuctl", force=True,
                                         _content_type=APPLY_PATCH)
         support.publish_dra_slices(client)
+        slices = json.loads(resource.list_resource_slice(_preload_content=False).data)["items"]
+        if {s["spec"]["nodeName"] for s in slices} != set(nodes):
+            sys.exit("bench.dra: the ResourceSlices do not cover the GPU nodes")
     if side.claims:
         resource.create_namespaced_resource_claim_template(NS, {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": TEMPLATE, "namespace": NS},
             "spec": {"spec": {"devices": {"requests": [support.one_gpu_request("gpu")]}}}})
-    if side.dra:
-        slices = json.loads(resource.list_resource_slice(_preload_content=False).data)["items"]
-        if {s["spec"]["nodeName"] for s in slices} != set(nodes):
-            sys.exit("bench.dra: the ResourceSlices do not cover the GPU nodes")
-    else:
+    if not side.dra:  # the device plugin's way: the nodes advertise the extended resource
         status = {"status": {"capacity": {EXTENDED: str(gpus)}, "allocatable": {EXTENDED: str(gpus)}}}
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(lambda n: v1.patch_node_status(n, status, _content_type=MERGE_PATCH,
@@ -255,7 +254,7 @@ def run_side(side: Side, args: argparse.Namespace, classes: list[dict[str, Any]]
         v1, resource = CoreV1Api(client), ResourceV1Api(client)
         prepare(client, side, nodes, args.gpus_per_node, classes, args.workers)
         warm_up(client, side, tolerations)
-        log(f"{name}: sim cluster, {args.nodes} GPU nodes, {'DRA' if dra else EXTENDED} ready in "
+        log(f"{name}: sim cluster, {args.nodes} GPU nodes, {side.label} ready in "
             f"{time.perf_counter() - started:.1f}s; creating {args.pods} pods")
 
         names = [f"gpu-{i:04d}" for i in range(args.pods)]
