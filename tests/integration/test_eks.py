@@ -78,8 +78,9 @@ def eks(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
 
 def test_create_runs_the_whole_flow_and_validates(eks: Eks) -> None:
     steps = {s["step"]: s["outcome"] for s in eks.first["steps"]}
-    assert list(steps) == ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "enable-node-repair",
-                           "apply-karpenter-nodepool", "configure-nodes/gpu", "write-gpu-config", "install-nfd", "install-gpu-operator",
+    assert list(steps) == ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "write-gpu-config",
+                           "enable-node-repair", "apply-karpenter-nodepool", "configure-nodes/gpu", "install-nfd",
+                           "install-gpu-operator",
                            "restart-device-plugin", "wait-capacity/gpu", "validate/gpu"]
     assert steps["ensure-cluster"] == steps["ensure-nodegroup/gpu"] == steps["apply-karpenter-nodepool"] == "created"
     assert steps["enable-node-repair"] == "created"  # the add-on (and the group's repair: moto drops it at create)

@@ -33,8 +33,8 @@ def stack(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
 def test_full_flow_steps_and_capacity(stack: dict[str, str]) -> None:
     result = json.loads(stack["FIRST_RUN"])
     steps = [s["step"] for s in result["steps"]]
-    assert steps == ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "configure-nodes/gpu",
-                     "write-gpu-config", "install-nfd", "install-gpu-operator", "restart-device-plugin",
+    assert steps == ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "write-gpu-config",
+                     "configure-nodes/gpu", "install-nfd", "install-gpu-operator", "restart-device-plugin",
                      "wait-capacity/gpu", "validate/gpu"]
     assert {c["check"]: c["ok"] for c in result["checks"]} == {"node-config": True, "capacity": True,
                                                                "device-plugin": True, "smoke-test": True,

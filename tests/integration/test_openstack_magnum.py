@@ -77,8 +77,8 @@ def nodegroup(bed: OpenStackBed, cluster: str, name: str) -> dict[str, Any]:
     return resp.json()
 
 
-STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "check-auto-healing", "configure-nodes/gpu",
-         "write-gpu-config",
+STEPS = ["ensure-cluster", "ensure-nodegroup/gpu", "write-kubeconfig", "write-gpu-config", "check-auto-healing",
+         "configure-nodes/gpu",
          "install-nfd", "install-gpu-operator", "restart-device-plugin", "wait-capacity/gpu", "validate/gpu"]
 
 

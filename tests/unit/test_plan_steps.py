@@ -81,7 +81,7 @@ def test_the_order_of_apply() -> None:
     spec = to_platform(*load_spec(TESTS / "specs" / "good.yaml"))
     assert _names(spec, unreached) == [
         "ensure-cluster", "ensure-nodegroup/inference", "ensure-nodegroup/training", "write-kubeconfig",
-        "configure-nodes/inference", "configure-nodes/training", "write-gpu-config", "install-nfd",
+        "write-gpu-config", "configure-nodes/inference", "configure-nodes/training", "install-nfd",
         "install-gpu-operator", "restart-device-plugin", "apply-mig/training", "wait-capacity/inference",
         "wait-capacity/training", "ensure-gpu-tolerations", "ensure-tenant/team-a", "ensure-tenant/team-b",
         "validate/inference",
@@ -97,7 +97,8 @@ def test_an_eks_spec_lists_its_karpenter_step_and_the_rest_without_a_cloud_call(
     names = _names(spec, unreached)
     assert names == _names(spec, _fresh)
     assert names[names.index("write-kubeconfig") + 1:] == [
-        "enable-node-repair", "apply-karpenter-nodepool", "configure-nodes/g", "write-gpu-config", "install-nfd", "install-gpu-operator",
+        "write-gpu-config", "enable-node-repair", "apply-karpenter-nodepool", "configure-nodes/g", "install-nfd",
+        "install-gpu-operator",
         "install-dra-driver", "apply-mig-device-classes", "restart-device-plugin", "wait-capacity/g", "ensure-gpu-tolerations", "install-kueue",
         "ensure-tenant/team",
         "validate/g"]

@@ -1,5 +1,5 @@
 """The one list of steps of `apply -f`, which `plan` observes and `apply` acts on (eksctl's task tree with
-its plan mode): node groups -> kubeconfig -> taints, labels and sharing -> GPU config -> NFD + GPU Operator
+its plan mode): node groups -> kubeconfig -> GPU config -> taints, labels and sharing -> NFD + GPU Operator
 -> device-plugin restart when its config changed -> MIG layouts -> capacity -> tenants -> smoke test.
 
 The list comes in two parts, and the flow (ops.platform.apply, ops.platform.plan) reads the cluster between
@@ -83,11 +83,13 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     cluster not reached, each is listed from the spec alone and observed as cluster.absent says."""
     spec, client = cluster.spec, cluster.client
     namespace, stack = cluster.stack_plan.namespace, spec.stack
-    steps = list(provider.cluster_steps(spec, client))
+    # the configs before any label names them (the nodes', a Karpenter NodePool template's): the device plugin's
+    # config-manager exits on a label naming a key its ConfigMap lacks (k8s-device-plugin
+    # cmd/config-manager/main.go updateConfigName, "specified config %v does not exist"); keys are only added
+    write_config, restart_plugin = gpu_config_steps(client, spec, namespace)
+    steps = [write_config, *provider.cluster_steps(spec, client)]
     for group in spec.groups:
         steps.append(nodes_step(client, cluster.selectors[group.spec.name], group))
-    write_config, restart_plugin = gpu_config_steps(client, spec, namespace)
-    steps.append(write_config)
     steps.extend(stack_steps(cluster))
     steps.append(restart_plugin)
     steps.extend(dra_move_steps(cluster))  # one node group at a time, in spec order, before the next
