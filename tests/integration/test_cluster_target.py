@@ -93,10 +93,10 @@ def env(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture(scope="module")
 def interrupted(env: dict[str, str]) -> Interrupted:
-    """`gpuctl --context ux-ctx cluster create ...` stopped by Ctrl-C once it has written its GPU config: in
-    install-nfd (a Helm install), when the cluster exists and runs and the GPU stack is what is missing; and
+    """`gpuctl --context ux-ctx cluster create ...` stopped by Ctrl-C once it has written its GPU config and
+    labelled the nodes: in install-nfd (a Helm install), when the cluster exists and runs and the GPU stack is what is missing; and
     re-run."""
-    code, stderr = interrupt_after(CREATE, env, "write-gpu-config")
+    code, stderr = interrupt_after(CREATE, env, "configure-nodes/gpu")
     after = listed(env)
     rerun = run_gpuctl("-o", "json", *CREATE, env=env, timeout=600)
     return Interrupted(code, stderr, after, rerun, listed(env))
@@ -105,18 +105,19 @@ def interrupted(env: dict[str, str]) -> Interrupted:
 def test_ctrl_c_names_the_step_and_the_cluster_stays_incomplete_until_a_rerun(interrupted: Interrupted) -> None:
     assert interrupted.code == 130, interrupted.stderr
     last = interrupted.stderr.strip().splitlines()[-1]
-    print(f"\nCtrl-C after write-gpu-config: {last}")
+    print(f"\nCtrl-C after configure-nodes/gpu: {last}")
     match = INTERRUPTED.match(last)
     assert match, interrupted.stderr
     done = [m.group(1) for line in interrupted.stderr.splitlines() if (m := STEP_LINE.match(line.strip()))]
-    assert done[-1] == "write-gpu-config" and "Traceback" not in interrupted.stderr
+    assert done[-1] == "configure-nodes/gpu" and "Traceback" not in interrupted.stderr
     # Ctrl-C comes as the line is read: the run is still printing it, or already in the next step.
-    assert (match.group(1), match.group(2)) in {("after", "write-gpu-config"), ("in", "install-nfd")}, \
+    assert (match.group(1), match.group(2)) in {("after", "configure-nodes/gpu"), ("in", "install-nfd")}, \
         interrupted.stderr
     assert interrupted.listed_after == "incomplete"  # its control plane runs: the platform on it is unfinished
     assert interrupted.rerun.returncode == 0, interrupted.rerun.stderr
     steps = {s["step"]: s["outcome"] for s in json.loads(interrupted.rerun.stdout)["steps"]}
-    assert steps["ensure-cluster"] == steps["write-kubeconfig"] == steps["write-gpu-config"] == "no change"  # resumed
+    assert steps["ensure-cluster"] == steps["write-kubeconfig"] == steps["write-gpu-config"] == \
+        steps["configure-nodes/gpu"] == "no change"  # resumed
     assert interrupted.listed_rerun == "running"
 
 
