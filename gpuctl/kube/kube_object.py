@@ -72,6 +72,18 @@ class KubeObject(dict[str, Any]):
             value = value[key]
         return value
 
+    def matches(self, selector: str) -> bool:
+        """True when the labels satisfy `selector`, an equality-based label selector ("app=x,tier=y"): the
+        filter a LIST with labelSelector applies, for objects read from a cache (kube/informer.py)."""
+        labels = self.labels
+        for term in filter(None, selector.split(",")):
+            key, sep, value = term.partition("=")
+            if not sep or "!" in key:
+                raise ValueError(f"not an equality-based label selector: {selector!r}")
+            if labels.get(key.strip()) != value.strip():
+                return False
+        return True
+
     def condition(self, kind: str) -> dict[str, Any] | None:
         """The status condition of this type ("Ready", "QuotaReserved"), or None."""
         return next((c for c in self.status.get("conditions") or () if c.get("type") == kind), None)

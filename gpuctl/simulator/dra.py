@@ -384,15 +384,14 @@ def running_plugins(pods: Iterable[KubeObject]) -> dict[str, str]:
     return running
 
 
-def sync_plugin_slices(kube: Kube) -> Change:
-    """The DRA driver's kubelet plugin on every node, played: where a pod of its DaemonSet runs (any
-    namespace, PLUGIN_SELECTOR), the node's slice is published (publish_slices); where one ran and none
-    runs any more, the driver's slices of that node are deleted as the kubelet wipes them. Nodes where no
-    plugin ever ran are left alone. A converged cluster costs three LISTs and no write."""
-    running = running_plugins(kube.list("v1", "Pod", labels=PLUGIN_SELECTOR,
-                                        what="listing the DRA driver's kubelet-plugin pods"))
+def sync_plugin_slices(kube: Kube, nodes: list[KubeObject], running_pods: list[KubeObject]) -> Change:
+    """The DRA driver's kubelet plugin on each of `nodes`, played from the cluster's Running pods: where a pod of
+    its DaemonSet runs (any namespace, PLUGIN_SELECTOR), the node's slice is published (publish_slices); where
+    one ran and none runs any more, the driver's slices of that node are deleted as the kubelet wipes them.
+    Nodes where no plugin ever ran are left alone. A converged cluster costs one LIST (the slices), no write."""
+    running = running_plugins(p for p in running_pods if p.matches(PLUGIN_SELECTOR))
     served, gone = [], []
-    for node in kube.list("v1", "Node", what="listing nodes"):
+    for node in nodes:
         registered = node.annotations.get(PLUGIN_ANNOTATION)
         if node.name in running:
             try:

@@ -88,17 +88,17 @@ def next_record(node: KubeObject, plugin_uid: str, env: Mapping[str, str]) -> di
     return {"plugin": plugin_uid, "taints": dict(sorted(taints.items()))}
 
 
-def sync_device_taints(kube: Kube) -> None:
-    """One pass of every running kubelet plugin's health monitor: its node's taint record made current (a write
-    only where it changed). dra.render_node_slice puts the recorded taints on the slice's devices."""
-    pods = [p for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR, what="listing the DRA kubelet-plugin pods")
-            if p.spec.get("nodeName") and p.status.get("phase") == "Running" and not p.deleting]
+def sync_device_taints(kube: Kube, nodes: list[KubeObject], running_pods: list[KubeObject]) -> None:
+    """One pass of every running kubelet plugin's health monitor (of the cluster's Running pods): its node's
+    taint record made current (a write only where it changed). dra.render_node_slice puts the recorded taints on
+    the slice's devices."""
+    pods = [p for p in running_pods if p.matches(PLUGIN_SELECTOR) and p.spec.get("nodeName") and not p.deleting]
     by_node: dict[str, KubeObject] = {}
     for pod in pods:
         by_node.setdefault(pod.spec["nodeName"], pod)
     if not by_node:
         return
-    for node in kube.list("v1", "Node", what="listing nodes"):
+    for node in nodes:
         if node.name not in by_node:
             continue
         pod = by_node[node.name]

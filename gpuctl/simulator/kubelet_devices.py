@@ -117,13 +117,12 @@ def device_write(node: KubeObject, plugin_running: bool, served_key: str, now: d
     return DeviceWrite(notes, zero_capacity, zero_allocatable)
 
 
-def sync_device_health(kube: Kube, served_key: str, now: datetime | None = None, grace_s: float = GRACE_S) -> None:
-    """One pass of every GPU node's kubelet device manager (one LIST of nodes and one of plugin pods)."""
+def sync_device_health(kube: Kube, nodes: list[KubeObject], running_pods: list[KubeObject], served_key: str,
+                       now: datetime | None = None, grace_s: float = GRACE_S) -> None:
+    """One pass of every GPU node's kubelet device manager over `nodes`, given the cluster's Running pods."""
     now = now or datetime.now(timezone.utc)
-    running = {p.spec.get("nodeName") for p in kube.list("v1", "Pod", labels=PLUGIN_SELECTOR,
-                                                         what="listing device-plugin pods")
-               if p.status.get("phase") == "Running" and not p.deleting}
-    for node in kube.list("v1", "Node", what="listing nodes"):
+    running = {p.spec.get("nodeName") for p in running_pods if p.matches(PLUGIN_SELECTOR) and not p.deleting}
+    for node in nodes:
         write = device_write(node, node.name in running, served_key, now, grace_s)
         if write.empty:
             continue

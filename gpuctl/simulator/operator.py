@@ -50,6 +50,7 @@ from typing import Any
 
 from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
+from gpuctl.kube.informer import Informer
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
@@ -91,6 +92,7 @@ from gpuctl.util.errors import UsageError
 log = logging.getLogger("gpuctl.sim.operator")
 
 POLL_S = 1.0
+RUNNING = "status.phase=Running"  # the pods the parts of a pass look at (plugins, CUDA samples)
 LOADED = "sim.gpuctl.dev/device-plugin-loaded"  # what this node's plugin pod loaded, and when
 MIG_APPLIED = "sim.gpuctl.dev/mig-applied"
 MIG_FAILED = "sim.gpuctl.dev/mig-failed"  # the config its MIG manager last failed to apply: not tried again
@@ -110,6 +112,10 @@ KWOK_LOGS = ("kwok.x-k8s.io/v1alpha1", "Logs")  # a container's log, as kwok ser
 class SimOperator:
     def __init__(self, kubeconfig: Path, logs: Path) -> None:
         self.kube = Kube.connect(kubeconfig)
+        # every node and every Running pod, kept by a watch: each part of a pass reads them from memory, where
+        # a LIST per part and pass cost most of the kube-apiserver's and this process's time at 1,000 nodes
+        self.nodes = Informer(self.kube, "v1", "Node").start()
+        self.running_pods = Informer(self.kube, "v1", "Pod", fields=RUNNING).start()
         self.logs = logs
         self.upstreamcheck = find_tool("upstreamcheck")
         self.namespace = NAMESPACE
@@ -145,10 +151,11 @@ class SimOperator:
         or without one), the CUDA runtime. A part that fails is logged and does not hold up the others.
         The kubelets' device managers go first, with or without a ClusterPolicy: a node whose device plugin went
         (or that Karpenter launched with GPUs no plugin registered) stops offering them (kubelet_devices.py)."""
-        self._guarded("kubelet-device-manager", lambda: sync_device_health(self.kube, LOADED))
+        nodes, running = self.nodes.items, self.running_pods.items  # (each part reads what the last one wrote)
+        self._guarded("kubelet-device-manager", lambda: sync_device_health(self.kube, nodes(), running(), LOADED))
         policy = self._guarded("gpu-operator", self._reconcile_operator)
-        self._guarded("dra-device-health", lambda: sync_device_taints(self.kube))
-        self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.kube))
+        self._guarded("dra-device-health", lambda: sync_device_taints(self.kube, nodes(), running()))
+        self._guarded("dra-kubelet-plugin", lambda: sync_plugin_slices(self.kube, nodes(), running()))
         self._guarded("cuda-samples", lambda: self._run_cuda_samples(device_plugin=policy is not None))
 
     @staticmethod
@@ -164,7 +171,7 @@ class SimOperator:
         if policy is None:
             return None
         self.namespace = self.operator_namespace()
-        nodes = [n for n in self.kube.list("v1", "Node", what="listing nodes") if is_gpu_node(n.labels)]
+        nodes = [n for n in self.nodes.items() if is_gpu_node(n.labels)]
         if nodes:  # the operator creates no DaemonSet in a cluster without GPU nodes
             self._ensure_daemon_sets(policy)
         plugin_name, _ = policy.plugin_config
@@ -172,9 +179,9 @@ class SimOperator:
         mig_name, _ = policy.mig_config
         # without a custom ConfigMap the real MIG manager generates configs from the hardware; the sim has none
         mig_text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
-        plugin_pods = {p.spec["nodeName"]: p for p in self.kube.list(
-            "v1", "Pod", self.namespace, labels=f"app={L.DEVICE_PLUGIN_APP}")
-            if p.spec.get("nodeName") and p.status.get("phase") == "Running"}
+        plugin_pods = {p.spec["nodeName"]: p for p in self.running_pods.items()
+                       if p.namespace == self.namespace and p.labels.get("app") == L.DEVICE_PLUGIN_APP
+                       and p.spec.get("nodeName")}
         for node in nodes:
             try:
                 self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_text, plugin_pods.get(node.name))
@@ -444,8 +451,7 @@ class SimOperator:
     def _run_cuda_samples(self, device_plugin: bool) -> None:
         """Finish the CUDA sample pods that got a GPU: from a ResourceClaim allocated on their node (the DRA
         driver prepared it), or, with the GPU Operator (`device_plugin`), from nvidia.com/gpu limits."""
-        # one LIST of a big cluster's running pods each pass, as JSON: the samples are read from it
-        for pod in self.kube.list("v1", "Pod", fields="status.phase=Running", what="listing running pods"):
+        for pod in self.running_pods.items():
             node = pod.spec.get("nodeName")
             if EXIT_CODE in pod.annotations or not node:
                 continue

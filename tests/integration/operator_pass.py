@@ -3,11 +3,12 @@ test waits for where what it proves is that the operator did NOT do something (r
 resource back). A fixed sleep would pass on a machine too slow for the operator to have looked at all.
 
 The operator (gpuctl/simulator/operator.py) reconciles one node after another, pass after pass, in one
-process: it lists the nodes, reads the ClusterPolicy's ConfigMaps, decides each node's labels, annotations
-and allocatable, and writes them in that order, conditional on the node as it read it. Taking away a label
-it owns (nvidia.com/gpu.present, which it puts on every GPU node: operands.node_labels) and seeing it back
-shows a pass that listed the node after the caller's writes; its allocatable is written just after that
-label, so a second round shows a later pass, and with it every write of the first one done.
+process: it reads the nodes (as its watch keeps them: kube/informer.py) and the ClusterPolicy's ConfigMaps,
+decides each node's labels, annotations and allocatable, and writes them in that order, conditional on the
+node as it read it. Taking away a label it owns (nvidia.com/gpu.present, which it puts on every GPU node:
+operands.node_labels) and seeing it back shows a pass that read the node after the caller's writes; its
+allocatable is written just after that label, so a second round shows a later pass, and with it every write of
+the first one done.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """gpuctl.kube.kube.Kube against a real kube-apiserver (the shared sim cluster): every verb, discovery of a custom
-resource, the typed errors and a watch that sees a change made after its list."""
+resource, the typed errors, a watch that sees a change made after its list, and the informer kept by one."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from tests.support.kube import Kube, KubeNotFound
+from tests.support.kube import Informer, Kube, KubeNotFound
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +81,35 @@ def test_watch_sees_what_changes_after_its_list(kube: Kube) -> None:
         break
     else:
         pytest.fail("the watch ended without the ConfigMap made after its list")
+
+
+def test_informer_keeps_what_its_selectors_match(kube: Kube) -> None:
+    """The cache a LIST and then a watch keep: an object made, changed, relabelled out of the selector and
+    deleted after the list is seen as the server says, each within moments."""
+    def cached(name: str) -> dict:
+        return config_map(name) | {"metadata": {"name": name, "namespace": NS, "labels": {"cached": "yes"}}}
+
+    kube.apply(cached("c1"))
+    cache = Informer(kube, "v1", "ConfigMap", NS, labels="cached=yes").start()
+    try:
+        def seen(expected: Callable[[dict[str, Any]], bool], what: str) -> None:
+            deadline = time.monotonic() + 10
+            while not expected(items := {o.name: o for o in cache.items()}):
+                assert time.monotonic() < deadline, f"{what}: the cache holds {sorted(items)}"
+                time.sleep(0.05)
+
+        seen(lambda c: list(c) == ["c1"], "the object listed")
+        kube.apply(cached("c2"))
+        seen(lambda c: sorted(c) == ["c1", "c2"], "an object made after the list")
+        kube.patch("v1", "ConfigMap", "c1", {"data": {"v": "2"}}, NS)
+        seen(lambda c: c["c1"].get("data") == {"v": "2"}, "a change")
+        kube.patch("v1", "ConfigMap", "c2", {"metadata": {"labels": {"cached": None}}}, NS)
+        seen(lambda c: list(c) == ["c1"], "an object the selector no longer matches")
+        kube.delete("v1", "ConfigMap", "c1", NS)
+        seen(lambda c: not c, "a deletion")
+    finally:
+        cache.stop()
+        kube.delete_all("v1", "ConfigMap", NS)
 
 
 def test_dry_run_create_writes_nothing(kube: Kube) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from gpuctl.kube.client import api_client
 from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound
+from gpuctl.kube.informer import Informer
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kubeconfig import write_kubeconfig
 from gpuctl.kube.nodes import list_nodes_json, node_patch
 from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.kube.prometheus import Prometheus
 
-__all__ = ["APPLY_PATCH", "MERGE_PATCH", "Kube", "KubeApiError", "KubeConflict", "KubeNotFound", "Prometheus",
+__all__ = ["APPLY_PATCH", "MERGE_PATCH", "Informer", "Kube", "KubeApiError", "KubeConflict", "KubeNotFound", "Prometheus",
            "api_client", "list_nodes_json", "node_patch", "write_kubeconfig"]
