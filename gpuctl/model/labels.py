@@ -26,6 +26,7 @@ MPS_CAPABLE = "nvidia.com/mps.capable"
 # The MIG manager's config choice and its answer.
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
+MIG_STRATEGY = "nvidia.com/mig.strategy"  # GPU Feature Discovery's: the strategy the device plugin runs with
 # The GPU Operator's per-operand deploy labels on GPU nodes (nvidia.com/gpu.deploy.device-plugin=true ...); the MIG
 # manager sets those of the operands that hold GPUs to this value while it changes the MIG layout, then restores them.
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."

@@ -66,20 +66,34 @@ if TYPE_CHECKING:
     from gpuctl.model.spec import GroupPlan
 
 
-def expected_resources(node: KubeObject, plugin_configs: dict[str, str], mig_configs: dict[str, Any],
+@dataclass(frozen=True)
+class DeviceConfigs:
+    """What the device plugin is configured with, cluster-wide: its sharing configs (key -> config), mig-parted's
+    layouts, and the ClusterPolicy's MIG strategy."""
+    plugin: dict[str, str]
+    mig: dict[str, Any]
+    mig_strategy: str
+
+
+def expected_resources(node: KubeObject, configs: DeviceConfigs,
                        intended: dict[str, str | None] | None = None) -> dict[str, int]:
     """What the device plugin should advertise on `node`, from its labels (with its group's `intended`
     labels over them: a node that lacks its group's configuration is expected to have it all the same) and
-    the operator's ConfigMaps."""
+    the operator's configs."""
     labels = {k: v for k, v in {**node.labels, **(intended or {})}.items() if v is not None}
     gpus = int(labels.get(L.GPU_COUNT, "0"))
     mig_config = labels.get(L.MIG_CONFIG, "")
-    layout = layout_from_counts(mig_config, mig_configs[mig_config]) if mig_config in mig_configs else None
+    layout = layout_from_counts(mig_config, configs.mig[mig_config]) if mig_config in configs.mig else None
     if layout is not None and layout.enabled:
-        strategy = labels.get("nvidia.com/mig.strategy", "single")  # GFD reports the operator's strategy
-        return {k: v for k, v in advertised_resources(layout, gpus, strategy).items() if v}
+        # GFD labels the strategy the plugin runs with, on its own schedule (a minute apart): a node MIG manager
+        # has just answered has none yet, or the one before a change; the ClusterPolicy's is what it will run
+        try:
+            advertised = advertised_resources(layout, gpus, labels.get(L.MIG_STRATEGY) or configs.mig_strategy)
+        except UsageError:  # a label from before the change: the layout needs the strategy the policy sets now
+            advertised = advertised_resources(layout, gpus, configs.mig_strategy)
+        return {k: v for k, v in advertised.items() if v}
     key = labels.get(CONFIG_LABEL)
-    sharing = parse_plugin_config(plugin_configs[key]) if key and key in plugin_configs else NO_SHARING
+    sharing = parse_plugin_config(configs.plugin[key]) if key and key in configs.plugin else NO_SHARING
     return {L.GPU_RESOURCE: gpus * sharing.replicas}
 
 
@@ -207,14 +221,14 @@ def check_device_plugins(kube: Kube, found: tuple[list[str], Rollout | None] | N
                  f"({rollout.ready} pods ready, rolled out)")
 
 
-def read_configs(kube: Kube) -> tuple[dict[str, str], dict[str, Any]]:
+def read_configs(kube: Kube) -> DeviceConfigs:
     """The operator's device-plugin configs and mig-parted configs (in the namespace of the GPU Operator
-    gpuctl configures, which may be another's)."""
+    gpuctl configures, which may be another's), and its ClusterPolicy's MIG strategy."""
     namespace = config_namespace(kube)
     plugin = read_config_map_data(kube, namespace, DEVICE_PLUGIN_CONFIGMAP) or {}
     mig_text = (read_config_map_data(kube, namespace, MIG_CONFIGMAP) or {}).get("config.yaml", "")
     mig = parse_mig_parted_config(mig_text) if mig_text else {}
-    return plugin, mig
+    return DeviceConfigs(plugin, mig, _mig_strategy(kube) if mig else "single")
 
 
 def smoke_resource(nodes: list[KubeObject]) -> str:
@@ -246,18 +260,18 @@ def validate_cluster(kube: Kube, nodegroup: str | None, image: str = SMOKE_IMAGE
         # some groups on DRA, the others on the device plugin: each group checked the way it is served, as
         # apply's validate/<group> steps do; each check named after its group
         return [replace(c, name=f"{c.name}/{g}") for g in groups for c in validate_cluster(kube, g, image, timeout)]
-    plugin, mig = read_configs(kube)
+    configs = read_configs(kube)
     labels = nodes[0].labels
     node_labels = {k: nodegroup for k in NODEGROUP_LABELS if nodegroup and labels.get(k) == nodegroup}
     pin = dict(list(node_labels.items())[:1])
     tolerations = tolerations_of(sorted({node_taint(t) for n in nodes for t in n.spec.get("taints") or []}))
     if dra_serves(kube, nodes):
-        return validate_dra(kube, nodes, mig, image, pin, tolerations, timeout, nodegroup)
+        return validate_dra(kube, nodes, configs.mig, image, pin, tolerations, timeout, nodegroup)
     plans = read_group_plans(kube, config_namespace(kube))
     intended = {n.name: intended_labels(plans[g]) if (g := nodegroup_of(n) or "") in plans else None
                 for n in nodes}
     checks = [check_node_config(nodes, plans),
-              check_capacity(nodes, {n.name: expected_resources(n, plugin, mig, intended[n.name]) for n in nodes}),
+              check_capacity(nodes, {n.name: expected_resources(n, configs, intended[n.name]) for n in nodes}),
               check_device_plugins(kube), check_doctor(kube, nodegroup)]
     checks.append(run_smoke_test(kube, image, smoke_resource(nodes), pin, tolerations, timeout))
     return checks
@@ -320,9 +334,9 @@ def _await_configured(kube: Kube, nodegroup: str, timeout: float) -> None:
     launched runs pods before its device plugin has applied the group's sharing."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        plugin, mig = read_configs(kube)
+        configs = read_configs(kube)
         nodes = gpu_nodes(kube, nodegroup)
-        if check_capacity(nodes, {n.name: expected_resources(n, plugin, mig) for n in nodes}).ok:
+        if check_capacity(nodes, {n.name: expected_resources(n, configs) for n in nodes}).ok:
             return
         time.sleep(0.5)
 

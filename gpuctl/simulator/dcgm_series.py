@@ -27,7 +27,6 @@ from gpuctl.simulator.dra import device_name, gi_profile
 UTILIZATION_ANNOTATION = "sim.gpuctl.dev/gpu-utilization"  # percent of the device it keeps busy, 0-100
 MEMORY_ANNOTATION = "sim.gpuctl.dev/gpu-memory-mib"  # framebuffer MiB its processes hold
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU Feature Discovery's, from the device plugin's sharing config
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ def node_devices(node: str, model: GpuModel, gpus: int, labels: Mapping[str, str
     gpuctl.model.mig.place puts them. `uuid_of(node, index)` and `address_of(index)` are the sim's UUIDs and PCI
     addresses (those its DRA driver publishes)."""
     replicas = max(1, int(number(labels.get(REPLICAS_LABEL), 64)))
-    single = labels.get(MIG_STRATEGY_LABEL) == "single"
+    single = labels.get(L.MIG_STRATEGY) == "single"
     devices = []
     for index in range(gpus):
         uuid, address = uuid_of(node, index), pci_bus_id(address_of(index))

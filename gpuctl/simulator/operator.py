@@ -320,7 +320,7 @@ class SimOperator:
                         product = f"{model.product}-MIG-{made.profiles[0]}"
                 else:
                     resources = {L.GPU_RESOURCE: gpus * sharing.replicas}
-            want_labels["nvidia.com/mig.strategy"] = policy.mig_strategy
+            want_labels[L.MIG_STRATEGY] = policy.mig_strategy
         if not policy.enabled(DEVICE_PLUGIN):
             # DRA mode: no device plugin ever registers here, so the kubelet lists no such resource. A node
             # that lists one, even at 0 (the kubelet leaves 0 where a plugin had registered: Kubernetes

@@ -131,3 +131,27 @@ def test_allocation_must_be_on_the_pods_node_in_the_group() -> None:
         allocation(("gpu.nvidia.com", "a100-0", "gpu-0")), "a100-0", group) or "")
     assert "no device of driver gpu.nvidia.com" in (validate.check_allocation(
         allocation(("net.example.com", "t4-0", "eth-0")), "t4-0", group) or "")
+
+
+# -- what the device plugin should advertise, MIG strategy from GFD's label or the ClusterPolicy --------------------
+
+
+MIXED = parse_layout("3g.20gb-2x2g.10gb", get_gpu("a100-40gb"))
+MIXED_CONFIGS = validate.DeviceConfigs({}, {config_name(MIXED): {"3g.20gb": 1, "2g.10gb": 2}}, "mixed")
+MIXED_RESOURCES = {"nvidia.com/mig-3g.20gb": 1, "nvidia.com/mig-2g.10gb": 2}
+
+
+def test_a_node_gfd_has_not_labelled_yet_is_expected_at_the_cluster_policys_strategy() -> None:
+    """MIG manager answers before GFD labels the strategy (GFD relabels on its own schedule): no label is no
+    strategy, not the operator's default (single, which a mixed layout refuses: exit 2 mid-apply, before)."""
+    fresh = node("a", gpus=1, **label(L.MIG_CONFIG, config_name(MIXED)))
+    assert validate.expected_resources(fresh, MIXED_CONFIGS) == MIXED_RESOURCES
+
+
+def test_a_strategy_label_from_before_the_change_gives_way_to_the_cluster_policys() -> None:
+    stale = node("a", gpus=1, **label(L.MIG_CONFIG, config_name(MIXED)), **label(L.MIG_STRATEGY, "single"))
+    assert validate.expected_resources(stale, MIXED_CONFIGS) == MIXED_RESOURCES
+    single = parse_layout("all-1g.5gb", get_gpu("a100-40gb"))
+    one_profile = node("b", gpus=1, **label(L.MIG_CONFIG, config_name(single)), **label(L.MIG_STRATEGY, "single"))
+    configs = validate.DeviceConfigs({}, {config_name(single): {"1g.5gb": 7}}, "mixed")
+    assert validate.expected_resources(one_profile, configs) == {"nvidia.com/gpu": 7}  # the label: what runs now

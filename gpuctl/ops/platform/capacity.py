@@ -98,10 +98,10 @@ def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
     if not nodes:  # a group Karpenter launches, before its first node: nothing serves or waits yet
         none = "no nodes yet (Karpenter launches them for pending pods)"
         return CapacityState(Check("capacity", True, none), Check("device-plugin", True, none), ())
-    plugin, mig = read_configs(kube)
+    configs = read_configs(kube)
     if found is None:
-        return _dra_check(kube, nodes, mig)
-    expected = {n.name: expected_resources(n, plugin, mig) for n in nodes}
+        return _dra_check(kube, nodes, configs.mig)
+    expected = {n.name: expected_resources(n, configs) for n in nodes}
     counts = [Count("nodes advertise their GPUs", sum(gpu_resources(n) == expected[n.name] for n in nodes),
                     len(nodes))]
     agents = check_device_plugins(kube, found)

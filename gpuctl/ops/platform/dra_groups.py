@@ -140,7 +140,7 @@ def _label(kube: Kube, node: str, labels: dict[str, str | None]) -> None:
 
 
 def _publishes(kube: Kube, node: KubeObject) -> bool:
-    _, mig = read_configs(kube)
+    mig = read_configs(kube).mig
     have = read_node_devices(kube).get(node.name)
     try:
         want = expected_devices(node, mig)
