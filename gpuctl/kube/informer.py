@@ -4,8 +4,8 @@ an error, a lost connection). A reader that looks at the same big list every sec
 thousand nodes a node LIST is megabytes of JSON the kube-apiserver writes and the reader parses, each time.
 
 What a reader gets is as current as the watch: a write shows up a moment after it is answered, as in any
-controller's informer. Writes made from what was read carry the resourceVersion they read, so a stale read
-fails with a conflict and is made again from a newer one."""
+controller's informer. A write that must not rest on a stale read carries the resourceVersion it read, and so
+fails with a conflict instead (the sim's operator writes nodes so, and looks again on its next pass)."""
 
 from __future__ import annotations
 
