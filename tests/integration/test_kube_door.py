@@ -99,6 +99,7 @@ def test_informer_keeps_what_its_selectors_match(kube: Kube) -> None:
                 time.sleep(0.05)
 
         seen(lambda c: list(c) == ["c1"], "the object listed")
+        assert "managedFields" not in cache.items()[0].metadata  # (the server sets them: apply)
         kube.apply(cached("c2"))
         seen(lambda c: sorted(c) == ["c1", "c2"], "an object made after the list")
         kube.patch("v1", "ConfigMap", "c1", {"data": {"v": "2"}}, NS)

@@ -118,3 +118,17 @@ def test_matches_is_the_equality_selector_a_list_applies() -> None:
     assert pod.matches("")
     with pytest.raises(ValueError, match="equality-based"):
         pod.matches("app!=x")
+
+
+def test_objects_are_kept_without_their_managed_fields() -> None:
+    listed, changed = obj("a", 1), obj("b", 2)
+    for made in (listed, changed):
+        made["metadata"]["managedFields"] = [{"manager": "kwok", "operation": "Update"}]
+    api = ScriptedApi([([listed], "1")], [[("ADDED", changed)]])
+    cache = Informer(api, "v1", "ConfigMap").start()  # type: ignore[arg-type]
+    try:
+        assert api.done.wait(10), api.calls
+        assert sorted((o.name, "managedFields" in o.metadata) for o in cache.items()) == [("a", False), ("b", False)]
+    finally:
+        cache.stop()
+        api.release.set()
