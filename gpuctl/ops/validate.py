@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class DeviceConfigs:
     """What the device plugin is configured with, cluster-wide: its sharing configs (key -> config), mig-parted's
-    layouts, and the ClusterPolicy's MIG strategy."""
+    layouts, and the ClusterPolicy's MIG strategy (read only where there are MIG layouts: nothing else needs it)."""
     plugin: dict[str, str]
     mig: dict[str, Any]
     mig_strategy: str

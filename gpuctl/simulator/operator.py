@@ -63,7 +63,7 @@ from gpuctl.simulator.dcgm_series import instance_id
 from gpuctl.simulator.device_plugin import PluginLoad, load_plugin_config
 from gpuctl.simulator.dra import sync_plugin_slices
 from gpuctl.simulator.dra_health import sync_device_taints
-from gpuctl.simulator.kubelet_devices import sync_device_health
+from gpuctl.simulator.kubelet_devices import PLUGIN_SELECTOR, sync_device_health
 from gpuctl.simulator.mig_manager import (
     FAULT_MIG_WEDGE,
     MIG_WEDGED,
@@ -180,8 +180,7 @@ class SimOperator:
         # without a custom ConfigMap the real MIG manager generates configs from the hardware; the sim has none
         mig_text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
         plugin_pods = {p.spec["nodeName"]: p for p in self.running_pods.items()
-                       if p.namespace == self.namespace and p.labels.get("app") == L.DEVICE_PLUGIN_APP
-                       and p.spec.get("nodeName")}
+                       if p.namespace == self.namespace and p.matches(PLUGIN_SELECTOR) and p.spec.get("nodeName")}
         for node in nodes:
             try:
                 self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_text, plugin_pods.get(node.name))
