@@ -77,7 +77,7 @@ def drain_pods(kube: Kube, node: str, grace: float, select: Callable[[KubeObject
             if pod.deleting:
                 continue
             if key not in asked:
-                say(f"{prefix}: node {node}: evicting GPU pod {key} (Eviction API: its PodDisruptionBudget applies)")
+                say(f"{prefix}: node {node}: evicting GPU pod {key} (Eviction API: PodDisruptionBudgets apply)")
                 asked.add(key)
             with requesting(f"evicting pod {key}"):
                 why = evict(kube, pod)

@@ -75,7 +75,7 @@ def manifests(spec: PlatformSpec) -> dict[str, dict[str, Any]]:
         policies = [(15, d) for d in fence_manifests()] + [(16, d) for d in policy_manifests(spec.every_group)]
         for order, doc in policies:
             files[f"{order}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"] = doc
-    dra = spec.stack.dra
+    dra = spec.stack.dra_driver  # a tenant's quota and templates: wherever the driver serves some group
     models = list({g.spec.gpu.name: g.spec.gpu for g in spec.every_group}.values())
     for device_class in [mig_device_class(p) for p in mig_profiles_of(models)] if spec.stack.dra_driver else []:
         files[f"14-deviceclass-{device_class['metadata']['name']}.yaml"] = device_class

@@ -130,7 +130,7 @@ def test_an_xid_79_is_found_drained_and_returned_to_service(cluster: SimCluster)
     assert fixed.returncode == 6, fixed.stderr  # the GPU is still failed: named again, the node now cordoned
     err = fixed.stderr
     assert f"fix: node {faulty}: cordoning it (gpu-failed: GPU 1 XID 79)" in err, err
-    assert err.count("(Eviction API: its PodDisruptionBudget applies)") == 2, err
+    assert err.count("(Eviction API: PodDisruptionBudgets apply)") == 2, err
     assert "refused (Cannot evict pod as it would violate the pod's disruption budget" in err, err
     assert f"fix: node {faulty}: its GPU pods are evicted (2)" in err, err
     assert err.index("cordoning it") < err.index("evicting GPU pod")

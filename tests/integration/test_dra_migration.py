@@ -30,13 +30,16 @@ TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedul
 REPLICAS = {"a": 2, "b": 1}
 MAX_UNAVAILABLE = 1
 TEAM = "team-r"
+QUOTA = "gpuctl-gpu-quota"
+SPEC_TEAM = "team-s"  # in the spec: its quota and claim templates follow the move, as plan says beforehand
 
 
 def spec(path: Path, a_dra: bool) -> Path:
     group_a: dict[str, Any] = {"name": "a", "gpu": "t4", "nodes": 2, "gpusPerNode": 2, **({"dra": True} if a_dra else {})}
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": NAME},
            "spec": {"provider": {"cloud": "sim"},
-                    "nodeGroups": [group_a, {"name": "b", "gpu": "t4", "nodes": 1, "gpusPerNode": 2}]}}
+                    "nodeGroups": [group_a, {"name": "b", "gpu": "t4", "nodes": 1, "gpusPerNode": 2}],
+                    "tenants": [{"name": SPEC_TEAM, "gpus": 1}]}}
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -76,8 +79,8 @@ class Cluster:
         return {g: self.apps.read_namespaced_deployment(f"work-{g}", NAMESPACE).to_dict()["spec"]["template"]
                 for g in REPLICAS}
 
-    def team_templates(self) -> list[str]:
-        found = self.resource.list_namespaced_resource_claim_template(TEAM, _preload_content=False)
+    def team_templates(self, team: str = TEAM) -> list[str]:
+        found = self.resource.list_namespaced_resource_claim_template(team, _preload_content=False)
         return [t["metadata"]["name"] for t in json.loads(found.data)["items"]]
 
     def settled(self) -> bool:
@@ -152,6 +155,8 @@ def extended_claim(cluster: Cluster, pod: dict[str, Any]) -> dict[str, Any] | No
 
 
 def move(cluster: Cluster, path: Path) -> tuple[subprocess.CompletedProcess[str], Watch, dict[str, Any]]:
+    """Apply `path` while Watch looks on; plan beforehand predicted what each step that changes something did."""
+    planned = {name: step["action"] for name, step in plan(cluster, path).items() if step["action"] != "check"}
     before = cluster.templates()
     b_uids = {p["metadata"]["uid"] for p in cluster.pods("b")}
     with Watch(cluster) as watch:
@@ -161,7 +166,9 @@ def move(cluster: Cluster, path: Path) -> tuple[subprocess.CompletedProcess[str]
     assert watch.b_uids == {frozenset(b_uids)}, "group b's pods were replaced"
     assert watch.b_gpus == {("2",)}, f"group b's node stopped advertising its GPUs: {watch.b_gpus}"
     assert min(watch.a_running) >= REPLICAS["a"] - MAX_UNAVAILABLE, watch.a_running
-    return proc, watch, json.loads(proc.stdout)
+    result = json.loads(proc.stdout)
+    assert {s["step"]: s["outcome"] for s in result["steps"] if s["step"] in planned} == planned
+    return proc, watch, result
 
 
 def test_plan_names_the_move_and_what_restarts(cluster: Cluster) -> None:
@@ -195,6 +202,10 @@ def test_apply_moves_group_a_to_dra_and_b_keeps_serving(cluster: Cluster) -> Non
     for node in a_node_objects:  # the device plugin advertises nothing there any more
         assert node["status"]["allocatable"].get("nvidia.com/gpu", "0") == "0"
     assert all(extended_claim(cluster, p) is None for p in running_b)
+    assert outcomes[f"ensure-tenant/{SPEC_TEAM}"] == "updated"  # DRA serves a group: the team's claims too
+    assert cluster.team_templates(SPEC_TEAM) == ["gpu-t4"]
+    quota = cluster.core.read_namespaced_resource_quota(QUOTA, SPEC_TEAM).to_dict()["spec"]["hard"]
+    assert quota["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "1", quota
 
 
 def test_status_and_top_show_each_node_its_own_agent(cluster: Cluster) -> None:
@@ -283,7 +294,11 @@ def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
     assert outcomes["remove-dra-driver"] == "deleted"
     classes = json.loads(cluster.resource.list_device_class(_preload_content=False).data)["items"]
     assert not classes, [c["metadata"]["name"] for c in classes]
-    assert not cluster.team_templates()
+    assert not cluster.team_templates() and not cluster.team_templates(SPEC_TEAM)
+    assert outcomes[f"ensure-tenant/{TEAM}"] == "updated"  # not in the spec, and yet out of DRA mode with it
+    for team in (TEAM, SPEC_TEAM):
+        quota = cluster.core.read_namespaced_resource_quota(QUOTA, team).to_dict()["spec"]["hard"]
+        assert quota["requests.nvidia.com/gpu"] == "1" and not [k for k in quota if "deviceclass" in k], quota
     listed = subprocess.run([str(find_tool("helm")), "list", "-q", "-n", "dra-driver-nvidia-gpu"], env=cluster.env,
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and not listed.stdout.strip(), listed.stdout + listed.stderr
@@ -298,7 +313,9 @@ def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
 
 def test_a_dra_groups_new_nodes_come_up_on_dra(cluster: Cluster) -> None:
     path = spec(cluster.root / "a-dra.yaml", a_dra=True)
-    move(cluster, path)  # forward again, after the rollback
+    _, _, result = move(cluster, path)  # forward again, after the rollback
+    assert {s["step"]: s["outcome"] for s in result["steps"]}[f"ensure-tenant/{TEAM}"] == "updated"
+    assert cluster.team_templates() == ["gpu-t4"]  # the team of `tenant add` claims by template again
     proc = run_gpuctl("nodegroup", "scale", "--cluster", NAME, "--name", "a", "--nodes", "3", env=cluster.env)
     assert proc.returncode == 0, proc.stderr
     new = {n["metadata"]["name"]: n for n in cluster.nodes("a")}["a-2"]

@@ -109,3 +109,20 @@ def test_render_writes_the_driver_release_apply_installs_for_dra_groups() -> Non
     assert releases["dra-driver-nvidia-gpu"].values["kubeletPlugin"]["nodeSelector"] == {L.DRA_GROUP: "true"}
     doc, groups = load_document(spec({**A, "dra": False}, B), capabilities_of)
     assert "dra-driver-nvidia-gpu" not in helm_releases(to_platform(doc, groups, ships_driver=True))
+
+
+def test_render_gives_a_team_what_apply_gives_it_once_dra_serves_a_group() -> None:
+    """Apply's tenant step counts claimed devices and makes claim templates wherever the driver serves a group;
+    render writes the same, and nothing of it where no group is on DRA."""
+    from gpuctl.ops.render import manifests
+
+    team: dict[str, Any] = {"tenants": [{"name": "team-a", "gpus": 2}]}
+    doc, groups = load_document(spec(A, B, **team), capabilities_of)
+    files = manifests(to_platform(doc, groups, ships_driver=True))
+    assert "23-resourceclaimtemplate-team-a-gpu-t4.yaml" in files
+    hard = files["21-quota-team-a.yaml"]["spec"]["hard"]
+    assert hard["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "2" == hard["requests.nvidia.com/gpu"]
+    doc, groups = load_document(spec({**A, "dra": False}, B, **team), capabilities_of)
+    files = manifests(to_platform(doc, groups, ships_driver=True))
+    assert not [f for f in files if "resourceclaimtemplate" in f]
+    assert not [k for k in files["21-quota-team-a.yaml"]["spec"]["hard"] if "deviceclass" in k]

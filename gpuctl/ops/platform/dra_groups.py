@@ -98,11 +98,11 @@ def observe_move(kube: Kube, selector: str, group: str, dra: bool) -> Observed:
                                           f"{'DRA' if dra else 'the device plugin'}")
     drained = f"GPU pods drained respecting PDBs ({pods} now)"
     if dra:
-        what = (f"moves group {group} to DRA: device plugin stops on its {len(moving)} nodes, {drained}, "
+        what = (f"moves group {group} to DRA: device plugin stops on its {plural(len(moving), 'node')}, {drained}, "
                 "DRA kubelet plugin starts")
     else:
-        what = (f"moves group {group} back to the device plugin: DRA kubelet plugin stops on its {len(moving)} "
-                f"nodes, {drained}, device plugin starts")
+        what = (f"moves group {group} back to the device plugin: DRA kubelet plugin stops on its "
+                f"{plural(len(moving), 'node')}, {drained}, device plugin starts")
     return Observed(Change.UPDATED, f"{what}; one node at a time", "\n".join(sorted(moving)[:5]))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Observed
 from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.tenant import Tenant
 from gpuctl.ops.smoke import Check
 from gpuctl.stack.helm import HelmTarget
 from gpuctl.stack.owners import StackPlan
@@ -29,6 +30,8 @@ class Cluster:
     absent: Observed | None = None  # not reached (plan only): what each change step says instead
     unqueued: tuple[str, ...] = ()  # with spec.kueue: tenants on the cluster without Kueue queues yet
     dra_groups_only: bool = False  # gpuctl's DRA driver serves only the groups marked dra: true (dra_groups.py)
+    # tenants not in the spec whose quota is of the other DRA mode than the spec's (tenants.tenants_off_mode)
+    off_mode: tuple[Tenant, ...] = ()
 
 
 @dataclass

@@ -29,7 +29,7 @@ from gpuctl.ops.platform.nodes import nodes_step
 from gpuctl.ops.platform.run import Cluster, Run
 from gpuctl.ops.platform.tenants import queues_step, tenant_step, tolerations_step
 from gpuctl.ops.platform.validation import validation_step
-from gpuctl.ops.tenancy.tenants import check_ownership, unqueued_tenants
+from gpuctl.ops.tenancy.tenants import check_ownership, tenants_off_mode, unqueued_tenants
 from gpuctl.ops.tenancy.tolerations import any_tenant
 from gpuctl.ops.validation_record import read_validated, spec_digest
 from gpuctl.providers.base import Provider
@@ -68,8 +68,10 @@ def read_cluster(spec: PlatformSpec, provider: Provider, client: Kube, helm: Hel
     groups_only = dra_owner is None and not spec.stack.dra and serves_groups_only(client)
     validated = read_validated(client, stack_plan.namespace) == spec_digest(spec)
     unqueued = tuple(unqueued_tenants(client)) if spec.kueue else ()
+    listed = {t.name for t in spec.tenants}
+    off_mode = tuple(t for t in tenants_off_mode(client, spec.stack.dra_driver) if t.name not in listed)
     return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, any_tenant(client), client,
-                   helm, unqueued=unqueued, dra_groups_only=groups_only)
+                   helm, unqueued=unqueued, dra_groups_only=groups_only, off_mode=off_mode)
 
 
 def unreached(spec: PlatformSpec, provider: Provider, absent: Observed = ABSENT) -> Cluster:
@@ -105,9 +107,11 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     if spec.kueue:  # before the tenants: their queues need Kueue's API
         steps.append(kueue_step(provider, cluster))
         listed = {t.name for t in spec.tenants}  # (their own steps give them their queues)
-        steps.extend(queues_step(client, name, stack.dra) for name in cluster.unqueued if name not in listed)
+        steps.extend(queues_step(client, name, stack.dra_driver) for name in cluster.unqueued if name not in listed)
     for index, tenant in enumerate(spec.tenants):
-        steps.append(tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra))
+        steps.append(tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra_driver))
+    for tenant in cluster.off_mode:  # a team of `tenant add`: its quota and claim templates follow the DRA mode
+        steps.append(tenant_step(client, tenant, "--adopt", stack.dra_driver))
     if spec.validate:
         for group in spec.groups:
             steps.append(validation_step(group.spec.name, cluster, run))

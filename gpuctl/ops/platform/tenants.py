@@ -8,12 +8,14 @@ from typing import Any
 import yaml
 
 from gpuctl.kube.errors import requesting
+from gpuctl.kube.gpu_nodes import gpu_nodes
 from gpuctl.kube.kube import Kube
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import GroupPlan
 from gpuctl.model.tenant import Tenant
 from gpuctl.ops.platform.diffs import diff_text, subset
+from gpuctl.ops.tenancy.tenant_claims import claim_templates, claim_templates_differ, models_of
 from gpuctl.ops.tenancy.tenants import (
     BINDING,
     QUOTA,
@@ -70,4 +72,9 @@ def observe_tenant(kube: Kube, wanted: Tenant, dra: bool) -> Observed:
     binding = read("binding") if wanted.group is None else None
     if binding is not None and L.managed_by_gpuctl(binding.labels):  # no group any more: it goes
         return Observed(Change.UPDATED, f"removes RoleBinding {BINDING}", "\n".join(diffs))
+    # the templates of the GPU models on the cluster now, as ensure_tenant reads them when it runs
+    templates = claim_templates(wanted, models_of(gpu_nodes(kube))) if dra else []
+    if claim_templates_differ(kube, wanted.name, templates):
+        names = ", ".join(t["metadata"]["name"] for t in templates) or "none"
+        return Observed(Change.UPDATED, f"ResourceClaimTemplates: {names}", "\n".join(diffs))
     return Observed(action, "", "\n".join(diffs))

@@ -111,20 +111,9 @@ def ensure_claim_templates(kube: Kube, namespace: str, wanted: list[dict[str, An
             raise ClusterError(f"listing the ResourceClaimTemplates of {namespace} failed: resource.k8s.io/v1 "
                                "is not served", "check the cluster's Kubernetes version (DRA is GA since 1.34)")
         return Change.NO_CHANGE
-    names = {t["metadata"]["name"] for t in wanted}
-    applies: list[dict[str, Any]] = []
-    deletes = sorted(n for n, t in existing.items() if n not in names and is_managed(t))
-    for template in wanted:
-        name = template["metadata"]["name"]
-        current = existing.get(name)
-        if current is not None and not is_managed(current):
-            info(f"warning: ResourceClaimTemplate {namespace}/{name} is not gpuctl's: left as it is")
-            continue
-        if current is not None and contains(current, {k: template[k] for k in ("metadata", "spec")}):
-            continue
-        if current is not None and not contains(current["spec"], template["spec"]):
-            deletes.append(name)  # the spec is immutable
-        applies.append(template)
+    applies, deletes, theirs = _changes(existing, wanted)
+    for name in theirs:
+        info(f"warning: ResourceClaimTemplate {namespace}/{name} is not gpuctl's: left as it is")
     for name in deletes:
         kube.delete(API_VERSION, "ResourceClaimTemplate", name, namespace)  # (False: gone already)
     for template in applies:
@@ -134,6 +123,36 @@ def ensure_claim_templates(kube: Kube, namespace: str, wanted: list[dict[str, An
     if not deletes and all(t["metadata"]["name"] not in existing for t in applies):
         return Change.CREATED
     return Change.UPDATED
+
+
+def claim_templates_differ(kube: Kube, namespace: str, wanted: list[dict[str, Any]]) -> bool:
+    """Whether ensure_claim_templates would write (read only, for plan)."""
+    existing = _list(kube, namespace)
+    if existing is None:
+        return bool(wanted)
+    applies, deletes, _ = _changes(existing, wanted)
+    return bool(applies or deletes)
+
+
+def _changes(existing: Mapping[str, KubeObject], wanted: list[dict[str, Any]]
+             ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """The templates to apply, the names to delete first, and the wanted names taken by templates not gpuctl's."""
+    names = {t["metadata"]["name"] for t in wanted}
+    applies: list[dict[str, Any]] = []
+    theirs: list[str] = []
+    deletes = sorted(n for n, t in existing.items() if n not in names and is_managed(t))
+    for template in wanted:
+        name = template["metadata"]["name"]
+        current = existing.get(name)
+        if current is not None and not is_managed(current):
+            theirs.append(name)
+            continue
+        if current is not None and contains(current, {k: template[k] for k in ("metadata", "spec")}):
+            continue
+        if current is not None and not contains(current["spec"], template["spec"]):
+            deletes.append(name)  # the spec is immutable
+        applies.append(template)
+    return applies, deletes, theirs
 
 
 def remove_claim_templates(kube: Kube, namespace: str) -> None:

@@ -27,6 +27,7 @@ from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
 from gpuctl.kube.objects import contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
+from gpuctl.model.dra import GPU_CLASS, quota_key
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant, profile_of
 from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
 from gpuctl.ops.tenancy.fence import ensure_fence, remove_fence, wait_fence_in_force
@@ -292,6 +293,15 @@ def read_tenant(kube: Kube, name: str) -> Tenant | None:
            if (profile := profile_of(key)) is not None and n - borrow > 0}
     return Tenant(name, max(hard.get(L.GPU_RESOURCE, 0) - borrow, 0), mig, groups[0] if groups else None,
                   owner == "adopted", borrow, lend, cohort or DEFAULT_COHORT)
+
+
+def tenants_off_mode(kube: Kube, dra: bool) -> list[Tenant]:
+    """The tenants whose quota counts claimed devices (Tenant.hard) where `dra` says the cluster will serve no
+    device by claim, or the other way round: teams added with `tenant add` before the cluster moved into or out
+    of DRA mode. As the cluster holds them (read_tenant), by name; one LIST of gpuctl's quotas."""
+    quotas = kube.list("v1", "ResourceQuota", fields=f"metadata.name={QUOTA}", what="listing the tenants' quotas")
+    off = sorted(q.namespace or "" for q in quotas if (quota_key(GPU_CLASS) in (q.spec.get("hard") or {})) != dra)
+    return [tenant for name in off if (tenant := read_tenant(kube, name)) is not None]
 
 
 def check_shrink(kube: Kube, before: Tenant, after: Tenant, dra: bool) -> None:
