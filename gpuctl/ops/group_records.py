@@ -24,7 +24,7 @@ from gpuctl.model.spec import GroupPlan, NodeGroupSpec, PlatformSpec, all_taints
 from gpuctl.model.stack_spec import GroupSharing, StackSpec, choose_mig_strategy
 from gpuctl.model.taints import parse_taints
 from gpuctl.stack.existing import config_namespace
-from gpuctl.stack.values import STACK_CONFIGMAP, stack_from_record
+from gpuctl.stack.values import STACK_CONFIGMAP, stack_from_record, stack_record
 from gpuctl.util.errors import UsageError
 
 GROUPS_CONFIGMAP = "gpuctl-node-groups"
@@ -105,9 +105,21 @@ def read_recorded_stack(kube: Kube) -> StackSpec | None:
     return stack_from_record(record["stack.json"]) if "stack.json" in record else None
 
 
-def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> PlatformSpec:
+def forget_dra_group(kube: Kube, name: str) -> Change:
+    """Take node group `name` (deleted) off the recorded stack's DRA groups: a later group of that name comes up
+    under what its own command says, not moved to DRA by a mark its predecessor left."""
+    stack = read_recorded_stack(kube)
+    if stack is None or name not in stack.dra_groups:
+        return Change.NO_CHANGE
+    kept = replace(stack, dra_groups=tuple(g for g in stack.dra_groups if g != name))
+    return ensure_config_map_keys(kube, config_namespace(kube), STACK_CONFIGMAP, {"stack.json": stack_record(kept)})[0]
+
+
+def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan],
+                        recorded_stack: StackSpec | None) -> PlatformSpec:
     """`spec` with the cluster's other recorded node groups: the operator tolerates their taints too, serves
-    gpuctl's configs where any group shares, under one MIG strategy for all (refused when none fits)."""
+    gpuctl's configs where any group shares, under one MIG strategy for all (refused when none fits); and DRA
+    keeps serving those of them it serves (`recorded_stack`'s dra_groups), so its driver stays."""
     others = others_of({g.spec.name for g in spec.groups}, recorded)
     if not others:
         return spec
@@ -115,8 +127,10 @@ def with_cluster_groups(spec: PlatformSpec, recorded: dict[str, GroupPlan]) -> P
     strategy = choose_mig_strategy(spec.stack.mig_strategy, [
         GroupSharing(g.spec.name, g.sharing.strategy, g.mig.profiles if g.mig else ()) for g in every],
         "spec.gpuOperator.migStrategy (--mig-strategy)")
+    on_dra = recorded_stack.dra_groups if recorded_stack is not None and not spec.stack.dra else ()
+    dra_groups = spec.stack.dra_groups + tuple(g.spec.name for g in others if g.spec.name in on_dra)
     stack = replace(spec.stack, taints=all_taints(every), mig_strategy=strategy,
-                    shares_gpus=any(g.sharing.config_key for g in every))
+                    shares_gpus=any(g.sharing.config_key for g in every), dra_groups=dra_groups)
     return replace(spec, stack=stack, others=others)
 
 

@@ -29,6 +29,7 @@ from gpuctl.model.stack_spec import StackSpec
 from gpuctl.model.target import ClusterTarget
 from gpuctl.ops.group_records import (
     GROUPS_CONFIGMAP,
+    forget_dra_group,
     read_recorded_groups,
     read_recorded_stack,
     record_size,
@@ -224,6 +225,8 @@ def configure_recorded_group(client: Kube, selector: str, name: str) -> Change:
 
 
 def forget_recorded_group(client: Kube, name: str) -> Change:
+    """The group's record, and its mark among the recorded stack's DRA groups."""
+    forget_dra_group(client, name)
     return remove_config_map_key(client, config_namespace(client), GROUPS_CONFIGMAP, name)
 
 

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 NAME = "dramove"
 NAMESPACE = "default"
 GROUP = "gpuctl.dev/nodegroup"
+L_DRA = "gpuctl.dev/dra"  # the DRA kubelet plugin selects it
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 REPLICAS = {"a": 2, "b": 1}
 MAX_UNAVAILABLE = 1
@@ -34,11 +35,12 @@ QUOTA = "gpuctl-gpu-quota"
 SPEC_TEAM = "team-s"  # in the spec: its quota and claim templates follow the move, as plan says beforehand
 
 
-def spec(path: Path, a_dra: bool) -> Path:
+def spec(path: Path, a_dra: bool, with_a: bool = True) -> Path:
     group_a: dict[str, Any] = {"name": "a", "gpu": "t4", "nodes": 2, "gpusPerNode": 2, **({"dra": True} if a_dra else {})}
+    groups = [group_a] if with_a else []
     doc = {"apiVersion": "gpuctl.dev/v1alpha1", "kind": "GpuCluster", "metadata": {"name": NAME},
            "spec": {"provider": {"cloud": "sim"},
-                    "nodeGroups": [group_a, {"name": "b", "gpu": "t4", "nodes": 1, "gpusPerNode": 2}],
+                    "nodeGroups": [*groups, {"name": "b", "gpu": "t4", "nodes": 1, "gpusPerNode": 2}],
                     "tenants": [{"name": SPEC_TEAM, "gpus": 1}]}}
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -274,6 +276,14 @@ def test_reapply_with_no_change_writes_nothing(cluster: Cluster) -> None:
     assert {s["outcome"] for s in json.loads(proc.stdout)["steps"]} == {"no change"}, proc.stdout
 
 
+def test_a_spec_without_group_a_leaves_it_on_dra(cluster: Cluster) -> None:
+    """A group the file does not name stays as it is (as its sharing and taints do): DRA keeps serving it."""
+    steps = plan(cluster, spec(cluster.root / "b-only.yaml", a_dra=False, with_a=False))
+    assert "remove-dra-driver" not in steps and "install-dra-driver" in steps
+    changes = {name: s["action"] for name, s in steps.items() if s["action"] not in ("no change", "check")}
+    assert not changes, changes
+
+
 def test_the_old_spec_moves_group_a_back(cluster: Cluster) -> None:
     """...and takes away what the move added: the team's claim templates (a team added while group a was on DRA
     got them), then the driver's release, after the moves; the cluster is out of DRA mode."""
@@ -323,3 +333,18 @@ def test_a_dra_groups_new_nodes_come_up_on_dra(cluster: Cluster) -> None:
     assert new["status"]["allocatable"].get("nvidia.com/gpu", "0") == "0"
     slices = json.loads(cluster.resource.list_resource_slice(_preload_content=False).data)["items"]
     assert [len(s["spec"]["devices"]) for s in slices if s["spec"].get("nodeName") == "a-2"] == [2]
+
+
+def test_a_deleted_dra_groups_name_comes_back_on_the_device_plugin(cluster: Cluster) -> None:
+    """Deleting the group takes its DRA mark off the cluster's record: a new group of the same name, added without
+    one, is served by the device plugin, not moved to DRA."""
+    proc = run_gpuctl("nodegroup", "delete", "--cluster", NAME, "--name", "a", "--yes", env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    stack = json.loads(cluster.core.read_namespaced_config_map("gpuctl-stack", "gpu-operator").data["stack.json"])
+    assert stack["dra_groups"] == [], stack
+    proc = run_gpuctl("nodegroup", "add", "--cluster", NAME, "--name", "a", "--gpu", "t4", "--nodes", "1",
+                      "--gpus-per-node", "2", env=cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    [node] = cluster.nodes("a")
+    assert L_DRA not in node["metadata"]["labels"], node["metadata"]["labels"]
+    assert node["status"]["allocatable"].get("nvidia.com/gpu") == "2"

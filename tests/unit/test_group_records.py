@@ -41,17 +41,30 @@ def test_a_command_about_one_group_keeps_the_others_cluster_wide_settings() -> N
     full = platform(SHARED, TRAINING)
     recorded = {g.spec.name: plan_of(g.spec.name, record_of(g)) for g in full.groups}
     alone = platform({"name": "shared", "gpu": "t4", "nodes": 2})  # no sharing, default taint only
-    widened = with_cluster_groups(alone, recorded)  # type: ignore[arg-type]
+    widened = with_cluster_groups(alone, recorded, full.stack)  # type: ignore[arg-type]
     assert [g.spec.name for g in widened.others] == ["training"]
     assert set(widened.stack.taints) == set(full.stack.taints)  # dedicated=training still tolerated
     assert widened.stack.shares_gpus is False  # the named group no longer shares; training has MIG only
-    assert with_cluster_groups(platform(SHARED), recorded).stack.shares_gpus  # type: ignore[arg-type]
+    assert with_cluster_groups(platform(SHARED), recorded, None).stack.shares_gpus  # type: ignore[arg-type]
+
+
+def test_a_spec_without_a_group_dra_serves_keeps_dra_serving_it() -> None:
+    """A spec file naming only some groups leaves the others as they are: DRA keeps serving a group it serves
+    (and its driver stays), rather than the driver going with the spec's groups' marks."""
+    plain = {k: v for k, v in TRAINING.items() if k != "sharing"}
+    full = platform({"name": "shared", "gpu": "t4", "nodes": 2}, {**plain, "dra": True})
+    assert full.stack.dra_groups == ("training",)
+    recorded = {g.spec.name: plan_of(g.spec.name, record_of(g)) for g in full.groups}
+    alone = with_cluster_groups(platform({"name": "shared", "gpu": "t4", "nodes": 2}), recorded, full.stack)  # type: ignore[arg-type]
+    assert alone.stack.dra_groups == ("training",) and alone.stack.dra_driver
+    assert not alone.stack.by_dra("shared")
+    assert with_cluster_groups(platform(SHARED), recorded, None).stack.dra_groups == ()  # type: ignore[arg-type]
 
 
 def test_no_mig_strategy_fits_every_group_is_refused() -> None:
     recorded = {g.spec.name: g for g in platform(TRAINING).groups}
     with pytest.raises(UsageError, match="migStrategy"):
-        with_cluster_groups(platform(MPS), recorded)
+        with_cluster_groups(platform(MPS), recorded, None)
 
 
 def test_a_node_without_its_groups_sharing_drifts() -> None:

@@ -56,11 +56,10 @@ def read_cluster(spec: PlatformSpec, provider: Provider, client: Kube, helm: Hel
     """Read what the cluster-side steps depend on, and refuse (exit 2) before any write what apply refuses,
     for plan and apply alike: a tenant on another's namespace, a GPU stack gpuctl cannot configure, a DRA
     mode the cluster does not serve."""
-    recorded = read_recorded_groups(client)
+    recorded, recorded_stack = read_recorded_groups(client), read_recorded_stack(client)
     if spec.unstated:  # a command line's: what it left unsaid of a recorded group stays as recorded
-        stack = read_recorded_stack(client)
-        spec = with_recorded(spec, recorded, stack.mig_strategy if stack else None)
-    spec = with_cluster_groups(spec, recorded)
+        spec = with_recorded(spec, recorded, recorded_stack.mig_strategy if recorded_stack else None)
+    spec = with_cluster_groups(spec, recorded, recorded_stack)
     for index, tenant in enumerate(spec.tenants):
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt", kueue_coming=spec.kueue)
     stack_plan = check_single_owners(read_stack(client), spec.stack)
