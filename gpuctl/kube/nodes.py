@@ -7,6 +7,7 @@ A converged cluster therefore costs one read and zero writes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 from gpuctl.kube.errors import requesting
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
+from gpuctl.model import labels as L
 from gpuctl.model.taints import Taint
 
 WORKERS = 16
@@ -26,9 +28,13 @@ class NodeUpdate:
     patched: int  # nodes written
 
 
-def node_patch(node: Mapping[str, Any], labels: dict[str, str | None],
-               taints: tuple[Taint, ...]) -> dict[str, Any] | None:
-    """The merge patch that brings `node` (a Node as JSON) to these labels (None: absent) and taints, or None."""
+def node_patch(node: Mapping[str, Any], labels: dict[str, str | None], taints: tuple[Taint, ...],
+               record: bool = False) -> dict[str, Any] | None:
+    """The merge patch that brings `node` (a Node as JSON) to these labels (None: absent) and taints, or None.
+    `record`: they are the node's group's whole set (configure-nodes): what the node's L.APPLIED annotation says
+    gpuctl set before and the set leaves out is removed too, and the annotation records the set."""
+    applied = _applied(node) if record else {"labels": [], "taints": []}
+    labels = {**{k: None for k in applied["labels"]}, **labels}  # dropped from the set: taken off
     current = node["metadata"].get("labels") or {}
     label_diff = {k: v for k, v in labels.items() if current.get(k) != v}
     patch: dict[str, Any] = {}
@@ -37,12 +43,28 @@ def node_patch(node: Mapping[str, Any], labels: dict[str, str | None],
     existing = [{"key": t["key"], "value": t.get("value") or "", "effect": t["effect"]}
                 for t in (node.get("spec") or {}).get("taints") or []]
     wanted = [t.as_dict() | {"value": t.value} for t in taints]
-    # A taint is identified by key and effect; keep everyone else's, replace ours.
-    merged = [t for t in existing if (t["key"], t["effect"]) not in {(w["key"], w["effect"]) for w in wanted}]
+    # A taint is identified by key and effect; keep everyone else's, replace ours, drop those we set and no longer want.
+    ours = {(w["key"], w["effect"]) for w in wanted} | {tuple(t.split(":", 1)) for t in applied["taints"]}
+    merged = [t for t in existing if (t["key"], t["effect"]) not in ours]
     merged += wanted
     if sorted(map(_taint_key, merged)) != sorted(map(_taint_key, existing)):
         patch["spec"] = {"taints": [{k: v for k, v in t.items() if v} for t in merged]}
+    if record:
+        now = json.dumps({"labels": sorted(k for k, v in labels.items() if v is not None),
+                          "taints": sorted(f"{w['key']}:{w['effect']}" for w in wanted)}, separators=(",", ":"))
+        if ((node["metadata"].get("annotations") or {}).get(L.APPLIED)) != now:
+            patch.setdefault("metadata", {})["annotations"] = {L.APPLIED: now}
     return patch or None
+
+
+def _applied(node: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The labels and taints the node's annotation says its group last set (none where it has none, or one not
+    of gpuctl's shape: nothing is taken off on its word)."""
+    try:
+        found = json.loads((node["metadata"].get("annotations") or {}).get(L.APPLIED) or "{}")
+        return {k: [v for v in found.get(k, []) if isinstance(v, str)] for k in ("labels", "taints")}
+    except (ValueError, AttributeError, TypeError):
+        return {"labels": [], "taints": []}
 
 
 def _taint_key(taint: dict[str, str]) -> tuple[str, str, str]:
@@ -50,9 +72,10 @@ def _taint_key(taint: dict[str, str]) -> tuple[str, str, str]:
 
 
 def patch_nodes(kube: Kube, nodes: Sequence[Mapping[str, Any]], labels: dict[str, str | None],
-                taints: tuple[Taint, ...] = ()) -> NodeUpdate:
-    """Bring `nodes` (as observed, JSON) to these labels and taints: one merge patch per node that differs."""
-    patches = [(n["metadata"]["name"], p) for n in nodes if (p := node_patch(n, labels, taints)) is not None]
+                taints: tuple[Taint, ...] = (), record: bool = False) -> NodeUpdate:
+    """Bring `nodes` (as observed, JSON) to these labels and taints: one merge patch per node that differs
+    (`record`: node_patch's)."""
+    patches = [(n["metadata"]["name"], p) for n in nodes if (p := node_patch(n, labels, taints, record)) is not None]
 
     def send(item: tuple[str, dict[str, Any]]) -> None:
         kube.patch("v1", "Node", item[0], item[1])
@@ -64,8 +87,9 @@ def patch_nodes(kube: Kube, nodes: Sequence[Mapping[str, Any]], labels: dict[str
 
 def converge_nodes(kube: Kube, selector: str, labels: dict[str, str | None],
                    taints: tuple[Taint, ...] = ()) -> NodeUpdate:
-    """patch_nodes over the nodes matching `selector`, observed with one LIST."""
-    return patch_nodes(kube, list_nodes_json(kube, selector), labels, taints)
+    """patch_nodes over the nodes matching `selector`, observed with one LIST: a node group's whole set of labels
+    and taints, recorded on each node (node_patch's `record`)."""
+    return patch_nodes(kube, list_nodes_json(kube, selector), labels, taints, record=True)
 
 
 def list_nodes_json(kube: Kube, selector: str) -> list[KubeObject]:

@@ -39,6 +39,9 @@ DEPLOY_DEVICE_PLUGIN = DEPLOY_PREFIX + "device-plugin"
 # gpuctl's mark of a node whose node group DRA serves while the cluster's other groups keep the device plugin
 # (a group's `dra: true`): the DRA driver's kubelet plugin selects it (values kubeletPlugin.nodeSelector).
 DRA_GROUP = "gpuctl.dev/dra"
+# Annotation on a node: the labels (keys) and taints (key:effect) its group's configure-nodes last set there, as
+# kubectl apply's last-applied-configuration: what the group no longer asks for is taken off, others' are kept.
+APPLIED = "gpuctl.dev/applied"
 # The `app` label (and name) of the GPU Operator's device-plugin DaemonSet and pods.
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 # Written by Node Feature Discovery for NVIDIA's PCI vendor id.

@@ -99,6 +99,8 @@ class RunsKueue(Protocol):
 
     def ensure_kueue(self, cluster: str) -> Change: ...
 
+    def kueue_maps(self, cluster: str, profiles: list[str]) -> bool: ...
+
 
 class RunsMonitoring(Protocol):
     """A provider whose capabilities say monitoring: it runs a Prometheus scraping a DCGM exporter beside the

@@ -45,6 +45,7 @@ import yaml
 
 from gpuctl.kube.errors import KubeNotFound
 from gpuctl.kube.kube import Kube
+from gpuctl.model.change import Change
 from gpuctl.model.dra import API_VERSION
 from gpuctl.model.tenant import profile_of
 from gpuctl.simulator.daemons import Daemon, apply_crds, free_port, wait_ready
@@ -165,13 +166,29 @@ def class_profiles(cluster: str) -> list[str]:
     return sorted(p for c in classes if (p := profile_of(str(c.spec.get("extendedResourceName") or ""))))
 
 
-def ensure_kueue(cluster: str) -> bool:
-    """Kueue on a sim cluster: its CRDs (server-side applied), its manager and its webhook configurations; True
-    if any was missing (or, for the configurations, out of date)."""
+def ensure_kueue(cluster: str) -> Change:
+    """Kueue on a sim cluster: its CRDs (server-side applied), its manager and its webhook configurations.
+    CREATED where the CRDs or the manager were missing; UPDATED where the manager was started again (its config
+    out of date: the DeviceClasses it maps) or the configurations were out of date."""
     missing = apply_crds(cluster, kueue_crds_dir(), "Kueue")
-    running = get_kueue_pid(cluster) is not None
-    _, registered = _run_manager(cluster, READY_TIMEOUT_S)
-    return missing or not running or registered
+    before = get_kueue_pid(cluster)
+    pid, registered = _run_manager(cluster, READY_TIMEOUT_S)
+    if missing or before is None:
+        return Change.CREATED
+    return Change.UPDATED if registered or pid != before else Change.NO_CHANGE
+
+
+def maps_profiles(cluster: str, profiles: Iterable[str]) -> bool:
+    """Whether the cluster's Kueue manager runs, with a config that maps exactly the DeviceClasses of `profiles`
+    (read only: what ensure_kueue would leave as it is, for plan)."""
+    if get_kueue_pid(cluster) is None:
+        return False
+    try:
+        config = yaml.safe_load(_config_path(cluster).read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    mappings = (config.get("resources") or {}).get("deviceClassMappings") if isinstance(config, dict) else None
+    return bool(mappings == manager_config(profiles)["resources"]["deviceClassMappings"])
 
 
 def _health_address(cluster: str) -> str:

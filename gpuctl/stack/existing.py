@@ -29,6 +29,7 @@ from gpuctl.kube.errors import KubeApiError, KubeNotFound
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
+from gpuctl.model.taints import Taint
 from gpuctl.stack.values import MIG_CONFIGMAP, NAMESPACE
 
 RELEASE_ANNOTATION = "meta.helm.sh/release-name"
@@ -281,21 +282,33 @@ def registering(node: dict[str, Any]) -> bool:
     return L.KARPENTER_NODEPOOL in labels and labels.get(KARPENTER_INITIALIZED) != "true"
 
 
-def host_plugin_nodes(nodes: Sequence[dict[str, Any]], plugin_sets: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+def host_plugin_nodes(nodes: Sequence[dict[str, Any]], plugin_sets: Sequence[dict[str, Any]],
+                      tolerated: Sequence[Taint] = ()) -> tuple[str, ...]:
     """Nodes that offer GPUs where no device-plugin DaemonSet can run: a plugin on the host advertises them.
     Offer as the kubelet does: allocatable above 0. A plugin that went away (the GPU Operator's release
     uninstalled, its pod evicted) leaves its GPUs in capacity with allocatable 0, then capacity 0 after 5 minutes
     (Kubernetes pkg/kubelet/cm/devicemanager manager.go PluginDisconnected, GetCapacity; types.go
-    endpointStopGracePeriod): that is no host plugin, and a re-run apply reinstalls the stack."""
-    templates = [((d.get("spec") or {}).get("template") or {}).get("spec") or {} for d in plugin_sets]
+    endpointStopGracePeriod): that is no host plugin, and a re-run apply reinstalls the stack.
+    `tolerated`: the GPU taints the run gives a GPU Operator's DaemonSets (its ClusterPolicy's tolerations), held
+    as tolerated already: a cloud puts a group's new taint on its nodes before the run gets that far (EKS's
+    UpdateNodegroupConfig), and the running plugin pod stays (a DaemonSet keeps its pod past a NoSchedule taint)."""
+    more = [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in tolerated]
+    templates = [_with_tolerations(((d.get("spec") or {}).get("template") or {}).get("spec") or {},
+                                   more if workload_of(d).operated else []) for d in plugin_sets]
     return tuple(sorted(n["metadata"]["name"] for n in nodes
                         if gpu_allocatable(n) and not registering(n) and not any(can_run_on(t, n) for t in templates)))
 
 
+def _with_tolerations(pod_spec: dict[str, Any], more: list[dict[str, str]]) -> dict[str, Any]:
+    return {**pod_spec, "tolerations": [*(pod_spec.get("tolerations") or []), *more]} if more else pod_spec
+
+
 def find_stack(releases: list[HelmRelease], policies: Sequence[dict[str, Any]], deployments: Sequence[dict[str, Any]],
-               daemon_sets: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]]) -> ExistingStack:
+               daemon_sets: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]],
+               tolerated: Sequence[Taint] = ()) -> ExistingStack:
+    """The GPU stack found; `tolerated`: host_plugin_nodes'."""
     plugin_sets = [d for d in daemon_sets if is_device_plugin(d["metadata"]["name"])]
-    host = host_plugin_nodes(nodes, plugin_sets)
+    host = host_plugin_nodes(nodes, plugin_sets, tolerated)
     return ExistingStack(
         operators=find_operators(releases, policies, deployments),
         plugins=tuple(workload_of(d) for d in plugin_sets),
@@ -332,11 +345,12 @@ def read_operators(kube: Kube) -> tuple[Operator, ...]:
     return find_operators(read_releases(kube), read_policies(kube), read_operator_deployments(kube))
 
 
-def read_stack(kube: Kube) -> ExistingStack:
+def read_stack(kube: Kube, tolerated: Sequence[Taint] = ()) -> ExistingStack:
+    """The GPU stack on the cluster; `tolerated`: the GPU taints the run's stack tolerates (host_plugin_nodes)."""
     daemon_sets = kube.list("apps/v1", "DaemonSet", what="listing DaemonSets and nodes")
     nodes = kube.list("v1", "Node", what="listing DaemonSets and nodes")
     return find_stack(read_releases(kube), read_policies(kube), read_operator_deployments(kube),
-                      daemon_sets, nodes)
+                      daemon_sets, nodes, tolerated)
 
 
 def configured_operator(kube: Kube) -> Operator | None:

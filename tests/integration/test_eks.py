@@ -254,6 +254,16 @@ def test_nodegroup_add_scale_delete(eks: Eks) -> None:
     nodes = v1.list_node(label_selector="eks.amazonaws.com/nodegroup=infer").items
     assert [n.metadata.labels["node.kubernetes.io/instance-type"] for n in nodes] == ["g4dn.12xlarge"]
 
+    gpu_taint = ("--taint", "nvidia.com/gpu=true:NoSchedule")  # a command naming taints names them all
+    for taints in ((*gpu_taint, "--taint", "dedicated=infer:NoSchedule"), gpu_taint):
+        again = eks.gpuctl("nodegroup", "add", *where, "--gpu", "t4", "--gpus-per-node", "4", *taints)
+        assert again.returncode == 0, again.stderr
+        group = eks.emulator.client("eks").describe_nodegroup(clusterName="eks1", nodegroupName="infer")["nodegroup"]
+        keys = len(taints) // 2
+        assert [t["key"] for t in group["taints"]] == ["nvidia.com/gpu", "dedicated"][:keys], group["taints"]
+        nodes = v1.list_node(label_selector="eks.amazonaws.com/nodegroup=infer").items
+        assert [sorted(t.key for t in n.spec.taints) for n in nodes] == [["dedicated", "nvidia.com/gpu"][2 - keys:]]
+
     scaled = eks.gpuctl("nodegroup", "scale", *where, "--nodes", "2")
     assert scaled.returncode == 0, scaled.stderr
     assert "node group 'infer': updated" in scaled.stderr

@@ -178,6 +178,20 @@ def test_a_plugin_daemonset_that_cannot_reach_the_node_leaves_it_a_host_plugin()
     assert stack.host_plugin_nodes == ("gpu-0", "gpu-1")
 
 
+def test_a_taint_the_run_tolerates_is_not_held_against_the_operators_plugin() -> None:
+    """EKS puts a group's new taint on its nodes before the run updates the ClusterPolicy's tolerations: a node with
+    the taint the run tolerates is the operator's plugin's, not a host plugin's."""
+    tainted = node("gpu-1", 1, {DEPLOY_PLUGIN: "true"}, [GPU_TAINT, {"key": "dedicated", "value": "ml",
+                                                                      "effect": "NoSchedule"}])
+    def host_nodes(*tolerated: Taint) -> tuple[str, ...]:
+        return find_stack([], [policy()], [operator_deployment("gpu-operator")], [operator_plugin()], [tainted],
+                          tolerated).host_plugin_nodes
+
+    assert host_nodes() == ("gpu-1",)
+    assert host_nodes(Taint("dedicated", "ml", "NoSchedule")) == ()
+    assert host_nodes(Taint("dedicated", "other", "NoSchedule")) == ("gpu-1",)
+
+
 def test_node_affinity_decides_where_a_daemonset_runs() -> None:
     pod = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g4dn.xlarge"]}]},

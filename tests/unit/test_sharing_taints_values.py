@@ -1,3 +1,4 @@
+import json
 from dataclasses import replace
 
 import pytest
@@ -6,6 +7,7 @@ import yaml
 from gpuctl.api import load_document
 from gpuctl.cli.documents import cluster_document
 from gpuctl.kube.nodes import node_patch
+from gpuctl.model import labels as L
 from gpuctl.model.catalog import get_gpu
 from gpuctl.model.charts import chart_ref
 from gpuctl.model.sharing import (
@@ -105,6 +107,30 @@ def test_node_patch_writes_only_differences_and_keeps_other_taints() -> None:
     assert patch is not None
     assert patch["spec"]["taints"] == [
         {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+
+
+def test_a_groups_node_loses_what_the_group_no_longer_sets_and_keeps_the_rest() -> None:
+    """configure-nodes records what it set (L.APPLIED); a later set without a label or taint takes it off, as
+    kubectl apply does with its last-applied configuration; another's taint or label stays."""
+    other = Taint("example.com/maintenance", "yes", "NoExecute")
+    dedicated = Taint("dedicated", "train", "NoSchedule")
+    first = node({"owner": "them"}, [other])
+    patch = node_patch(first, {"workload": "train"}, (*DEFAULT_GPU_TAINTS, dedicated), record=True)
+    assert patch is not None
+    applied = patch["metadata"]["annotations"][L.APPLIED]
+    assert json.loads(applied) == {"labels": ["workload"], "taints": ["dedicated:NoSchedule", "nvidia.com/gpu:NoSchedule"]}
+    now = node({"owner": "them", "workload": "train"}, [other, *DEFAULT_GPU_TAINTS, dedicated])
+    now["metadata"]["annotations"] = {L.APPLIED: applied}
+    assert node_patch(now, {"workload": "train"}, (*DEFAULT_GPU_TAINTS, dedicated), record=True) is None
+    patch = node_patch(now, {}, DEFAULT_GPU_TAINTS, record=True)
+    assert patch is not None
+    assert patch["metadata"]["labels"] == {"workload": None}  # "owner" was never gpuctl's
+    assert patch["spec"]["taints"] == [{"key": "example.com/maintenance", "value": "yes", "effect": "NoExecute"},
+                                       {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    # without the record (another caller's labels, or a node gpuctl never configured) nothing else is taken off
+    assert node_patch(now, {}, DEFAULT_GPU_TAINTS) is None
+    now["metadata"]["annotations"] = {L.APPLIED: "not json"}
+    assert "spec" not in (node_patch(now, {}, DEFAULT_GPU_TAINTS, record=True) or {})
 
 
 def test_operator_values_carry_sharing_mig_and_tolerations() -> None:

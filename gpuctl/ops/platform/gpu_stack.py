@@ -72,12 +72,17 @@ def kueue_step(provider: Provider, cluster: Cluster) -> Step:
     if provider.capabilities.kueue_chart(cluster.spec.kueue):
         return release_step("install-kueue", cluster.helm, lambda: kueue_release(charts, profiles=profiles))
 
-    def observe() -> Observed:
-        served = Queues(kube).installed()
-        return Observed(Change.NO_CHANGE if served else Change.CREATED,
-                        "" if served else "Kueue's CRDs and controller, run by the sim")
+    runs = cast("RunsKueue", provider)
 
-    return Step("install-kueue", observe, lambda: cast("RunsKueue", provider).ensure_kueue(cluster.spec.name))
+    def observe() -> Observed:
+        if not Queues(kube).installed():
+            return Observed(Change.CREATED, "Kueue's CRDs and controller, run by the sim")
+        if not runs.kueue_maps(cluster.spec.name, profiles):
+            mapped = ", ".join(profiles) or "none"
+            return Observed(Change.UPDATED, f"Kueue's controller, started again to map MIG profiles: {mapped}")
+        return Observed(Change.NO_CHANGE)
+
+    return Step("install-kueue", observe, lambda: runs.ensure_kueue(cluster.spec.name))
 
 
 def release_step(name: str, helm: HelmTarget, release: Callable[[], Release]) -> Step:

@@ -21,7 +21,7 @@ def nodes_step(kube: Kube, selector: str, group: GroupPlan) -> Step:
 def observe_nodes(kube: Kube, selector: str, group: GroupPlan) -> Observed:
     found = list_nodes_json(kube, selector)
     labels = {CONFIG_LABEL: group.sharing.config_key, **group.labels}
-    patches = {n["metadata"]["name"]: p for n in found if (p := node_patch(n, labels, group.spec.taints))}
+    patches = {n["metadata"]["name"]: p for n in found if (p := node_patch(n, labels, group.spec.taints, record=True))}
     if not patches:
         return Observed(Change.NO_CHANGE)
     diff = "\n".join(f"{name}: {yaml.safe_dump(p, default_flow_style=True).strip()}"

@@ -29,6 +29,7 @@ from gpuctl.ops.platform.nodes import nodes_step
 from gpuctl.ops.platform.run import Cluster, Run
 from gpuctl.ops.platform.tenants import queues_step, tenant_step, tolerations_step
 from gpuctl.ops.platform.validation import validation_step
+from gpuctl.ops.tenancy.queues import planned_shapes
 from gpuctl.ops.tenancy.tenants import check_ownership, tenants_off_mode, unqueued_tenants
 from gpuctl.ops.tenancy.tolerations import any_tenant
 from gpuctl.ops.validation_record import read_validated, spec_digest
@@ -62,7 +63,7 @@ def read_cluster(spec: PlatformSpec, provider: Provider, client: Kube, helm: Hel
     spec = with_cluster_groups(spec, recorded, recorded_stack)
     for index, tenant in enumerate(spec.tenants):
         check_ownership(client, tenant, f"spec.tenants[{index}].adopt", kueue_coming=spec.kueue)
-    stack_plan = check_single_owners(read_stack(client), spec.stack)
+    stack_plan = check_single_owners(read_stack(client, spec.stack.taints), spec.stack)
     dra_owner = check_dra_mode(client, spec.stack)
     groups_only = dra_owner is None and not spec.stack.dra and serves_groups_only(client)
     validated = read_validated(client, stack_plan.namespace) == spec_digest(spec)
@@ -107,10 +108,12 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
         steps.append(kueue_step(provider, cluster))
         listed = {t.name for t in spec.tenants}  # (their own steps give them their queues)
         steps.extend(queues_step(client, name, stack.dra_driver) for name in cluster.unqueued if name not in listed)
+    # what a team's queues come from, once apply has configured the groups (plan says whether they change)
+    shapes = partial(planned_shapes, client, spec.every_group, stack.mig_strategy) if spec.kueue else None
     for index, tenant in enumerate(spec.tenants):
-        steps.append(tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra_driver))
+        steps.append(tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra_driver, shapes))
     for tenant in cluster.off_mode:  # a team of `tenant add`: its quota and claim templates follow the DRA mode
-        steps.append(tenant_step(client, tenant, "--adopt", stack.dra_driver))
+        steps.append(tenant_step(client, tenant, "--adopt", stack.dra_driver, shapes))
     if spec.validate:
         for group in spec.groups:
             steps.append(validation_step(group.spec.name, cluster, run))

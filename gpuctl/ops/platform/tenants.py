@@ -3,6 +3,7 @@ ensure-tenant/<name> and ensure-queues/<name> (a tenant added before Kueue). Thi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -15,6 +16,7 @@ from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import GroupPlan
 from gpuctl.model.tenant import Tenant
 from gpuctl.ops.platform.diffs import diff_text, subset
+from gpuctl.ops.tenancy.queues import NodeShape, Queues, observe_queues
 from gpuctl.ops.tenancy.tenant_claims import claim_templates, claim_templates_differ, models_of
 from gpuctl.ops.tenancy.tenants import (
     BINDING,
@@ -39,8 +41,10 @@ def tolerations_step(client: Kube, groups: tuple[GroupPlan, ...], tenant: str | 
                 lambda: converge_tolerations(client, with_unrecorded(client, groups), tenant))
 
 
-def tenant_step(client: Kube, tenant: Tenant, adopt_field: str, dra: bool) -> Step:
-    return Step(f"ensure-tenant/{tenant.name}", lambda: observe_tenant(client, tenant, dra),
+def tenant_step(client: Kube, tenant: Tenant, adopt_field: str, dra: bool,
+                kueue: Callable[[], list[NodeShape]] | None = None) -> Step:
+    """`kueue`: the spec runs Kueue, and this gives the GPU nodes' shapes its queues will come from."""
+    return Step(f"ensure-tenant/{tenant.name}", lambda: observe_tenant(client, tenant, dra, kueue),
                 lambda: ensure_tenant(client, tenant, adopt_field=adopt_field))
 
 
@@ -52,7 +56,8 @@ def queues_step(client: Kube, name: str, dra: bool) -> Step:
                 lambda: ensure_tenant_queues(client, name, dra))
 
 
-def observe_tenant(kube: Kube, wanted: Tenant, dra: bool) -> Observed:
+def observe_tenant(kube: Kube, wanted: Tenant, dra: bool,
+                   kueue: Callable[[], list[NodeShape]] | None = None) -> Observed:
     def read(kind: str) -> Any:
         api_version, what, name = {"namespace": ("v1", "Namespace", wanted.name),
                                    "quota": ("v1", "ResourceQuota", QUOTA),
@@ -77,4 +82,7 @@ def observe_tenant(kube: Kube, wanted: Tenant, dra: bool) -> Observed:
     if claim_templates_differ(kube, wanted.name, templates):
         names = ", ".join(t["metadata"]["name"] for t in templates) or "none"
         return Observed(Change.UPDATED, f"ResourceClaimTemplates: {names}", "\n".join(diffs))
+    if kueue is not None and (not Queues(kube).installed() or observe_queues(kube, wanted, kueue(), dra)
+                              is not Change.NO_CHANGE):
+        return Observed(Change.UPDATED, "its Kueue flavors and queues", "\n".join(diffs))
     return Observed(action, "", "\n".join(diffs))

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import KubeNotFound
-from gpuctl.kube.gpu_nodes import gpu_resources
+from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
 from gpuctl.kube.objects import contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import MIG_PROFILES
@@ -114,6 +114,16 @@ def group_shape(plan: GroupPlan, mig_strategy: str) -> NodeShape:
         labels[L.MIG_CONFIG] = config_name(plan.mig)
     resources = frozenset(r for r, n in advertised(plan, mig_strategy).items() if n > 0)
     return NodeShape(labels, resources, frozenset(plan.spec.taints))
+
+
+def planned_shapes(kube: Kube, groups: tuple[GroupPlan, ...], mig_strategy: str) -> list[NodeShape]:
+    """How the GPU nodes will show once apply has configured `groups` (for plan: the queues' flavors come from
+    the nodes, gpuctl.ops.tenancy.tenants ensure_tenant): a group that has nodes now or asks for some as
+    group_shape says, a GPU node of no such group as it is."""
+    nodes = gpu_nodes(kube)
+    present, names = {nodegroup_of(n) for n in nodes}, {g.spec.name for g in groups}
+    return ([group_shape(g, mig_strategy) for g in groups if g.spec.name in present or g.spec.nodes > 0]
+            + [node_shape(n) for n in nodes if nodegroup_of(n) not in names])
 
 
 def flavors_of(nodes: list[KubeObject]) -> list[Flavor]:
@@ -289,7 +299,7 @@ def ensure_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: bool
     return Change.CREATED if created else Change.UPDATED if updated else Change.NO_CHANGE
 
 
-def observe_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: bool = False) -> Change:
+def observe_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject] | list[NodeShape], dra: bool = False) -> Change:
     """What ensure_queues would do, read only."""
     differing = list(_differing(Queues(kube), tenant, nodes, dra))
     if any(current is None for _, current in differing):
@@ -297,7 +307,7 @@ def observe_queues(kube: Kube, tenant: Tenant, nodes: list[KubeObject], dra: boo
     return Change.UPDATED if differing else Change.NO_CHANGE
 
 
-def _differing(queues: Queues, tenant: Tenant, nodes: list[KubeObject],
+def _differing(queues: Queues, tenant: Tenant, nodes: list[KubeObject] | list[NodeShape],
                dra: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(wanted, current or None) of each of the team's Kueue objects gpuctl would write, in order."""
     for doc in queue_manifests(tenant, nodes, dra):

@@ -331,9 +331,13 @@ class EksProvider:
         labels = {k: v for k, v in spec.registration_labels().items() if (current.get("labels") or {}).get(k) != v}
         if labels:
             update["labels"] = {"addOrUpdateLabels": labels}
-        taints = [t for t in map(ng.eks_taint, spec.taints) if t not in (current.get("taints") or [])]
-        if taints:
-            update["taints"] = {"addOrUpdateTaints": taints}
+        wanted, have = list(map(ng.eks_taint, spec.taints)), current.get("taints") or []
+        taints = {"addOrUpdateTaints": [t for t in wanted if t not in have],
+                  # a taint the spec no longer names (by key and effect, as Kubernetes tells taints apart)
+                  "removeTaints": [t for t in have if (t["key"], t["effect"]) not in {(w["key"], w["effect"])
+                                                                                      for w in wanted}]}
+        if taints := {k: v for k, v in taints.items() if v}:
+            update["taints"] = taints
         if not update:
             return Change.NO_CHANGE
         self._update_nodegroup(cluster, spec.name, update)

@@ -33,6 +33,7 @@ from gpuctl.providers.sim.karpenter import karpenter_objects
 from gpuctl.simulator import karpenter as sim_karpenter
 from gpuctl.simulator import kwok as sim_kwok
 from gpuctl.simulator.kueue import ensure_kueue as ensure_sim_kueue
+from gpuctl.simulator.kueue import maps_profiles
 from gpuctl.simulator.kwok import KwokCluster
 from gpuctl.simulator.nodes import SYSTEM_NODE, node_name, render_node, render_system_node
 from gpuctl.simulator.prometheus import ensure_monitoring
@@ -151,8 +152,12 @@ class SimProvider:
 
     def ensure_kueue(self, name: str) -> Change:
         """Kueue on the sim: no chart, its CRDs (generated from Kueue's API types) and its real controller
-        manager run beside the cluster (kueue.py); CREATED if either was missing."""
-        return Change.CREATED if ensure_sim_kueue(name) else Change.NO_CHANGE
+        manager run beside the cluster (kueue.py); CREATED if either was missing, UPDATED if it was restarted."""
+        return ensure_sim_kueue(name)
+
+    def kueue_maps(self, name: str, profiles: list[str]) -> bool:
+        """Whether Kueue runs here mapping exactly the DeviceClasses of these MIG profiles."""
+        return maps_profiles(name, profiles)
 
     def prometheus_url(self, name: str) -> str:
         """The sim's Prometheus, scraping its simulated DCGM exporters (gpuctl.simulator.prometheus), started
