@@ -1,7 +1,8 @@
 """`gpuctl plan` says what `gpuctl apply` then does, edit after edit of one spec file, as a user changes a running
 platform: for every step that is not a check, plan's action is apply's outcome. The edits are those whose effect
 reaches past their own step: a group's taint added and taken away again (the nodes, the GPU Operator's
-tolerations, the tenants' Kueue flavors), Kueue turned on under existing tenants, a group's sharing changed."""
+tolerations, the tenants' Kueue flavors), Kueue turned on under existing tenants, a group's sharing changed, a
+group grown (nodes that plan cannot read yet)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_a_taint_added_then_taken_away_reaches_the_nodes_and_back(edited: Platfo
     assert edited.taints("train-0") == [GPU_TAINT]
 
 
-def test_kueue_under_existing_tenants_and_a_sharing_change_are_foretold(edited: Platform) -> None:
+def test_kueue_under_existing_tenants_a_sharing_change_and_new_nodes_are_foretold(edited: Platform) -> None:
     def kueue(spec: dict[str, Any]) -> None:
         spec["kueue"] = {"enabled": True}
 
@@ -91,8 +92,13 @@ def test_kueue_under_existing_tenants_and_a_sharing_change_are_foretold(edited: 
         spec["nodeGroups"][0]["sharing"] = {"mps": {"replicas": 2}}
         spec["nodeGroups"][1]["sharing"] = {"mig": {"layout": "all-2g.10gb"}}
 
+    def grow(spec: dict[str, Any]) -> None:  # plan cannot read nodes that do not exist yet: it counts them
+        spec["nodeGroups"][0]["nodes"] = 3
+
     queued = edited.edit("kueue", kueue)
     assert queued["ensure-tenant/team-a"] == queued["ensure-tenant/team-b"] == "updated"  # their queues
     shared = edited.edit("mps", mps)
     assert shared["ensure-tenant/team-a"] == "updated"  # its flavor follows the group's sharing
+    grown = edited.edit("grow", grow)
+    assert grown["ensure-nodegroup/inf"] == grown["configure-nodes/inf"] == "updated"
     assert {s for s, o in edited.edit("again", lambda spec: None).items() if o not in ("no change", "passed")} == set()

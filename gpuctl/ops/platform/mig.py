@@ -11,21 +11,26 @@ from gpuctl.kube.nodes import list_nodes_json, patch_nodes
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.mig import MigLayout, config_name
+from gpuctl.ops.platform.run import Run
 from gpuctl.util.errors import ClusterError
 from gpuctl.util.waiting import Count, Look, wait_until
+from gpuctl.util.words import plural
 
 PROGRESS_EVERY_S = 5.0
 
 
-def mig_step(kube: Kube, selector: str, group: str, layout: MigLayout) -> Step:
-    return Step(f"apply-mig/{group}", lambda: observe_mig(kube, selector, layout),
+def mig_step(kube: Kube, selector: str, group: str, layout: MigLayout, run: Run) -> Step:
+    return Step(f"apply-mig/{group}", lambda: observe_mig(kube, selector, group, layout, run),
                 lambda: apply_mig_layout(kube, selector, layout))
 
 
-def observe_mig(kube: Kube, selector: str, layout: MigLayout) -> Observed:
+def observe_mig(kube: Kube, selector: str, group: str, layout: MigLayout, run: Run) -> Observed:
+    """The nodes to point at the layout: those that are not, and those ensure-nodegroup brings (run.joining)."""
     name = config_name(layout)
-    moving = [n["metadata"]["name"] for n in list_nodes_json(kube, selector)
-              if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
+    found = list_nodes_json(kube, selector)
+    moving = [n["metadata"]["name"] for n in found if (n["metadata"].get("labels") or {}).get(L.MIG_CONFIG) != name]
+    if new := run.joining.get(group, 0):
+        moving.append(f"{plural(new, 'new node')} once they join")
     return Observed(Change.UPDATED, f"{name} on {', '.join(moving)}") if moving else Observed(Change.NO_CHANGE)
 
 

@@ -45,6 +45,7 @@ class Run:
     exists: bool = True  # the cluster exists (set by observing ensure-cluster)
     written: Path | None = None  # where write-kubeconfig wrote, and the context it made current
     written_context: str | None = None
+    joining: dict[str, int] = field(default_factory=dict)  # node group -> nodes ensure-nodegroup brings (observed)
 
     def note(self, change: Change) -> None:
         """A step's outcome (apply) or observed action (plan): whether to smoke-test depends on it."""

@@ -91,14 +91,14 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
     write_config, restart_plugin = gpu_config_steps(client, spec, namespace)
     steps = [write_config, *provider.cluster_steps(spec, client)]
     for group in spec.groups:
-        steps.append(nodes_step(client, cluster.selectors[group.spec.name], group))
+        steps.append(nodes_step(client, cluster.selectors[group.spec.name], group, run))
     steps.extend(stack_steps(cluster))
     steps.append(restart_plugin)
     steps.extend(dra_move_steps(cluster))  # one node group at a time, in spec order, before the next
     steps.extend(removal_steps(cluster))  # the driver goes once no group asks for DRA: after the moves
     for group in spec.groups:
         if group.mig is not None:
-            steps.append(mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig))
+            steps.append(mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig, run))
     for group in spec.groups:  # checks: they wait and count, and change nothing
         steps.append(capacity_step(client, cluster.selectors[group.spec.name], group.spec.name,
                                    stack.by_dra(group.spec.name), run))
