@@ -283,7 +283,7 @@ def registering(node: dict[str, Any]) -> bool:
 
 
 def host_plugin_nodes(nodes: Sequence[dict[str, Any]], plugin_sets: Sequence[dict[str, Any]],
-                      tolerated: Sequence[Taint] = ()) -> tuple[str, ...]:
+                      tolerated: Sequence[Taint]) -> tuple[str, ...]:
     """Nodes that offer GPUs where no device-plugin DaemonSet can run: a plugin on the host advertises them.
     Offer as the kubelet does: allocatable above 0. A plugin that went away (the GPU Operator's release
     uninstalled, its pod evicted) leaves its GPUs in capacity with allocatable 0, then capacity 0 after 5 minutes
@@ -345,7 +345,7 @@ def read_operators(kube: Kube) -> tuple[Operator, ...]:
     return find_operators(read_releases(kube), read_policies(kube), read_operator_deployments(kube))
 
 
-def read_stack(kube: Kube, tolerated: Sequence[Taint] = ()) -> ExistingStack:
+def read_stack(kube: Kube, tolerated: Sequence[Taint]) -> ExistingStack:
     """The GPU stack on the cluster; `tolerated`: the GPU taints the run's stack tolerates (host_plugin_nodes)."""
     daemon_sets = kube.list("apps/v1", "DaemonSet", what="listing DaemonSets and nodes")
     nodes = kube.list("v1", "Node", what="listing DaemonSets and nodes")

@@ -42,8 +42,8 @@ def tolerations_step(client: Kube, groups: tuple[GroupPlan, ...], tenant: str | 
 
 
 def tenant_step(client: Kube, tenant: Tenant, adopt_field: str, dra: bool,
-                kueue: Callable[[], list[NodeShape]] | None = None) -> Step:
-    """`kueue`: the spec runs Kueue, and this gives the GPU nodes' shapes its queues will come from."""
+                kueue: Callable[[], list[NodeShape]] | None) -> Step:
+    """`kueue`: where the spec runs Kueue, the GPU nodes' shapes the team's queues will come from (None: no Kueue)."""
     return Step(f"ensure-tenant/{tenant.name}", lambda: observe_tenant(client, tenant, dra, kueue),
                 lambda: ensure_tenant(client, tenant, adopt_field=adopt_field))
 
@@ -56,8 +56,7 @@ def queues_step(client: Kube, name: str, dra: bool) -> Step:
                 lambda: ensure_tenant_queues(client, name, dra))
 
 
-def observe_tenant(kube: Kube, wanted: Tenant, dra: bool,
-                   kueue: Callable[[], list[NodeShape]] | None = None) -> Observed:
+def observe_tenant(kube: Kube, wanted: Tenant, dra: bool, kueue: Callable[[], list[NodeShape]] | None) -> Observed:
     def read(kind: str) -> Any:
         api_version, what, name = {"namespace": ("v1", "Namespace", wanted.name),
                                    "quota": ("v1", "ResourceQuota", QUOTA),
