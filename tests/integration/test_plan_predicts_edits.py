@@ -90,7 +90,7 @@ def test_kueue_under_existing_tenants_a_sharing_change_and_new_nodes_are_foretol
 
     def mps(spec: dict[str, Any]) -> None:  # MPS needs the single MIG strategy: one profile on train
         spec["nodeGroups"][0]["sharing"] = {"mps": {"replicas": 2}}
-        spec["nodeGroups"][1]["sharing"] = {"mig": {"layout": "all-2g.10gb"}}
+        spec["nodeGroups"][1]["sharing"] = {"mig": {"layout": "all-1g.5gb"}}
 
     def grow(spec: dict[str, Any]) -> None:  # plan cannot read nodes that do not exist yet: it counts them
         spec["nodeGroups"][0]["nodes"] = 3
