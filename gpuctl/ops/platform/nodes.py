@@ -31,9 +31,9 @@ def observe_nodes(kube: Kube, selector: str, group: GroupPlan, run: Run) -> Obse
         return Observed(Change.NO_CHANGE)
     diff = "\n".join(f"{name}: {yaml.safe_dump(p, default_flow_style=True).strip()}"
                      for name, p in sorted(patches.items())[:5])
-    what = [f"{len(patches)} of {len(found)} nodes"] if patches else []
-    return Observed(Change.UPDATED, ", ".join([*what, *([f"{plural(new, 'new node')} once they join"] if new else [])]),
-                    diff)
+    what = ([f"{len(patches)} of {len(found)} nodes"] if patches else []) + \
+        ([f"{plural(new, 'new node')} once they join"] if new else [])
+    return Observed(Change.UPDATED, ", ".join(what), diff)
 
 
 def configure_nodes(kube: Kube, selector: str, sharing: Sharing, taints: tuple[Taint, ...],

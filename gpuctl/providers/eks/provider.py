@@ -332,10 +332,9 @@ class EksProvider:
         if labels:
             update["labels"] = {"addOrUpdateLabels": labels}
         wanted, have = list(map(ng.eks_taint, spec.taints)), current.get("taints") or []
+        named = {(w["key"], w["effect"]) for w in wanted}  # Kubernetes tells taints apart by key and effect
         taints = {"addOrUpdateTaints": [t for t in wanted if t not in have],
-                  # a taint the spec no longer names (by key and effect, as Kubernetes tells taints apart)
-                  "removeTaints": [t for t in have if (t["key"], t["effect"]) not in {(w["key"], w["effect"])
-                                                                                      for w in wanted}]}
+                  "removeTaints": [t for t in have if (t["key"], t["effect"]) not in named]}  # no longer named
         if taints := {k: v for k, v in taints.items() if v}:
             update["taints"] = taints
         if not update:
