@@ -23,12 +23,15 @@ wait that looks at the rollout alone passes on the state before the change. How 
   so a group's new taint is such a change).
 So the template is read for those fields: what of the ClusterPolicy it does not carry yet (pure, on the
 objects as the API returns them). Tolerations are read for containment, each of the ClusterPolicy's in the
-template: a toleration dropped from the ClusterPolicy is not told apart from one a platform adds to the
-template (the sim's operand pods tolerate its own startup taint besides).
+template, since a platform may add its own (the sim's operand pods tolerate its startup taint besides); a
+toleration the run dropped is named by the caller, and must be gone from the template once the ClusterPolicy
+lists others without it (the operator then replaces the list). Without that, the DaemonSet before the rewrite
+passes for the new one, and its pods restart under the wait's feet, their nodes advertising no GPU meanwhile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAIN_CONTAINER = "nvidia-device-plugin"  # assets/state-device-plugin/0500_daemonset.yaml
@@ -49,19 +52,21 @@ def image_path(plugin: dict[str, Any]) -> str | None:
     return f"{repository}/{image}{'@' if version.startswith('sha256:') else ':'}{version}"
 
 
-def _toleration(entry: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+def _toleration(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """A toleration as a comparable value: its fields that are set (the API leaves unset ones out)."""
     return tuple(sorted((k, str(v)) for k, v in entry.items() if v not in (None, "")))
 
 
-def _describe(entry: dict[str, Any]) -> str:
+def _describe(entry: Mapping[str, Any]) -> str:
     value = f"={entry['value']}" if entry.get("value") else ""
     return f"{entry.get('key') or '*'}{value}:{entry.get('effect') or '*'}"
 
 
-def policy_not_carried(policy_spec: dict[str, Any], daemon_set: dict[str, Any]) -> list[str]:
+def policy_not_carried(policy_spec: dict[str, Any], daemon_set: dict[str, Any],
+                       dropped: Sequence[Mapping[str, Any]] = ()) -> list[str]:
     """What of ClusterPolicy `policy_spec` the device-plugin `daemon_set`'s pod template does not carry
-    yet, one short phrase each ("MIG_STRATEGY=single, not mixed"); [] when it carries all of it."""
+    yet, one short phrase each ("MIG_STRATEGY=single, not mixed"); [] when it carries all of it. `dropped`:
+    tolerations the ClusterPolicy listed before this change and should list no more."""
     pod = ((daemon_set.get("spec") or {}).get("template") or {}).get("spec") or {}
     containers = pod.get("containers") or []
     if not containers:
@@ -98,6 +103,10 @@ def policy_not_carried(policy_spec: dict[str, Any], daemon_set: dict[str, Any]) 
     elif "CONFIG_FILE" in env:
         wrong.append("no plugin config, not one from a ConfigMap")
     carried = {_toleration(t) for t in pod.get("tolerations") or []}
-    wrong += [f"toleration {_describe(t)}, not there" for t in (policy_spec.get("daemonsets") or {}).get(
-        "tolerations") or [] if _toleration(t) not in carried]
+    listed = (policy_spec.get("daemonsets") or {}).get("tolerations") or []
+    wrong += [f"toleration {_describe(t)}, not there" for t in listed if _toleration(t) not in carried]
+    if listed:  # else the operator keeps its asset's tolerations, which may name a dropped one too
+        gone = {_toleration(t) for t in dropped} - {_toleration(t) for t in listed}
+        wrong += [f"no toleration {_describe(t)}, still there" for t in dropped
+                  if _toleration(t) in gone & carried]
     return wrong

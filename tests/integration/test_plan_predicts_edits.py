@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ import pytest
 import yaml
 
 from tests.conftest import run_gpuctl
+from tests.support.sim import KwokCluster
+from tests.support.util import ExitCode
 
 pytestmark = pytest.mark.integration
 NAME = "plan-edits"
@@ -81,6 +85,28 @@ def test_a_taint_added_then_taken_away_reaches_the_nodes_and_back(edited: Platfo
     assert edited.taints("train-0") == sorted([GPU_TAINT, DEDICATED])
     removed = edited.edit("untaint", untaint)  # the operator no longer tolerates it: off the node, or no plugin
     assert removed["configure-nodes/train"] == "updated" and removed["validate/train"] == "passed"
+    assert edited.taints("train-0") == [GPU_TAINT]
+
+
+def test_a_taint_taken_away_waits_for_the_operator_to_drop_its_toleration(edited: Platform) -> None:
+    """The operator rewrites the device plugin's DaemonSet without the dropped toleration a moment after the
+    upgrade, and its pods restart then: with the operator stopped, the DaemonSet before the rewrite is not taken
+    for the new one (else the validation after the wait finds nodes that advertise no GPU)."""
+    edited.edit("retaint", lambda spec: spec["nodeGroups"][1].update(taints=[GPU_TAINT, DEDICATED]))
+    del edited.doc["spec"]["nodeGroups"][1]["taints"]
+    path = edited.root / "untaint-stopped.yaml"
+    path.write_text(yaml.safe_dump(edited.doc, sort_keys=False))
+    operator = KwokCluster(NAME).operator_pid()
+    assert operator is not None
+    os.kill(operator, signal.SIGSTOP)
+    try:
+        proc = run_gpuctl("apply", "-f", str(path), "--timeout", "10", env=edited.env)
+    finally:
+        os.kill(operator, signal.SIGCONT)
+    assert proc.returncode == ExitCode.TIMEOUT, proc.stderr
+    assert "no toleration dedicated=train:NoSchedule, still there" in proc.stderr, proc.stderr
+    done = {s["step"]: s["outcome"] for s in edited.run("apply", path)["steps"]}
+    assert done["validate/train"] == done["validate/inf"] == "passed"
     assert edited.taints("train-0") == [GPU_TAINT]
 
 

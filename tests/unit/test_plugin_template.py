@@ -86,6 +86,23 @@ def test_a_toleration_the_cluster_policy_adds_is_awaited_in_the_template() -> No
     assert policy_not_carried(tainted, render_daemon_set(PLUGIN, Policy("cluster-policy", "uid", tainted))) == []
 
 
+def test_a_toleration_the_run_dropped_is_awaited_out_of_the_template() -> None:
+    """A taint no group has any more leaves the ClusterPolicy's list; the operator then replaces the template's list,
+    so the old DaemonSet, which still tolerates it, is not the new one, whatever else the sim's template tolerates."""
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    old = {"key": "dedicated", "operator": "Equal", "value": "old", "effect": "NoSchedule"}
+    tainted, untainted = (changed(SHARED, daemonsets={"tolerations": t}) for t in ([gpu, old], [gpu]))
+    assert policy_not_carried(untainted, upstream_daemon_set(tainted)) == []  # what nothing said was dropped
+    assert policy_not_carried(untainted, upstream_daemon_set(tainted), [old]) == \
+        ["no toleration dedicated=old:NoSchedule, still there"]
+    assert policy_not_carried(untainted, upstream_daemon_set(untainted), [old]) == []
+    assert policy_not_carried(untainted, render_daemon_set(PLUGIN, Policy("cluster-policy", "uid", untainted)),
+                              [old]) == []
+    assert policy_not_carried(tainted, upstream_daemon_set(tainted), [old]) == []  # another group has it still
+    # no list: the operator keeps its asset's tolerations, whatever they are
+    assert policy_not_carried(changed(SHARED, daemonsets={}), upstream_daemon_set(tainted), [old]) == []
+
+
 def test_a_mig_strategy_given_as_plugin_env_wins_as_in_the_operator() -> None:
     spec = changed(SHARED, devicePlugin={**SHARED["devicePlugin"],
                                          "env": [*HARDENING, {"name": "MIG_STRATEGY", "value": "none"}]})

@@ -141,7 +141,7 @@ def states(*looks: tuple[bool, bool, int]) -> Iterator[capacity.CapacityState]:
 def test_the_capacity_wait_lasts_while_nodes_converge_and_then_checks_the_rollout(
         clock: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:
     looks = states(*[(False, False, n) for n in range(0, 1000, 2)], (True, False, 1000), (True, True, 1000))
-    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra: next(looks))
+    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra, dropped: next(looks))
     checks: list[Check] = []
     capacity.wait_capacity(Kube(None), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
     assert [c.ok for c in checks] == [True]
@@ -152,7 +152,7 @@ def test_a_stalled_rollout_ends_the_capacity_wait_with_exit_7(clock: FakeTime, m
     import itertools
 
     looks = itertools.chain(states((False, False, 990)), itertools.repeat(next(states((True, False, 1000)))))
-    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra: next(looks))
+    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra, dropped: next(looks))
     checks: list[Check] = []
     with pytest.raises(WaitTimeout) as caught:
         capacity.wait_capacity(Kube(None), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
@@ -165,7 +165,7 @@ def test_a_stalled_rollout_ends_the_capacity_wait_with_exit_7(clock: FakeTime, m
 
 def test_the_capacity_wait_takes_the_commands_timeout(clock: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:
     looks = states(*[(False, False, n) for n in range(1000)])
-    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra: next(looks))
+    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra, dropped: next(looks))
     with wait_limit(30), pytest.raises(WaitTimeout, match="not done after 30s: 60/1000 nodes"):
         capacity.wait_capacity(Kube(None), "g", [], dra=False)
 

@@ -8,7 +8,8 @@ rolled out and ready, so that the validation after it cannot see a half-made sta
   controller catches up, so the pods are read too. A changed ClusterPolicy reaches the DaemonSet only
   once the GPU Operator has rewritten it, a moment after the upgrade; until then the old DaemonSet
   looks rolled out, its pods about to be replaced. So the DaemonSet must carry the ClusterPolicy
-  first (gpuctl.stack.plugin_template, after NVIDIA/gpu-operator's object_controls.go), then roll out.
+  first (gpuctl.stack.plugin_template, after NVIDIA/gpu-operator's object_controls.go), then roll out;
+  a toleration the run drops (a taint no group has any more) must be gone from it too.
 - DRA mode: the devices each node's ResourceSlice publishes, and the DRA driver's kubelet plugin ready
   on every node.
 The wait lasts while nodes keep converging (gpuctl.util.waiting): 1,000 nodes take minutes, two take seconds.
@@ -16,6 +17,7 @@ The wait lasts while nodes keep converging (gpuctl.util.waiting): 1,000 nodes ta
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +27,7 @@ from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.change import Change, Observed, Step
+from gpuctl.model.taints import Taint, tolerations
 from gpuctl.ops.devices import (
     DRA_PLUGIN_SELECTOR,
     PLUGIN_SELECTOR,
@@ -56,16 +59,20 @@ CONFIG_RACE_SHORT = "launched by Karpenter, its device plugin serves no GPU (NVI
 PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
 
 
-def capacity_step(kube: Kube, selector: str, group: str, dra: bool, run: Run) -> Step:
-    """A check: it waits and counts, and changes nothing."""
-    return Step(f"wait-capacity/{group}", lambda: observe_capacity(kube, selector, dra, run.changed),
-                lambda: wait_capacity(kube, selector, run.checks, dra, restart_raced=True), check=True)
+def capacity_step(kube: Kube, selector: str, group: str, dra: bool, run: Run, dropped: Sequence[Taint] = ()
+                  ) -> Step:
+    """A check: it waits and counts, and changes nothing. `dropped`: GPU taints the stack tolerated before this
+    run and does not now (their tolerations must leave the device plugin's DaemonSet)."""
+    return Step(f"wait-capacity/{group}", lambda: observe_capacity(kube, selector, dra, run.changed, dropped),
+                lambda: wait_capacity(kube, selector, run.checks, dra, restart_raced=True, dropped=dropped),
+                check=True)
 
 
-def observe_capacity(kube: Kube, selector: str, dra: bool, after_changes: bool) -> Observed:
+def observe_capacity(kube: Kube, selector: str, dra: bool, after_changes: bool, dropped: Sequence[Taint] = ()
+                     ) -> Observed:
     """What wait-capacity checks, and whether it would wait: a check, no change. `after_changes`: a step
     before it changes something, so it waits for the nodes to come back, whatever they offer now."""
-    state = capacity_check(kube, selector, dra)
+    state = capacity_check(kube, selector, dra, dropped)
     now = ", ".join(map(str, state.counts))
     if state.ok and not after_changes:
         return Observed(Change.NO_CHANGE, now)
@@ -88,7 +95,7 @@ class CapacityState:
         return self.capacity.ok and self.agents.ok
 
 
-def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
+def capacity_check(kube: Kube, selector: str, dra: bool, dropped: Sequence[Taint] = ()) -> CapacityState:
     """Allocatable against the configuration and the device plugin rolled out and ready; in DRA mode the
     devices the DRA driver's slices publish and its kubelet plugins ready."""
     # The rollout before the nodes: allocatable read after a rollout looked complete is the new plugins' (or
@@ -106,7 +113,7 @@ def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
                     len(nodes))]
     agents = check_device_plugins(kube, found)
     if (rollout := found[1]) is not None:
-        stale = check_policy_carried(kube, rollout.name)
+        stale = check_policy_carried(kube, rollout.name, dropped)
         counts += [Count("device-plugin DaemonSet carries the ClusterPolicy", int(stale is None), 1),
                    Count("device-plugin pods updated", rollout.updated, rollout.desired),
                    Count("ready", min(rollout.ready, rollout.pods_ready), rollout.desired)]
@@ -115,9 +122,10 @@ def capacity_check(kube: Kube, selector: str, dra: bool) -> CapacityState:
                          tuple(raced_plugin_nodes(nodes, expected)))
 
 
-def check_policy_carried(kube: Kube, daemon_set: str) -> Check | None:
+def check_policy_carried(kube: Kube, daemon_set: str, dropped: Sequence[Taint] = ()) -> Check | None:
     """None when device-plugin DaemonSet `daemon_set` (namespace/name) carries the ClusterPolicy that owns it
-    (or no ClusterPolicy owns it: not the GPU Operator's); else a failed check saying what it lacks yet."""
+    (or no ClusterPolicy owns it: not the GPU Operator's), `dropped`'s tolerations gone; else a failed check
+    saying what it lacks yet."""
     namespace, name = daemon_set.split("/", 1)
     try:
         body = kube.get("apps/v1", "DaemonSet", name, namespace)
@@ -128,7 +136,7 @@ def check_policy_carried(kube: Kube, daemon_set: str) -> Check | None:
         policy = kube.get("/".join(CLUSTER_POLICY[:2]), "ClusterPolicy", owner)
     except KubeNotFound:
         return None  # gone meanwhile: the next look reads what replaced it
-    wrong = policy_not_carried(policy.spec, body)
+    wrong = policy_not_carried(policy.spec, body, tolerations(dropped))
     if not wrong:
         return None
     return Check("device-plugin", False, f"{daemon_set} does not carry ClusterPolicy {owner}'s change yet "
@@ -155,12 +163,13 @@ def _dra_check(kube: Kube, nodes: list[KubeObject], mig: dict[str, Any]) -> Capa
 
 
 def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, timeout: float | None = None,
-                  stall: float = STALL_S, restart_raced: bool = False) -> Change:
+                  stall: float = STALL_S, restart_raced: bool = False, dropped: Sequence[Taint] = ()) -> Change:
     """Until the nodes offer what was configured (allocatable, or in DRA mode published devices) and the
     device plugin (kubelet plugin) is rolled out and ready; the capacity check is appended to `checks`.
     Ends with WaitTimeout (exit 7) when nothing converges for `stall` seconds, or after `timeout`
     (default: the command's --timeout, gpuctl.util.waiting.wait_limit). `restart_raced` (apply): a node
-    Karpenter launched whose plugin has served no GPU for RACE_GRACE_S gets its plugin pod restarted, once."""
+    Karpenter launched whose plugin has served no GPU for RACE_GRACE_S gets its plugin pod restarted, once.
+    `dropped`: as capacity_step's."""
     what = "DRA devices" if dra else "allocatable GPUs"
     where = (f"the DRA driver's kubelet-plugin pods (namespace {DRA_NAMESPACE})" if dra
              else "the device-plugin pods in namespace gpu-operator")
@@ -169,7 +178,7 @@ def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, tim
     restarted: set[str] = set()
 
     def look() -> Look:
-        state = capacity_check(kube, selector, dra)
+        state = capacity_check(kube, selector, dra, dropped)
         last[:] = [state]
         if restart_raced and (due := [n for n in state.raced if n not in restarted]):
             restarted.update(restart_raced_plugins(kube, due))

@@ -9,6 +9,7 @@ from pathlib import Path
 from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Observed
 from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.taints import Taint
 from gpuctl.model.tenant import Tenant
 from gpuctl.ops.smoke import Check
 from gpuctl.stack.helm import HelmTarget
@@ -32,6 +33,8 @@ class Cluster:
     dra_groups_only: bool = False  # gpuctl's DRA driver serves only the groups marked dra: true (dra_groups.py)
     # tenants not in the spec whose quota is of the other DRA mode than the spec's (tenants.tenants_off_mode)
     off_mode: tuple[Tenant, ...] = ()
+    # GPU taints gpuctl's operator tolerated before this run and does not now (dropped_taints)
+    dropped: tuple[Taint, ...] = ()
 
 
 @dataclass

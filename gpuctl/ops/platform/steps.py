@@ -16,6 +16,8 @@ from functools import partial
 from gpuctl.kube.kube import Kube
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import PlatformSpec
+from gpuctl.model.stack_spec import StackSpec
+from gpuctl.model.taints import Taint
 from gpuctl.ops.group_records import read_recorded_groups, read_recorded_stack, with_cluster_groups, with_recorded
 from gpuctl.ops.platform.capacity import capacity_step
 from gpuctl.ops.platform.cloud import cluster_step, node_group_step
@@ -70,8 +72,15 @@ def read_cluster(spec: PlatformSpec, provider: Provider, client: Kube, helm: Hel
     unqueued = tuple(unqueued_tenants(client)) if spec.kueue else ()
     listed = {t.name for t in spec.tenants}
     off_mode = tuple(t for t in tenants_off_mode(client, spec.stack.dra_driver) if t.name not in listed)
+    dropped = dropped_taints(recorded_stack, spec.stack) if stack_plan.operator is None else ()
     return Cluster(spec, selectors(spec, provider), stack_plan, dra_owner, validated, any_tenant(client), client,
-                   helm, unqueued=unqueued, dra_groups_only=groups_only, off_mode=off_mode)
+                   helm, unqueued=unqueued, dra_groups_only=groups_only, off_mode=off_mode, dropped=dropped)
+
+
+def dropped_taints(recorded: StackSpec | None, stack: StackSpec) -> tuple[Taint, ...]:
+    """The GPU taints gpuctl's GPU Operator tolerated as last set up (`recorded`) and does not under `stack`: the
+    operator takes them off its DaemonSets a moment after the upgrade, restarting the device plugin's pods."""
+    return tuple(t for t in recorded.taints if t not in stack.taints) if recorded is not None else ()
 
 
 def unreached(spec: PlatformSpec, provider: Provider, absent: Observed = ABSENT) -> Cluster:
@@ -101,7 +110,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
             steps.append(mig_step(client, cluster.selectors[group.spec.name], group.spec.name, group.mig, run))
     for group in spec.groups:  # checks: they wait and count, and change nothing
         steps.append(capacity_step(client, cluster.selectors[group.spec.name], group.spec.name,
-                                   stack.by_dra(group.spec.name), run))
+                                   stack.by_dra(group.spec.name), run, cluster.dropped))
     if spec.tenants or cluster.tenant is not None:  # the tenants' GPU tolerations follow the node groups
         steps.append(tolerations_step(client, spec.every_group, cluster.tenant))
     if spec.kueue:  # before the tenants: their queues need Kueue's API
