@@ -85,11 +85,13 @@ class GiProfile:
 
 
 # Per catalog model, one row per MIG profile in the catalog's order: (SMs, copy engines, decoders, encoders,
-# JPEG, OFA, memory MiB), from the mock GPUs of github.com/NVIDIA/go-nvml (pkg/nvml/mock/gpus/{a100,a30,h100,
-# h200,b200}.go at 2f9e261). Those mocks number profiles by NVML's profile index (GPU_INSTANCE_PROFILE_*);
-# the IDs a real GPU reports are NVIDIA's MIG user guide's (`nvidia-smi mig -lgip`), as in the driver's own
-# examples gpu-1-mig-2g47gb-14-0 and gpu-2-mig-1g24gb-19-0 (device_state.go:523, partitions.go:142).
-# The H100/H200/B200 mock figures are the mocks' approximations (see shared/reference/gpu-facts.md).
+# JPEG, OFA, memory MiB). The H100 and H200 rows are NVML's own (nvmlDeviceGetGpuInstanceProfileInfo on a real
+# H100 80GB HBM3 and H200, driver 580.159.04: tests/readings/nvidia-smi-*.txt, which a unit test compares).
+# The others are from the mock GPUs of github.com/NVIDIA/go-nvml (pkg/nvml/mock/gpus/{a100,a30,b200}.go at
+# 2f9e261); the B200 mock's figures are approximations (see shared/reference/gpu-facts.md). Those mocks
+# number profiles by NVML's profile index (GPU_INSTANCE_PROFILE_*); the IDs a real GPU reports are NVIDIA's
+# MIG user guide's (`nvidia-smi mig -lgip`), as in the driver's own examples gpu-1-mig-2g47gb-14-0 and
+# gpu-2-mig-1g24gb-19-0 (device_state.go:523, partitions.go:142), and as the readings show.
 _EIGHT_SLOT_IDS = (19, 20, 15, 14, 9, 5, 0)  # 1g, 1g+me, 1g double memory, 2g, 3g, 4g, 7g
 _A30_IDS = (14, 21, 5, 6, 0)  # 1g.6gb, 1g.6gb+me, 2g.12gb, 2g.12gb+me, 4g.24gb
 _GI_ROWS: dict[str, tuple[tuple[int, ...], tuple[tuple[int, int, int, int, int, int, int], ...]]] = {
@@ -101,12 +103,12 @@ _GI_ROWS: dict[str, tuple[tuple[int, ...], tuple[tuple[int, int, int, int, int, 
                                     (56, 4, 2, 0, 0, 0, 40192), (98, 7, 5, 0, 1, 1, 80384))),
     "a30": (_A30_IDS, ((14, 1, 0, 0, 0, 0, 5836), (14, 1, 1, 0, 1, 1, 5836), (28, 2, 2, 0, 0, 0, 11672),
                        (28, 2, 2, 0, 1, 1, 11672), (56, 4, 4, 0, 1, 1, 23344))),
-    "h100-80gb": (_EIGHT_SLOT_IDS, ((16, 1, 1, 0, 0, 0, 10240), (16, 1, 1, 0, 1, 1, 10240), (16, 1, 1, 0, 0, 0, 20480),
-                                    (32, 2, 1, 0, 0, 0, 20480), (48, 3, 2, 0, 0, 0, 40960),
-                                    (64, 4, 2, 0, 0, 0, 40960), (112, 7, 5, 0, 0, 0, 81920))),
-    "h200": (_EIGHT_SLOT_IDS, ((16, 1, 1, 0, 0, 0, 18432), (16, 1, 1, 0, 1, 1, 18432), (16, 1, 1, 0, 0, 0, 35840),
-                               (32, 2, 1, 0, 0, 0, 35840), (48, 3, 2, 0, 0, 0, 72704),
-                               (64, 4, 2, 0, 0, 0, 72704), (112, 7, 5, 0, 0, 0, 144384))),
+    "h100-80gb": (_EIGHT_SLOT_IDS, ((16, 1, 1, 0, 1, 0, 9984), (16, 1, 1, 0, 1, 1, 9984), (26, 1, 1, 0, 1, 0, 20096),
+                                    (32, 2, 2, 0, 2, 0, 20096), (60, 3, 3, 0, 3, 0, 40448),
+                                    (64, 4, 4, 0, 4, 0, 40448), (132, 8, 7, 0, 7, 1, 81152))),
+    "h200": (_EIGHT_SLOT_IDS, ((16, 1, 1, 0, 1, 0, 16384), (16, 1, 1, 0, 1, 1, 16384), (26, 1, 1, 0, 1, 0, 33280),
+                               (32, 2, 2, 0, 2, 0, 33280), (60, 3, 3, 0, 3, 0, 71424),
+                               (64, 4, 4, 0, 4, 0, 71424), (132, 8, 7, 0, 7, 1, 143360))),
     "b200": (_EIGHT_SLOT_IDS, ((18, 1, 1, 0, 0, 0, 23552), (18, 1, 1, 1, 1, 1, 23552), (18, 1, 1, 0, 0, 0, 46080),
                                (36, 2, 2, 1, 1, 1, 46080), (54, 3, 3, 2, 2, 2, 92160),
                                (72, 4, 4, 2, 2, 2, 92160), (126, 7, 7, 4, 4, 4, 184320))),

@@ -156,7 +156,7 @@ def test_every_catalog_gpu_has_its_nvml_name_and_mig_profile_info() -> None:
         assert "-".join(name.split()) == model.product  # GFD's product label is NVML's name, blanks as '-'
         for profile in model.mig.profiles if model.mig else ():
             info = dra.gi_profile(model, profile.name)
-            assert info.multiprocessors > 0 and info.copy_engines == profile.compute, (model.name, profile.name)
+            assert info.multiprocessors > 0 and info.copy_engines >= profile.compute, (model.name, profile.name)
             assert info.memory_mib > 0
     assert dra.gi_profile(get_gpu("a30"), "2g.12gb+me").id == 6
     with pytest.raises(KeyError):
