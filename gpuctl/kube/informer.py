@@ -43,6 +43,7 @@ class Informer:
         self._objects: dict[tuple[str | None, str], KubeObject] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
+        self._answered = threading.Event()  # the last LIST answered, or failed
         self._stopped = threading.Event()
         self._error: KubeApiError | None = None  # why the last LIST failed (raised to a reader before the first)
         self._thread = threading.Thread(target=self._run, name=f"informer-{kind}", daemon=True)
@@ -56,9 +57,10 @@ class Informer:
         self._stopped.set()
 
     def items(self) -> list[KubeObject]:
-        """The objects as last seen. Before the first LIST has answered, waits for it up to SYNC_S, then raises
-        what the LIST raised (as a LIST of one's own would)."""
-        if not self._synced.wait(SYNC_S):
+        """The objects as last seen. Before the first LIST has answered, waits for it up to SYNC_S; where it
+        failed (and none has answered since), raises what it raised, as a LIST of one's own would."""
+        self._answered.wait(SYNC_S)
+        if not self._synced.is_set():
             raise self._error or KubeApiError(f"listing {self.what[1]}: no answer in {SYNC_S:.0f}s",
                                               "check that the kube-apiserver runs")
         with self._lock:
@@ -86,14 +88,17 @@ class Informer:
                 version = ""
 
     def _list(self) -> str:
+        self._answered.clear()  # a reader before it is answered waits for this LIST, not for a failed one's error
         try:
             items, version = self.kube.list_with_version(*self.what, labels=self.labels, fields=self.fields)
         except KubeApiError as exc:
             self._error = exc
+            self._answered.set()
             raise
         with self._lock:
             self._objects = {(o.namespace, o.name): _stripped(o) for o in items}
         self._synced.set()
+        self._answered.set()
         return version
 
     def _watch(self, version: str) -> str:

@@ -1,5 +1,6 @@
 """gpuctl.kube.kube.Kube against a real kube-apiserver (the shared sim cluster): every verb, discovery of a custom
-resource, the typed errors, a watch that sees a change made after its list, and the informer kept by one."""
+resource, the typed errors, a watch that sees a change made after its list, the informer kept by one, and the
+LISTs a wait reads from informers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.kube import Informer, Kube, KubeNotFound
+from tests.support.kube import Informer, Kube, KubeNotFound, cached_lists
 
 pytestmark = pytest.mark.integration
 
@@ -111,6 +112,29 @@ def test_informer_keeps_what_its_selectors_match(kube: Kube) -> None:
     finally:
         cache.stop()
         kube.delete_all("v1", "ConfigMap", NS)
+
+
+def test_cached_lists_read_the_chosen_kinds_from_watches_and_the_rest_from_the_server(kube: Kube) -> None:
+    """What a wait reads again and again: a LIST of a chosen kind is its informer's cache (one per selection, made at
+    the first LIST, current within moments), any other kind a LIST of the server's, current at once."""
+    kube.apply(config_map("seen", v="1") | {"metadata": {"name": "seen", "namespace": NS, "labels": {"w": "1"}}})
+    with cached_lists(kube, frozenset({("v1", "ConfigMap")})) as cached:
+        def seen() -> Any:
+            [found] = cached.list("v1", "ConfigMap", NS, labels="w=1")
+            return found
+
+        assert seen().name == "seen"
+        kube.patch("v1", "ConfigMap", "seen", {"data": {"v": "2"}}, NS)
+        deadline = time.monotonic() + 10
+        while seen().get("data") != {"v": "2"}:
+            assert time.monotonic() < deadline, "the change did not reach the cache"
+            time.sleep(0.05)
+        assert "managedFields" not in seen().metadata  # the informer's copy, not a LIST's
+        kube.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "now", "namespace": NS}})
+        assert [o.name for o in cached.list("v1", "Secret", NS)] == ["now"]
+        assert cached.get("v1", "ConfigMap", "seen", NS)["data"] == {"v": "2"}  # other verbs: the server's
+    kube.delete_all("v1", "ConfigMap", NS)
+    kube.delete_all("v1", "Secret", NS)
 
 
 def test_dry_run_create_writes_nothing(kube: Kube) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuctl.kube.cached_lists import cached_lists
 from gpuctl.kube.client import api_client
 from gpuctl.kube.errors import KubeApiError, KubeConflict, KubeNotFound
 from gpuctl.kube.informer import Informer
@@ -12,4 +13,4 @@ from gpuctl.kube.objects import APPLY_PATCH, MERGE_PATCH
 from gpuctl.kube.prometheus import Prometheus
 
 __all__ = ["APPLY_PATCH", "MERGE_PATCH", "Informer", "Kube", "KubeApiError", "KubeConflict", "KubeNotFound", "Prometheus",
-           "api_client", "list_nodes_json", "node_patch", "write_kubeconfig"]
+           "api_client", "cached_lists", "list_nodes_json", "node_patch", "write_kubeconfig"]

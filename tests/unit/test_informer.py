@@ -1,10 +1,11 @@
 """kube/informer.py's list-then-watch logic against a scripted API (the real kube-apiserver's side is
 tests/integration/test_kube_door.py): events applied in order, a selector's DELETED taken out, 410 Gone and a
-broken stream answered with a new LIST, a first read that raises what the LIST raised."""
+broken stream answered with a new LIST, a first read that raises what the LIST raised (as soon as it did)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,6 +105,23 @@ def test_a_first_read_raises_what_the_list_raised_until_one_answers(monkeypatch:
         assert [o.name for o in cache.items()] == ["a"]
         assert api.done.wait(10), api.calls
         assert [c for c, _ in api.calls] == ["list", "list", "watch"]
+    finally:
+        cache.stop()
+        api.release.set()
+
+
+def test_a_first_list_that_fails_is_raised_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader learns of a refused first LIST when it is refused, as a LIST of its own would tell it, not once
+    SYNC_S has passed (here a minute: this test would take it)."""
+    api = ScriptedApi([KubeApiError("listing Pod: forbidden")], [])
+    monkeypatch.setattr(informer, "SYNC_S", 60.0)
+    monkeypatch.setattr(informer, "RETRY_S", 60.0)  # the next LIST comes once the cache is stopped
+    cache = Informer(api, "v1", "Pod").start()  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        with pytest.raises(KubeApiError, match="forbidden"):
+            cache.items()
+        assert time.monotonic() - started < 30
     finally:
         cache.stop()
         api.release.set()

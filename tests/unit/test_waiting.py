@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpuctl.kube.cached_lists import CachedLists
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject, kube_objects
 from gpuctl.ops.platform import capacity
@@ -140,12 +141,22 @@ def states(*looks: tuple[bool, bool, int]) -> Iterator[capacity.CapacityState]:
 
 def test_the_capacity_wait_lasts_while_nodes_converge_and_then_checks_the_rollout(
         clock: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:
-    looks = states(*[(False, False, n) for n in range(0, 1000, 2)], (True, False, 1000), (True, True, 1000))
-    monkeypatch.setattr(capacity, "capacity_check", lambda client, selector, dra, dropped: next(looks))
+    """The looks read the watches' caches; where they say done, LISTs must say so too (the caches lag a moment)."""
+    looks = states(*[(False, False, n) for n in range(0, 1000, 2)], (True, False, 1000),
+                   (True, True, 1000), (True, False, 1000),  # cached done, not yet for the LISTs
+                   (True, True, 1000), (True, True, 1000))
+    read: list[bool] = []
+
+    def look(client: Kube, selector: str, dra: bool, dropped: object) -> capacity.CapacityState:
+        read.append(isinstance(client, CachedLists))
+        return next(looks)
+
+    monkeypatch.setattr(capacity, "capacity_check", look)
     checks: list[Check] = []
     capacity.wait_capacity(Kube(None), "gpuctl.dev/nodegroup=gpu", checks, dra=False)
     assert [c.ok for c in checks] == [True]
     assert clock.now - 1000.0 > STALL_S  # 250 s of steady progress
+    assert read[-5:] == [True, True, False, True, False] and all(read[:-5])
 
 
 def test_a_stalled_rollout_ends_the_capacity_wait_with_exit_7(clock: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,13 +20,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
+from gpuctl.kube.cached_lists import cached_lists
 from gpuctl.kube.errors import KubeNotFound, requesting
 from gpuctl.kube.gpu_nodes import gpu_resources
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.change import Change, Observed, Step
+from gpuctl.model.dra import API_VERSION as DRA_API_VERSION
 from gpuctl.model.taints import Taint, tolerations
 from gpuctl.ops.devices import (
     DRA_PLUGIN_SELECTOR,
@@ -56,6 +59,8 @@ from gpuctl.util.output import info
 from gpuctl.util.waiting import STALL_S, Count, Look, wait_until
 
 CONFIG_RACE_SHORT = "launched by Karpenter, its device plugin serves no GPU (NVIDIA/k8s-device-plugin #1645)"
+# What each look reads again and again, from watches while the wait lasts (the DaemonSets and configs are few)
+CACHED_KINDS = frozenset({("v1", "Node"), ("v1", "Pod"), (DRA_API_VERSION, "ResourceSlice")})
 PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
 
 
@@ -177,8 +182,10 @@ def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, tim
 
     restarted: set[str] = set()
 
-    def look() -> Look:
-        state = capacity_check(kube, selector, dra, dropped)
+    def look(cached: Kube) -> Look:
+        state = capacity_check(cached, selector, dra, dropped)
+        if state.ok:  # the caches lag the cluster a moment: the end is what LISTs read now
+            state = capacity_check(kube, selector, dra, dropped)
         last[:] = [state]
         if restart_raced and (due := [n for n in state.raced if n not in restarted]):
             restarted.update(restart_raced_plugins(kube, due))
@@ -186,8 +193,9 @@ def wait_capacity(kube: Kube, selector: str, checks: list[Check], dra: bool, tim
         return Look(state.ok, state.counts, "" if state.ok else wrong.detail)
 
     try:
-        wait_until(f"{what} on nodes {selector}", look, f"check {where}", stall=stall, timeout=timeout,
-                   every=PROGRESS_EVERY_S)
+        with cached_lists(kube, CACHED_KINDS) as cached:
+            wait_until(f"{what} on nodes {selector}", partial(look, cached), f"check {where}", stall=stall,
+                       timeout=timeout, every=PROGRESS_EVERY_S)
     finally:
         if last:
             checks.append(last[0].capacity)
