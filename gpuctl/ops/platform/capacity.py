@@ -64,8 +64,7 @@ CACHED_KINDS = frozenset({("v1", "Node"), ("v1", "Pod"), (DRA_API_VERSION, "Reso
 PROGRESS_EVERY_S = 30.0  # a line this often where stderr is no terminal (CI logs): long waits show their counts
 
 
-def capacity_step(kube: Kube, selector: str, group: str, dra: bool, run: Run, dropped: Sequence[Taint] = ()
-                  ) -> Step:
+def capacity_step(kube: Kube, selector: str, group: str, dra: bool, run: Run, dropped: Sequence[Taint]) -> Step:
     """A check: it waits and counts, and changes nothing. `dropped`: GPU taints the stack tolerated before this
     run and does not now (their tolerations must leave the device plugin's DaemonSet)."""
     return Step(f"wait-capacity/{group}", lambda: observe_capacity(kube, selector, dra, run.changed, dropped),
@@ -73,8 +72,7 @@ def capacity_step(kube: Kube, selector: str, group: str, dra: bool, run: Run, dr
                 check=True)
 
 
-def observe_capacity(kube: Kube, selector: str, dra: bool, after_changes: bool, dropped: Sequence[Taint] = ()
-                     ) -> Observed:
+def observe_capacity(kube: Kube, selector: str, dra: bool, after_changes: bool, dropped: Sequence[Taint]) -> Observed:
     """What wait-capacity checks, and whether it would wait: a check, no change. `after_changes`: a step
     before it changes something, so it waits for the nodes to come back, whatever they offer now."""
     state = capacity_check(kube, selector, dra, dropped)
@@ -100,7 +98,7 @@ class CapacityState:
         return self.capacity.ok and self.agents.ok
 
 
-def capacity_check(kube: Kube, selector: str, dra: bool, dropped: Sequence[Taint] = ()) -> CapacityState:
+def capacity_check(kube: Kube, selector: str, dra: bool, dropped: Sequence[Taint]) -> CapacityState:
     """Allocatable against the configuration and the device plugin rolled out and ready; in DRA mode the
     devices the DRA driver's slices publish and its kubelet plugins ready."""
     # The rollout before the nodes: allocatable read after a rollout looked complete is the new plugins' (or
@@ -127,7 +125,7 @@ def capacity_check(kube: Kube, selector: str, dra: bool, dropped: Sequence[Taint
                          tuple(raced_plugin_nodes(nodes, expected)))
 
 
-def check_policy_carried(kube: Kube, daemon_set: str, dropped: Sequence[Taint] = ()) -> Check | None:
+def check_policy_carried(kube: Kube, daemon_set: str, dropped: Sequence[Taint]) -> Check | None:
     """None when device-plugin DaemonSet `daemon_set` (namespace/name) carries the ClusterPolicy that owns it
     (or no ClusterPolicy owns it: not the GPU Operator's), `dropped`'s tolerations gone; else a failed check
     saying what it lacks yet."""
