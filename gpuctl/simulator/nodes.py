@@ -48,9 +48,14 @@ def gpu_labels(model: GpuModel, gpus_per_node: int) -> dict[str, str]:
 
 def node_labels(group: NodeGroupSpec, name: str) -> dict[str, str]:
     return {
+        # what a kubelet registers its node with, the beta labels included (Kubernetes v1.37.2
+        # pkg/kubelet/kubelet_node_status.go initialNode); without them the node lifecycle controller patches
+        # every node to add them (pkg/controller/nodelifecycle labelReconcileInfo)
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
         "node.kubernetes.io/instance-type": f"sim-{group.gpu.name}-x{group.gpus_per_node}",
         "type": "kwok",
         L.MANAGED_BY: L.MANAGER,
@@ -100,7 +105,8 @@ def render_system_node() -> dict[str, Any]:
         "metadata": {
             "name": SYSTEM_NODE,
             "labels": {"kubernetes.io/hostname": SYSTEM_NODE, "kubernetes.io/os": "linux",
-                       "kubernetes.io/arch": "amd64", "type": "kwok", L.MANAGED_BY: L.MANAGER,
+                       "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                       "beta.kubernetes.io/arch": "amd64", "type": "kwok", L.MANAGED_BY: L.MANAGER,
                        "gpuctl.dev/role": "system"},
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },

@@ -103,6 +103,8 @@ def test_device_plugin_off_removes_what_it_advertised() -> None:
     assert status_patches(reconcile(off, operator_node({}))) == []
 
 
-def test_device_plugin_on_but_not_serving_still_advertises_zero() -> None:
-    assert status_patches(reconcile({}, operator_node({}))) == [
+def test_device_plugin_on_but_not_serving_zeroes_only_what_the_node_lists() -> None:
+    # the kubelet lists a resource once a plugin has registered it, and keeps it at 0 after
+    assert status_patches(reconcile({}, operator_node({}))) == []
+    assert status_patches(reconcile({}, operator_node({"nvidia.com/gpu": "4"}))) == [
         {"capacity": {"nvidia.com/gpu": "0"}, "allocatable": {"nvidia.com/gpu": "0"}}]
