@@ -116,6 +116,13 @@ def _free_ports() -> dict[str, int]:
         return ports
 
 
+def kwokctl_config(binaries: dict[str, str], apiserver_args: dict[str, str] | None = None) -> str:
+    """The configuration `kwokctl create cluster` gets (templates/sim/kwokctl.yaml.j2): the pinned Kubernetes,
+    loopback ports of the cluster's own, the tools' `binaries` by name, extra kube-apiserver flags."""
+    return render_template("sim/kwokctl.yaml.j2", kube_version=KUBERNETES_VERSION, ports=_free_ports(),
+                           binaries=binaries, apiserver_args=apiserver_args or {})
+
+
 class KwokCluster:
     """One kwokctl-managed control plane, addressed by cluster name."""
 
@@ -250,9 +257,8 @@ class KwokCluster:
         flags: list[str] = []
         if args[0] == "create":
             self.config_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.config_path, render_template(
-                "sim/kwokctl.yaml.j2", kube_version=KUBERNETES_VERSION, ports=_free_ports(),
-                binaries={n: str(p.resolve()) for n, p in tools.items()}, apiserver_args=apiserver_args or {}))
+            write_atomic(self.config_path, kwokctl_config({n: str(p.resolve()) for n, p in tools.items()},
+                                                          apiserver_args))
             config, flags = ["--config", str(self.config_path)], ["--kubeconfig="]
         command = [str(tools["kwokctl"]), "--name", self.name, *config, *args, *flags]
         log.info("running %s (KWOK_WORKDIR=%s)", " ".join(command), env["KWOK_WORKDIR"])
