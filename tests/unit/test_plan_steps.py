@@ -165,3 +165,30 @@ def test_a_step_is_named_observed_and_acted() -> None:
     step = Step("x", lambda: Observed(Change.UPDATED, "why", "diff"), lambda: Change.UPDATED)
     assert (step.name, step.observe(), step.act(), step.check) == ("x", Observed(Change.UPDATED, "why", "diff"),
                                                                    Change.UPDATED, False)
+
+
+def test_a_tenants_observe_reads_the_gpu_nodes_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In DRA mode with Kueue, plan's look at a tenant needs the GPU nodes twice (its claim templates, its queues'
+    flavors): one LIST serves both."""
+    from gpuctl.model.tenant import Tenant
+    from gpuctl.ops.platform import tenants
+
+    reads: list[str] = []
+    shaped: list[list[Any]] = []
+
+    def gpu_nodes(kube: Kube) -> list[Any]:
+        reads.append("nodes")
+        return []
+
+    def shapes(nodes: list[Any]) -> list[Any]:
+        shaped.append(nodes)
+        return []
+
+    monkeypatch.setattr(tenants, "gpu_nodes", gpu_nodes)
+    monkeypatch.setattr(tenants, "tenant_manifests", lambda tenant, dra: [])
+    monkeypatch.setattr(tenants, "claim_templates_differ", lambda kube, name, templates: False)
+    monkeypatch.setattr(tenants, "Queues", lambda kube: type("Served", (), {"installed": lambda self: True})())
+    monkeypatch.setattr(tenants, "observe_queues", lambda kube, tenant, shapes, dra: Change.NO_CHANGE)
+    observed = tenants.observe_tenant(Kube.__new__(Kube), Tenant("team-a", 2, group="ml-team"), True, shapes)
+    assert observed.action is Change.NO_CHANGE
+    assert reads == ["nodes"] and shaped == [[]]

@@ -118,7 +118,7 @@ def cluster_steps(provider: Provider, cluster: Cluster, run: Run) -> list[Step]:
         listed = {t.name for t in spec.tenants}  # (their own steps give them their queues)
         steps.extend(queues_step(client, name, stack.dra_driver) for name in cluster.unqueued if name not in listed)
     # what a team's queues come from, once apply has configured the groups (plan says whether they change)
-    shapes = partial(planned_shapes, client, spec.every_group, stack.mig_strategy) if spec.kueue else None
+    shapes = partial(planned_shapes, spec.every_group, stack.mig_strategy) if spec.kueue else None
     for index, tenant in enumerate(spec.tenants):
         steps.append(tenant_step(client, tenant, f"spec.tenants[{index}].adopt", stack.dra_driver, shapes))
     for tenant in cluster.off_mode:  # a team of `tenant add`: its quota and claim templates follow the DRA mode

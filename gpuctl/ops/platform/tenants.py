@@ -4,6 +4,7 @@ ensure-tenant/<name> and ensure-queues/<name> (a tenant added before Kueue). Thi
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import yaml
@@ -11,6 +12,7 @@ import yaml
 from gpuctl.kube.errors import requesting
 from gpuctl.kube.gpu_nodes import gpu_nodes
 from gpuctl.kube.kube import Kube
+from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change, Observed, Step
 from gpuctl.model.spec import GroupPlan
@@ -42,8 +44,9 @@ def tolerations_step(client: Kube, groups: tuple[GroupPlan, ...], tenant: str | 
 
 
 def tenant_step(client: Kube, tenant: Tenant, adopt_field: str, dra: bool,
-                kueue: Callable[[], list[NodeShape]] | None) -> Step:
-    """`kueue`: where the spec runs Kueue, the GPU nodes' shapes the team's queues will come from (None: no Kueue)."""
+                kueue: Callable[[list[KubeObject]], list[NodeShape]] | None) -> Step:
+    """`kueue`: where the spec runs Kueue, the shapes of the GPU nodes given (gpu_nodes) that the team's queues
+    will come from (None: no Kueue)."""
     return Step(f"ensure-tenant/{tenant.name}", lambda: observe_tenant(client, tenant, dra, kueue),
                 lambda: ensure_tenant(client, tenant, adopt_field=adopt_field))
 
@@ -56,7 +59,12 @@ def queues_step(client: Kube, name: str, dra: bool) -> Step:
                 lambda: ensure_tenant_queues(client, name, dra))
 
 
-def observe_tenant(kube: Kube, wanted: Tenant, dra: bool, kueue: Callable[[], list[NodeShape]] | None) -> Observed:
+def observe_tenant(kube: Kube, wanted: Tenant, dra: bool,
+                   kueue: Callable[[list[KubeObject]], list[NodeShape]] | None) -> Observed:
+    @cache
+    def nodes() -> list[KubeObject]:  # read once, for the claim templates and the queues alike
+        return gpu_nodes(kube)
+
     def read(kind: str) -> Any:
         api_version, what, name = {"namespace": ("v1", "Namespace", wanted.name),
                                    "quota": ("v1", "ResourceQuota", QUOTA),
@@ -77,11 +85,11 @@ def observe_tenant(kube: Kube, wanted: Tenant, dra: bool, kueue: Callable[[], li
     if binding is not None and L.managed_by_gpuctl(binding.labels):  # no group any more: it goes
         return Observed(Change.UPDATED, f"removes RoleBinding {BINDING}", "\n".join(diffs))
     # the templates of the GPU models on the cluster now, as ensure_tenant reads them when it runs
-    templates = claim_templates(wanted, models_of(gpu_nodes(kube))) if dra else []
+    templates = claim_templates(wanted, models_of(nodes())) if dra else []
     if claim_templates_differ(kube, wanted.name, templates):
         names = ", ".join(t["metadata"]["name"] for t in templates) or "none"
         return Observed(Change.UPDATED, f"ResourceClaimTemplates: {names}", "\n".join(diffs))
-    if kueue is not None and (not Queues(kube).installed() or observe_queues(kube, wanted, kueue(), dra)
+    if kueue is not None and (not Queues(kube).installed() or observe_queues(kube, wanted, kueue(nodes()), dra)
                               is not Change.NO_CHANGE):
         return Observed(Change.UPDATED, "its Kueue flavors and queues", "\n".join(diffs))
     return Observed(action, "", "\n".join(diffs))

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuctl.kube.errors import KubeNotFound
-from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources, nodegroup_of
+from gpuctl.kube.gpu_nodes import gpu_resources, nodegroup_of
 from gpuctl.kube.objects import contains, is_managed
 from gpuctl.model import labels as L
 from gpuctl.model.catalog import MIG_PROFILES
@@ -116,11 +116,10 @@ def group_shape(plan: GroupPlan, mig_strategy: str) -> NodeShape:
     return NodeShape(labels, resources, frozenset(plan.spec.taints))
 
 
-def planned_shapes(kube: Kube, groups: tuple[GroupPlan, ...], mig_strategy: str) -> list[NodeShape]:
-    """How the GPU nodes will show once apply has configured `groups` (for plan: the queues' flavors come from
-    the nodes, gpuctl.ops.tenancy.tenants ensure_tenant): a group that has nodes now or asks for some as
-    group_shape says, a GPU node of no such group as it is."""
-    nodes = gpu_nodes(kube)
+def planned_shapes(groups: tuple[GroupPlan, ...], mig_strategy: str, nodes: list[KubeObject]) -> list[NodeShape]:
+    """How the GPU `nodes` (gpu_nodes) will show once apply has configured `groups` (for plan: the queues' flavors
+    come from the nodes, gpuctl.ops.tenancy.tenants ensure_tenant): a group that has nodes now or asks for some
+    as group_shape says, a GPU node of no such group as it is."""
     present, names = {nodegroup_of(n) for n in nodes}, {g.spec.name for g in groups}
     return ([group_shape(g, mig_strategy) for g in groups if g.spec.name in present or g.spec.nodes > 0]
             + [node_shape(n) for n in nodes if nodegroup_of(n) not in names])
