@@ -186,6 +186,7 @@ class SimOperator:
         mig_text = (self._config_map(mig_name) or {}).get("config.yaml", "") if mig_name else ""
         plugin_pods = {p.spec["nodeName"]: p for p in self.running_pods.items()
                        if p.namespace == self.namespace and p.matches(PLUGIN_SELECTOR) and p.spec.get("nodeName")}
+
         def reconcile_node(node: KubeObject) -> None:
             try:
                 self._reconcile_node(node, policy, plugin_name, plugin_configs, mig_text, plugin_pods.get(node.name))

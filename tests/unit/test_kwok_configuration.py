@@ -43,8 +43,10 @@ def kwok_defaults(source: Path) -> dict[str, Any]:
     generated = (apis / "zz_generated.defaults.go").read_text()
     body = generated.split("func SetObjectDefaults_KwokConfiguration(", 1)[1].split("\n}\n", 1)[0]
     types = (apis / "kwok_configuration_types.go").read_text()
+    defaulted = DEFAULTED.findall(body)
+    assert len(defaulted) >= 3, body  # a kwok whose defaulting code this reading no longer understands
     defaults = {}
-    for field, pointed, value in DEFAULTED.findall(body):
+    for field, pointed, value in defaulted:
         tag = re.search(rf"^\s*{field}\s+\S+\s+`json:\"(\w+)", types, re.M)
         assert tag is not None, field
         defaults[tag[1]] = json.loads(pointed or value)
