@@ -88,7 +88,7 @@ def render_node(group: NodeGroupSpec, index: int) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "labels": node_labels(group, name),
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {KWOK_ANNOTATION: "fake"},
         },
         # A node registers with its group's taints, as EKS node groups and Magnum's node_taints do.
         "spec": {"taints": [t.as_dict() for t in group.taints]},
@@ -108,7 +108,7 @@ def render_system_node() -> dict[str, Any]:
                        "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
                        "beta.kubernetes.io/arch": "amd64", "type": "kwok", L.MANAGED_BY: L.MANAGER,
                        "gpuctl.dev/role": "system"},
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {KWOK_ANNOTATION: "fake"},
         },
         "spec": {},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuctl.kube.errors import KubeConflict, KubeNotFound
 from gpuctl.kube.gpu_nodes import model_of
@@ -93,6 +93,8 @@ from gpuctl.tools.installer import find_tool
 from gpuctl.util.errors import UsageError
 
 log = logging.getLogger("gpuctl.sim.operator")
+Key = TypeVar("Key")
+Answer = TypeVar("Answer")
 
 POLL_S = 1.0
 RUNNING = "status.phase=Running"  # the pods the parts of a pass look at (plugins, CUDA samples)
@@ -217,20 +219,15 @@ class SimOperator:
         labels = node.labels
         if plugin_name and plugin_configs is None:
             return PluginLoad(error=f'configmap "{plugin_name}" not found')  # the pod cannot mount it
-        if self.upstreamcheck is None:
+        if (upstreamcheck := self.upstreamcheck) is None:
             return PluginLoad(error="upstreamcheck is not installed: run 'gpuctl sim install'")
         _, default = policy.plugin_config
         # one load per distinct input, not per node: a 1,000-node group's nodes load the same config
         key = (json.dumps(plugin_configs, sort_keys=True), labels.get(CONFIG_LABEL, ""), default,
                policy.mig_strategy, model.compute_capability, mig_enabled)
-        with self.answers_lock:
-            if key not in self.plugin_answers:
-                if len(self.plugin_answers) > 256:
-                    self.plugin_answers.clear()
-                self.plugin_answers[key] = load_plugin_config(self.upstreamcheck, plugin_configs, key[1], default,
-                                                              policy.mig_strategy, model.compute_capability,
-                                                              mig_enabled)
-            return self.plugin_answers[key]
+        return self._remembered(self.plugin_answers, key, lambda: load_plugin_config(
+            upstreamcheck, plugin_configs, key[1], default, policy.mig_strategy, model.compute_capability,
+            mig_enabled))
 
     def _reconcile_node(self, node: KubeObject, policy: Policy, plugin_name: str,
                         plugin_configs: dict[str, str] | None, mig_text: str, plugin_pod: KubeObject | None) -> None:
@@ -420,16 +417,23 @@ class SimOperator:
 
     def _mig_apply(self, model: GpuModel, text: str, name: str, gpus: int) -> MigApplied:
         """mig-parted's apply of config `name` on this node's GPUs, asked once per distinct input."""
-        key = (text, name, model.name, gpus)
+        def apply() -> MigApplied:
+            answer = apply_mig_config(self.upstreamcheck, text, name, model, gpus)
+            if answer.error is not None:
+                log.info("MIG config %s on %s x %d: %s", name, model.name, gpus, answer.error)
+            return answer
+
+        return self._remembered(self.mig_answers, (text, name, model.name, gpus), apply)
+
+    def _remembered(self, answers: dict[Key, Answer], key: Key, ask: Callable[[], Answer]) -> Answer:
+        """`answers[key]`, asked once (under the lock: a pass reconciles WORKERS nodes at a time); at most 256
+        answers are kept."""
         with self.answers_lock:
-            if key not in self.mig_answers:
-                if len(self.mig_answers) > 256:
-                    self.mig_answers.clear()
-                answer = apply_mig_config(self.upstreamcheck, text, name, model, gpus)
-                if answer.error is not None:
-                    log.info("MIG config %s on %s x %d: %s", name, model.name, gpus, answer.error)
-                self.mig_answers[key] = answer
-            return self.mig_answers[key]
+            if key not in answers:
+                if len(answers) > 256:
+                    answers.clear()
+                answers[key] = ask()
+            return answers[key]
 
     def _patch_node(self, node: KubeObject, labels: dict[str, str | None], annotations: dict[str, str | None],
                     resources: dict[str, int], unhealthy: dict[str, int] | None = None) -> str:
