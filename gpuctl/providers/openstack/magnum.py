@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -46,6 +47,14 @@ CREDENTIALS_HINT = ("set OS_CLOUD or pass --os-cloud NAME (an entry of clouds.ya
 # Magnum's 400s for a resource already busy (exception.OperationInProgress, NgOperationInProgress), and
 # its 409 for a node group on a cluster still being made (exception.ClusterAPIAddressUnavailable).
 BUSY = ("already has an operation in progress", "api address is not available yet")
+# Magnum cannot show a cluster that has no node groups (its API type's master_count has a minimum of 1, and the
+# count comes from the master node group: magnum/api/controllers/v1/cluster.py Cluster, objects/cluster.py as_dict).
+# A GET of such a cluster, and any listing that holds it, answers 400 between the conductor writing a new cluster's
+# row and its default node groups (conductor/handlers/cluster_conductor.py cluster_create), and between the
+# periodic job destroying a deleted cluster's node groups and its row (service/periodic.py). A read outside a
+# create or delete of gpuctl's own waits that window out, for up to NO_NODE_GROUPS_S.
+NO_NODE_GROUPS = "field/attribute master_count"
+NO_NODE_GROUPS_S = 10.0
 
 Json = dict[str, Any]
 Version = tuple[int, int]
@@ -169,6 +178,11 @@ def http_error(status: int, body: str, doing: str, hint: str | None = None, fiel
     return CloudError(f"{doing} failed: {detail} (HTTP {status})", hint)
 
 
+def cannot_show(resp: Any) -> bool:
+    """Whether Magnum's answer is its 400 for a cluster without node groups (NO_NODE_GROUPS)."""
+    return bool(resp.status_code == 400 and NO_NODE_GROUPS in resp.text)
+
+
 def sdk_error(exc: Exception, doing: str) -> GpuctlError:
     """Translate keystoneauth / openstacksdk exceptions (no HTTP response to read)."""
     if isinstance(exc, ka.Unauthorized):
@@ -246,9 +260,20 @@ class MagnumApi:
         return self._guarded(lambda: self._proxy.request(path, method, json=body, headers=headers, raise_exc=False,
                                                          status_code_retries=THROTTLE_RETRIES, log=log), doing)
 
+    def _read(self, path: str, doing: str, log: bool = True) -> Any:
+        """GET `path`, read again while Magnum cannot show a cluster in it (NO_NODE_GROUPS), up to
+        NO_NODE_GROUPS_S: the conductor or the periodic job closes that window within moments."""
+        deadline, delay = time.monotonic() + NO_NODE_GROUPS_S, 0.1
+        while True:
+            resp = self._request("GET", path, doing, log=log)
+            if not cannot_show(resp) or time.monotonic() > deadline:
+                return resp
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     def _call(self, method: str, path: str, doing: str, body: Any = None, hint: str | None = None,
               log: bool = True, absent_ok: bool = False, field: str | None = None) -> Any:
-        resp = self._request(method, path, doing, body, log)
+        resp = self._read(path, doing, log) if method == "GET" else self._request(method, path, doing, body, log)
         if absent_ok and resp.status_code == 404:
             return None
         if resp.status_code >= 400:
@@ -259,11 +284,14 @@ class MagnumApi:
     def _get_named(self, path: str, ident: str, kind: str, listing: Callable[[], list[Json]],
                    where: str, in_flux: bool = False) -> Json | None:
         """GET by name or uuid; Magnum answers 409 when several records share the name. A record `in_flux`
-        (being created or deleted) that Magnum cannot show (400, see get_cluster) is None: not there."""
+        (being created or deleted) that Magnum cannot show (NO_NODE_GROUPS) is None at once: not there."""
         doing = f"reading {kind} {ident!r}"
-        resp = self._request("GET", path, doing)
-        if resp.status_code == 400 and in_flux:
-            return None
+        if in_flux:
+            resp = self._request("GET", path, doing)
+            if cannot_show(resp):
+                return None
+        else:
+            resp = self._read(path, doing)
         if resp.status_code == 409:
             uuids = sorted(item["uuid"] for item in listing() if item.get("name") == ident)
             raise UsageError("--name" if kind == "cluster" else "--nodegroup-name",
@@ -280,12 +308,9 @@ class MagnumApi:
     # -- clusters --------------------------------------------------------------------------
 
     def get_cluster(self, ident: str, in_flux: bool = False) -> Json | None:
-        """The cluster record; None when there is none. A cluster without node groups fails the API type's own
-        check (master_count 0 below its minimum 1: HTTP 400), which happens twice: right after a create,
-        Magnum's conductor writes the cluster row before its default node groups
-        (magnum/conductor/handlers/cluster_conductor.py cluster_create); at the end of a delete, its periodic job
-        destroys the node groups one by one, then the cluster (magnum/service/periodic.py, DELETE_COMPLETE).
-        `in_flux` (a create or delete gpuctl waits for) takes that for "not there": not visible yet, or gone."""
+        """The cluster record; None when there is none. `in_flux` (a create or delete gpuctl waits for) takes a
+        cluster Magnum cannot show (NO_NODE_GROUPS) for "not there": not visible yet, or gone; other reads wait
+        that window out."""
         return self._get_named(f"/clusters/{quote(ident, safe='')}", ident, "cluster", self.list_clusters, "",
                                in_flux)
 
