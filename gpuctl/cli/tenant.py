@@ -12,6 +12,7 @@ from gpuctl.cli.options import Yes
 from gpuctl.cli.settings import confirm_or_refuse, settings
 from gpuctl.cli.types import count, seconds
 from gpuctl.model.change import Change
+from gpuctl.model.dra import requested_only
 from gpuctl.model.tenant import tenant_entry
 from gpuctl.util.output import emit, info, is_table
 
@@ -62,9 +63,10 @@ def add(
         info(f"  {line}")
     info(f"tenant {name!r}: {update.change.value}")
     before = tenant_entry(update.before) if update.before is not None else None
-    emit({"tenant": name, "change": update.change.value, "quota": update.quota, "before": before,
-          "after": tenant_entry(update.after), "changes": list(update.changes)}, opts.output,
-         ("tenant", "change", "quota"))
+    result = {"tenant": name, "change": update.change.value, "quota": update.quota, "before": before,
+              "after": tenant_entry(update.after), "changes": list(update.changes)}
+    shown = {**result, "quota": requested_only(update.quota)} if opts.output == "table" else result
+    emit(result, opts.output, ("tenant", "change", "quota"), rows=[shown])
 
 
 @app.command("list")
@@ -83,6 +85,8 @@ def list_(ctx: typer.Context) -> None:
         rows = [{**r, "queue": {f"{flavor}/{res}": f"{u['used']}/{u['nominal']}(+{u['borrowed']})"
                                 for flavor, resources in (r.get("queue") or {}).items()
                                 for res, u in resources.items()}} for r in rows]
+    if opts.output == "table":  # in 80 columns; -o wide adds the claimed devices' twins
+        rows = [{**r, "quota": requested_only(r["quota"]), "used": requested_only(r["used"])} for r in rows]
     emit(rows, opts.output, ("tenant", "quota", "used"), ("group", "cohort", "queue"))
 
 

@@ -53,9 +53,19 @@ def dra_served(labels: Mapping[str, str], published: bool, everywhere: bool) -> 
     return published or labels.get(L.DRA_GROUP) == "true" or everywhere
 
 
+DEVICES_QUOTA = ".deviceclass.resource.k8s.io/devices"
+
+
 def quota_key(device_class: str) -> str:
     """The ResourceQuota key that counts devices claimed from `device_class` (KEP-4381, object count quota)."""
-    return f"{device_class}.deviceclass.resource.k8s.io/devices"
+    return f"{device_class}{DEVICES_QUOTA}"
+
+
+def requested_only(quota: Mapping[str, int]) -> dict[str, int]:
+    """A tenant's quota (or use) without the keys that count claimed devices per class: what a table shows. Each
+    of gpuctl's classes names the extended resource it serves, and Tenant.hard gives its devices the resource's
+    own figure, so a DRA-mode team's keys come in twins (gpu.nvidia.com's devices and nvidia.com/gpu)."""
+    return {k: v for k, v in quota.items() if not k.endswith(DEVICES_QUOTA)}
 
 
 def gpu_selector(model: GpuModel) -> str:

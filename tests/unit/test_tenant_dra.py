@@ -10,7 +10,15 @@ import pytest
 
 from gpuctl.kube.kube_object import KubeObject
 from gpuctl.model.catalog import MIG_PROFILES
-from gpuctl.model.dra import device_class_mappings, mig_device_class, unmapped_profiles
+from gpuctl.model.dra import (
+    DEVICES_QUOTA,
+    GPU_CLASS,
+    device_class_mappings,
+    mig_class,
+    mig_device_class,
+    requested_only,
+    unmapped_profiles,
+)
 from gpuctl.model.mig import resource_name
 from gpuctl.model.tenant import make_tenant
 from gpuctl.ops.tenancy.queues import DRA_FLAVOR, dra_flavor, flavor_manifest, queue_manifests
@@ -66,6 +74,21 @@ def test_quota_counts_claimed_devices_per_class_beside_the_device_plugin_keys() 
     assert no_mig.hard(dra=True)[MIG_DEVICES] == "0"  # MIG claims refused, not unlimited
     assert not [k for k in no_mig.hard(dra=True) if k.endswith(".gpuctl.dev.deviceclass.resource.k8s.io/devices")]
     assert no_mig.hard(dra=True)["requests.nvidia.com/mig-3g.20gb"] == "0"  # caps claims of the class too
+
+
+
+def test_a_table_shows_what_pods_request_each_claimed_devices_key_holding_its_resources_figure() -> None:
+    # requested_only drops the devices' keys from a table: each must have the figure of the extended resource its
+    # class names (the chart's gpu.nvidia.com names nvidia.com/gpu; gpuctl's classes, mig_device_class)
+    team = make_tenant("team-a", 4, {"3g.20gb": 2, "1g.5gb+me": 3}, None, False, "tenant", borrow=1)
+    hard = {k.removeprefix("requests."): int(v) for k, v in team.hard(dra=True).items()}
+    named = {GPU_CLASS: "nvidia.com/gpu"} | {mig_class(p): mig_device_class(p)["spec"]["extendedResourceName"]
+                                             for p in team.mig}
+    twins = {k: named[k.removesuffix(DEVICES_QUOTA)] for k in hard if k.endswith(DEVICES_QUOTA) and k != MIG_DEVICES}
+    assert len(twins) == 3
+    assert {k: hard[k] for k in twins} == {k: hard[resource] for k, resource in twins.items()}
+    shown = requested_only(hard)
+    assert set(shown) == set(hard) - set(twins) - {MIG_DEVICES} and shown["nvidia.com/gpu"] == 5
 
 
 def test_a_template_per_gpu_model_and_per_mig_profile_with_guessable_names() -> None:

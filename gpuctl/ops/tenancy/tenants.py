@@ -27,7 +27,7 @@ from gpuctl.kube.gpu_nodes import gpu_nodes, gpu_resources
 from gpuctl.kube.objects import contains, count
 from gpuctl.model import labels as L
 from gpuctl.model.change import Change
-from gpuctl.model.dra import GPU_CLASS, quota_key
+from gpuctl.model.dra import GPU_CLASS, quota_key, requested_only
 from gpuctl.model.tenant import DEFAULT_COHORT, TENANT_LABEL, Tenant, profile_of
 from gpuctl.ops.tenancy.default_queue import job_defaulting_registered, wait_default_queue_in_force
 from gpuctl.ops.tenancy.fence import ensure_fence, remove_fence, wait_fence_in_force
@@ -428,8 +428,9 @@ def over_allocatable(kube: Kube, tenant: Tenant, dra: bool | None = None) -> lis
         for resource, amount in published_devices(kube).items():
             totals[resource] = totals.get(resource, 0) + amount
     warnings = []
-    for key, value in tenant.hard(dra).items():
-        resource = key.removeprefix("requests.")
-        if int(value) > totals.get(resource, 0):
+    # (a claimed-devices key has its resource's figure on both sides: one warning for the twins)
+    for resource, value in requested_only({k.removeprefix("requests."): int(v)
+                                           for k, v in tenant.hard(dra).items()}).items():
+        if value > totals.get(resource, 0):
             warnings.append(f"{resource} quota {value} is above the cluster's allocatable {totals.get(resource, 0)}")
     return warnings
