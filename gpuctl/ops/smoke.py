@@ -12,7 +12,7 @@ from typing import Any
 from gpuctl.kube.errors import KubeApiError, requesting
 from gpuctl.kube.kube import Kube
 from gpuctl.kube.kube_object import KubeObject
-from gpuctl.kube.objects import ensure_namespace
+from gpuctl.kube.objects import count, ensure_namespace
 from gpuctl.model import labels as L
 from gpuctl.model.dra import API_VERSION, device_request
 from gpuctl.util.errors import WaitTimeout
@@ -77,7 +77,8 @@ def run_smoke_test(kube: Kube, image: str, resource: str, node_labels: dict[str,
     with requesting("creating the smoke-test pod"):
         kube.create(smoke_pod(name, image, resource, node_labels, tolerations, launch=launch))
     try:
-        check, _ = await_smoke_test(kube, name, f"1 x {resource}", timeout)
+        check, _ = await_smoke_test(kube, name, f"1 x {resource}", timeout,
+                                    pending=lambda pod: _no_room(kube, pod, resource, node_labels))
         return check
     finally:
         delete_smoke_pod(kube, name)
@@ -126,6 +127,29 @@ def await_smoke_test(kube: Kube, name: str, gpu: str, timeout: float, pause: Cal
         return Check("smoke-test", True, f"CUDA vectoradd passed {where} with {gpu}"), pod
     last = (logs.strip().splitlines() or ["(empty log)"])[-1]
     return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {diagnostics(kube, pod)}"), pod
+
+
+def _no_room(kube: Kube, pod: KubeObject, resource: str, node_labels: dict[str, str]) -> str:
+    """Why the smoke-test pod stayed unscheduled, and the fix, in one line: where the scheduler found no room
+    (its PodScheduled condition) and running pods request all of the nodes' `resource`, how much (the device
+    plugin's side of validate.py's _unallocatable)."""
+    scheduled = pod.condition("PodScheduled")
+    if scheduled is None or scheduled.get("reason") != "Unschedulable":
+        return diagnostics(kube, pod)
+    selector = ",".join(f"{k}={v}" for k, v in sorted(node_labels.items()))
+    offered = {n.name: count((n.status.get("allocatable") or {}).get(resource, 0))
+               for n in kube.list("v1", "Node", labels=selector, what="listing the smoke test's nodes")}
+    running = kube.list("v1", "Pod", fields="status.phase!=Succeeded,status.phase!=Failed",
+                        what="listing the pods on the smoke test's nodes")
+    used = sum(count(((c.get("resources") or {}).get("requests") or {}).get(resource, 0))
+               for p in running if p.spec.get("nodeName") in offered for c in p.spec.get("containers") or [])
+    total = sum(offered.values())
+    if not total or used < total:
+        return diagnostics(kube, pod)
+    said = " ".join((scheduled.get("message") or "").split())
+    return (f"no free {resource} on the node group ({used} of {total} requested by running pods; scheduler: "
+            f"{said}); free one (delete a pod that uses one, see 'gpuctl tenant list') or add nodes "
+            "('gpuctl nodegroup scale')")
 
 
 def diagnostics(kube: Kube, pod: KubeObject) -> str:

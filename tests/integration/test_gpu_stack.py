@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_gpuctl
+from tests.integration.conftest import await_value
 from tests.integration.kube_api import core
 from tests.support.stack import is_device_plugin
 from tests.support.util import data_dir
@@ -92,6 +93,31 @@ def test_failing_smoke_test_exits_6_with_diagnostics(stack: dict[str, str]) -> N
     passing = run_gpuctl("-o", "wide", "validate", "--nodegroup", "gpu", env=stack)
     assert passing.returncode == 0, passing.stderr
     assert "CUDA vectoradd passed" in passing.stdout
+
+
+def test_validate_on_a_group_whose_gpus_are_all_requested_says_so_and_the_fix(stack: dict[str, str]) -> None:
+    v1 = core(stack)
+    holders = [f"holder-{i}" for i in range(8)]  # 2 nodes x 4 time-slicing replicas
+    for name in holders:
+        v1.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "terminationGracePeriodSeconds": 0, "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}})
+    try:
+        def bound() -> bool:
+            return all(v1.read_namespaced_pod(n, "default").spec.node_name for n in holders)
+
+        await_value("the holders bound", bound, True)
+        proc = run_gpuctl("validate", "--nodegroup", "gpu", "--timeout", "4", env=stack)
+        assert proc.returncode == 6, proc.stderr
+        [message] = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert "still Pending unscheduled after 4s" in message, message
+        assert "no free nvidia.com/gpu on the node group (8 of 8 requested by running pods" in message, message
+        assert "Insufficient nvidia.com/gpu" in message  # the scheduler's own words
+        assert "'gpuctl nodegroup scale'" in message  # the fix
+    finally:
+        for name in holders:
+            v1.delete_namespaced_pod(name, "default", grace_period_seconds=0)
 
 
 def test_edited_config_needs_a_device_plugin_restart(stack: dict[str, str]) -> None:

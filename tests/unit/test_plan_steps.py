@@ -192,3 +192,15 @@ def test_a_tenants_observe_reads_the_gpu_nodes_once(monkeypatch: pytest.MonkeyPa
     observed = tenants.observe_tenant(Kube.__new__(Kube), Tenant("team-a", 2, group="ml-team"), True, shapes)
     assert observed.action is Change.NO_CHANGE
     assert reads == ["nodes"] and shaped == [[]]
+
+
+def test_a_plan_diff_shows_a_key_the_cluster_lacks_as_added() -> None:
+    from gpuctl.ops.platform.diffs import diff_text, subset
+
+    current = {"spec": {"hard": {"requests.nvidia.com/gpu": "4"}}, "status": {"used": {}}}
+    wanted = {"spec": {"hard": {"requests.nvidia.com/gpu": "4", "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "4"}}}
+    assert subset(current, wanted) == {"spec": {"hard": {"requests.nvidia.com/gpu": "4"}}}
+    diff = diff_text(yaml.safe_dump(subset(current, wanted)), yaml.safe_dump(wanted), "quota/team-a").splitlines()
+    assert [line for line in diff if line[:1] in "+-" and not line.startswith(("---", "+++"))] == [
+        "+    gpu.nvidia.com.deviceclass.resource.k8s.io/devices: '4'"]
+    assert subset(None, wanted) is None  # no object: all of it is new

@@ -18,9 +18,10 @@ def diff_text(before: str, after: str, name: str) -> str:
 
 
 def subset(current: Any, wanted: Any) -> Any:
-    """The part of `current` that `wanted` speaks about, for a readable diff."""
+    """The part of `current` that `wanted` speaks about, for a readable diff: a key `current` lacks is left out,
+    so that the diff shows it added (`+ key: value`, as kubectl diff does), not changed from null."""
     if isinstance(wanted, dict) and isinstance(current, dict):
-        return {k: subset(current.get(k), v) for k, v in wanted.items()}
+        return {k: subset(current.get(k), v) for k, v in wanted.items() if k in current or v is None}
     return current
 
 
