@@ -129,12 +129,20 @@ def await_smoke_test(kube: Kube, name: str, gpu: str, timeout: float, pause: Cal
     return Check("smoke-test", False, f"pod {name} {phase} {where}: {last}; {diagnostics(kube, pod)}"), pod
 
 
-def _no_room(kube: Kube, pod: KubeObject, resource: str, node_labels: dict[str, str]) -> str:
-    """Why the smoke-test pod stayed unscheduled, and the fix, in one line: where the scheduler found no room
-    (its PodScheduled condition) and running pods request all of the nodes' `resource`, how much (the device
-    plugin's side of validate.py's _unallocatable)."""
+def unschedulable(pod: KubeObject) -> str | None:
+    """What the scheduler said when it found no node for `pod` (its PodScheduled condition, on one line); None
+    where it has not said that."""
     scheduled = pod.condition("PodScheduled")
     if scheduled is None or scheduled.get("reason") != "Unschedulable":
+        return None
+    return " ".join((scheduled.get("message") or "").split())
+
+
+def _no_room(kube: Kube, pod: KubeObject, resource: str, node_labels: dict[str, str]) -> str:
+    """Why the smoke-test pod stayed unscheduled, and the fix, in one line: where the scheduler found no room
+    and running pods request all of the nodes' `resource`, how much (the device plugin's side of validate.py's
+    _unallocatable)."""
+    if (said := unschedulable(pod)) is None:
         return diagnostics(kube, pod)
     selector = ",".join(f"{k}={v}" for k, v in sorted(node_labels.items()))
     offered = {n.name: count((n.status.get("allocatable") or {}).get(resource, 0))
@@ -146,7 +154,6 @@ def _no_room(kube: Kube, pod: KubeObject, resource: str, node_labels: dict[str, 
     total = sum(offered.values())
     if not total or used < total:
         return diagnostics(kube, pod)
-    said = " ".join((scheduled.get("message") or "").split())
     return (f"no free {resource} on the node group ({used} of {total} requested by running pods; scheduler: "
             f"{said}); free one (delete a pod that uses one, see 'gpuctl tenant list') or add nodes "
             "('gpuctl nodegroup scale')")

@@ -49,6 +49,7 @@ from gpuctl.ops.smoke import (
     run_smoke_test,
     smoke_claim,
     smoke_pod,
+    unschedulable,
 )
 from gpuctl.stack.dra_driver import serves_groups_only
 from gpuctl.stack.existing import CLUSTER_POLICY, config_namespace
@@ -528,11 +529,9 @@ def run_dra_smoke_test(kube: Kube, image: str, device_class: str, node_labels: d
 
 def _unallocatable(kube: Kube, pod: KubeObject, device_class: str, group: set[str]) -> str:
     """Why the smoke-test pod stayed unscheduled, and the fix, in one line: when the scheduler found no
-    free device (its PodScheduled condition), how many of the group's devices are allocated."""
-    scheduled = pod.condition("PodScheduled")
-    if scheduled is None or scheduled.get("reason") != "Unschedulable":
+    free device, how many of the group's devices are allocated."""
+    if (said := unschedulable(pod)) is None:
         return diagnostics(kube, pod)
-    said = " ".join((scheduled.get("message") or "").split())
     published = read_node_devices(kube)
     total = sum(len(published[n].devices) for n in group if n in published)
     used = sum(published[n].in_use for n in group if n in published)
