@@ -260,13 +260,13 @@ class MagnumApi:
         return self._guarded(lambda: self._proxy.request(path, method, json=body, headers=headers, raise_exc=False,
                                                          status_code_retries=THROTTLE_RETRIES, log=log), doing)
 
-    def _read(self, path: str, doing: str, log: bool = True) -> Any:
-        """GET `path`, read again while Magnum cannot show a cluster in it (NO_NODE_GROUPS), up to
+    def _read(self, path: str, doing: str, log: bool = True, wait: bool = True) -> Any:
+        """GET `path`; with `wait`, read again while Magnum cannot show a cluster in it (NO_NODE_GROUPS), up to
         NO_NODE_GROUPS_S: the conductor or the periodic job closes that window within moments."""
         deadline, delay = time.monotonic() + NO_NODE_GROUPS_S, 0.1
         while True:
             resp = self._request("GET", path, doing, log=log)
-            if not cannot_show(resp) or time.monotonic() > deadline:
+            if not wait or not cannot_show(resp) or time.monotonic() > deadline:
                 return resp
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -286,12 +286,9 @@ class MagnumApi:
         """GET by name or uuid; Magnum answers 409 when several records share the name. A record `in_flux`
         (being created or deleted) that Magnum cannot show (NO_NODE_GROUPS) is None at once: not there."""
         doing = f"reading {kind} {ident!r}"
-        if in_flux:
-            resp = self._request("GET", path, doing)
-            if cannot_show(resp):
-                return None
-        else:
-            resp = self._read(path, doing)
+        resp = self._read(path, doing, wait=not in_flux)
+        if in_flux and cannot_show(resp):
+            return None
         if resp.status_code == 409:
             uuids = sorted(item["uuid"] for item in listing() if item.get("name") == ident)
             raise UsageError("--name" if kind == "cluster" else "--nodegroup-name",
